@@ -1,0 +1,119 @@
+//! A DEVX context: the uid-scoped place where objects live and commands run.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::admission;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::obj::Obj;
+use crate::provider::ProviderContext;
+
+static NEXT_CONTEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) struct ContextInner {
+    pub(crate) id: u64,
+    pub(crate) device: Device,
+    pub(crate) provider: Arc<dyn ProviderContext>,
+}
+
+/// An open DEVX context. Cheap to clone; every object keeps its context alive,
+/// and the provider context closes when the last clone and object are gone.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("id", &self.inner.id)
+            .field("device", &self.inner.device.name())
+            .finish()
+    }
+}
+
+/// Checks the caller's buffers before anything reaches a provider. Which
+/// opcodes a method admits is the provider's call: kernels admit more over time.
+pub(crate) fn check_lengths(inbox: &[u8], outlen: usize) -> Result<()> {
+    if inbox.len() < 16 {
+        return Err(Error::argument(format!(
+            "inbox is {} bytes; a command needs at least its 16-byte header",
+            inbox.len()
+        )));
+    }
+    if outlen < 16 {
+        return Err(Error::argument(format!(
+            "outbox length {outlen} is too short; every command returns at least 16 bytes"
+        )));
+    }
+    if inbox.len() > 0xffff || outlen > 0xffff {
+        return Err(Error::argument("mailboxes are limited to 65535 bytes"));
+    }
+    Ok(())
+}
+
+impl Context {
+    pub(crate) fn new(device: Device, provider: Arc<dyn ProviderContext>) -> Context {
+        Context {
+            inner: Arc::new(ContextInner {
+                id: NEXT_CONTEXT_ID.fetch_add(1, Ordering::Relaxed),
+                device,
+                provider,
+            }),
+        }
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    /// The provider behind this context, for wrappers and tests.
+    pub fn provider(&self) -> &Arc<dyn ProviderContext> {
+        &self.inner.provider
+    }
+
+    /// True when both handles name the same open context.
+    pub fn same_as(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Creates a firmware object. The outbox (`outlen` bytes) stays with the
+    /// object (`Obj::out`); the destroy command is derived from both.
+    pub fn create(&self, inbox: &[u8], outlen: usize) -> Result<Obj> {
+        check_lengths(inbox, outlen)?;
+        let mut out = vec![0u8; outlen];
+        let handle = self.inner.provider.create(inbox, &mut out)?;
+        if let Err(e) = Error::check_outbox(inbox, &out) {
+            // A provider must not report success with a failed outbox; undo it anyway.
+            let _ = self.inner.provider.destroy(handle, &[]);
+            return Err(e);
+        }
+        // Creates the library cannot pair with a destroy (newer kernels admit
+        // more) carry an empty command: the kernel destroys those itself.
+        let destroy = admission::destroy_command(inbox, &out).unwrap_or_default();
+        let key = admission::created_key(inbox, &out);
+        Ok(Obj::new(self.clone(), handle, inbox, out, destroy, key))
+    }
+
+    /// Runs a command that names no object (QUERY_HCA_CAP, QUERY_VPORT_STATE…).
+    pub fn general_cmd(&self, inbox: &[u8], outlen: usize) -> Result<Vec<u8>> {
+        check_lengths(inbox, outlen)?;
+        let mut out = vec![0u8; outlen];
+        self.general_cmd_into(inbox, &mut out)?;
+        Ok(out)
+    }
+
+    /// `general_cmd` into a caller buffer, allocating nothing.
+    pub fn general_cmd_into(&self, inbox: &[u8], out: &mut [u8]) -> Result<()> {
+        check_lengths(inbox, out.len())?;
+        self.inner.provider.general(inbox, out)?;
+        Error::check_outbox(inbox, out)
+    }
+
+    /// The EQ number serving completion vector `vector`.
+    pub fn query_eqn(&self, vector: u32) -> Result<u32> {
+        self.inner.provider.query_eqn(vector)
+    }
+}

@@ -1,0 +1,100 @@
+//! Finding and opening devices: real mlx5 functions and the emulated ones.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::provider::{DeviceInfo, Provider};
+
+/// A device that can be opened: a real mlx5 function or an emulated ConnectX.
+#[derive(Clone)]
+pub struct Device {
+    provider: Arc<dyn Provider>,
+    info: DeviceInfo,
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device").field("info", &self.info).finish()
+    }
+}
+
+impl Device {
+    /// Wraps any provider as a device (record and replay use this).
+    pub fn from_provider(provider: Arc<dyn Provider>) -> Device {
+        let info = provider.info();
+        Device { provider, info }
+    }
+
+    /// Every device the caller can open: real mlx5 devices first, then the
+    /// emulated ones (`sim0` always exists).
+    pub fn list() -> Vec<Device> {
+        let mut out: Vec<Device> = crate::kernel::discover_providers()
+            .into_iter()
+            .map(Device::from_provider)
+            .collect();
+        out.extend(crate::sim::devices().into_iter().map(Device::from_provider));
+        out
+    }
+
+    /// The real mlx5 devices on this machine (possibly none).
+    pub fn list_real() -> Vec<Device> {
+        crate::kernel::discover_providers().into_iter().map(Device::from_provider).collect()
+    }
+
+    /// The emulated device `simN`, created on first request.
+    pub fn emulated(name: &str) -> Result<Device> {
+        crate::sim::device(name).map(Device::from_provider)
+    }
+
+    /// Finds a device by name: a real one, or `simN` (created on request).
+    pub fn by_name(name: &str) -> Result<Device> {
+        if let Some(d) = Device::list_real().into_iter().find(|d| d.info.name == name) {
+            return Ok(d);
+        }
+        if is_sim_name(name) {
+            return Device::emulated(name);
+        }
+        let known: Vec<String> = Device::list().into_iter().map(|d| d.info.name).collect();
+        Err(Error::argument(format!(
+            "no device named '{name}' (known: {}; emulated devices are sim0, sim1, …)",
+            known.join(", ")
+        )))
+    }
+
+    /// The first real mlx5 device, else `sim0`. The flag says which.
+    pub fn default_device() -> Result<(Device, bool)> {
+        match Device::list_real().into_iter().next() {
+            Some(d) => Ok((d, false)),
+            None => Ok((Device::emulated("sim0")?, true)),
+        }
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    pub fn is_emulated(&self) -> bool {
+        self.info.emulated
+    }
+
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.provider
+    }
+
+    /// Opens a context with its own DEVX uid.
+    pub fn open(&self) -> Result<Context> {
+        let inner = self.provider.open()?;
+        Ok(Context::new(self.clone(), inner))
+    }
+}
+
+fn is_sim_name(name: &str) -> bool {
+    name.strip_prefix("sim")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}

@@ -1,0 +1,170 @@
+//! Errors of the DEVX API.
+//!
+//! Firmware failures keep what the device said (opcode, op_mod, status,
+//! syndrome) and print it by name, so nobody has to decode `EREMOTEIO` by hand.
+
+use prm_layouts::enums::{opcode_name, CmdStatus};
+
+/// Result of every DEVX call.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How a firmware failure reached us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FwReport {
+    /// Status and syndrome were read from the returned outbox.
+    Outbox,
+    /// Only a translated errno came back (the kernel's destroy and UMEM paths);
+    /// status and syndrome are the best reconstruction of it.
+    ErrnoOnly,
+}
+
+/// Everything a DEVX call can fail with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The device ran the command and refused it.
+    #[error("{}{}: {} ({:#x}), syndrome {:#x}{}", opcode_name(*opcode), op_mod_suffix(*op_mod), status_name(*status), status, syndrome, report_suffix(*report))]
+    Firmware {
+        opcode: u16,
+        op_mod: u16,
+        status: u8,
+        syndrome: u32,
+        report: FwReport,
+    },
+    /// A system call failed (or a provider answered as the kernel would, with an errno).
+    #[error("{op}: {} (errno {errno})", errno_text(*errno))]
+    Os { op: String, errno: i32 },
+    /// The caller passed something unusable: a short buffer, an object of another context…
+    #[error("invalid argument: {0}")]
+    Argument(String),
+    /// The device or provider cannot do this at all.
+    #[error("{what} is not supported: {why}")]
+    Unsupported { what: String, why: String },
+    /// An asynchronous command that never ran because its context went away.
+    #[error("{0}: cancelled because its context was closed")]
+    Cancelled(String),
+    /// A provider-level failure that is neither firmware nor OS (e.g. a fixture mismatch).
+    #[error("{provider}: {message}")]
+    Provider { provider: String, message: String },
+}
+
+fn op_mod_suffix(op_mod: u16) -> String {
+    if op_mod == 0 {
+        String::new()
+    } else {
+        format!(" (op_mod {op_mod:#x})")
+    }
+}
+
+fn report_suffix(report: FwReport) -> &'static str {
+    match report {
+        FwReport::Outbox => "",
+        FwReport::ErrnoOnly => " [errno only, no outbox]",
+    }
+}
+
+/// The PRM name of a command status, or `UNKNOWN_STATUS`.
+pub fn status_name(status: u8) -> &'static str {
+    CmdStatus::from_raw(status).map(|s| s.name()).unwrap_or("UNKNOWN_STATUS")
+}
+
+/// `strerror`-like text for an errno, without touching libc's global state.
+pub fn errno_text(errno: i32) -> String {
+    std::io::Error::from_raw_os_error(errno).to_string()
+}
+
+impl Error {
+    /// Builds a firmware error from an inbox/outbox pair whose status is non-zero.
+    pub fn from_outbox(inbox: &[u8], outbox: &[u8]) -> Error {
+        let opcode = be16(inbox, 0);
+        let op_mod = be16(inbox, 6);
+        Error::Firmware {
+            opcode,
+            op_mod,
+            status: outbox.first().copied().unwrap_or(0),
+            syndrome: be32(outbox, 4),
+            report: FwReport::Outbox,
+        }
+    }
+
+    /// `Ok` when the outbox says OK, else the firmware error it carries.
+    pub fn check_outbox(inbox: &[u8], outbox: &[u8]) -> Result<()> {
+        match outbox.first() {
+            Some(0) => Ok(()),
+            Some(_) => Err(Error::from_outbox(inbox, outbox)),
+            None => Err(Error::Argument("outbox is empty".into())),
+        }
+    }
+
+    pub fn os(op: impl Into<String>, errno: i32) -> Error {
+        Error::Os { op: op.into(), errno }
+    }
+
+    pub fn argument(msg: impl Into<String>) -> Error {
+        Error::Argument(msg.into())
+    }
+
+    pub fn unsupported(what: impl Into<String>, why: impl Into<String>) -> Error {
+        Error::Unsupported { what: what.into(), why: why.into() }
+    }
+
+    pub fn is_firmware(&self) -> bool {
+        matches!(self, Error::Firmware { .. })
+    }
+    pub fn is_os(&self) -> bool {
+        matches!(self, Error::Os { .. })
+    }
+    pub fn is_argument(&self) -> bool {
+        matches!(self, Error::Argument(_))
+    }
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, Error::Unsupported { .. })
+    }
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Error::Cancelled(_))
+    }
+
+    /// Firmware status, when this is a firmware failure.
+    pub fn status(&self) -> Option<u8> {
+        match self {
+            Error::Firmware { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// Firmware syndrome, when this is a firmware failure.
+    pub fn syndrome(&self) -> Option<u32> {
+        match self {
+            Error::Firmware { syndrome, .. } => Some(*syndrome),
+            _ => None,
+        }
+    }
+
+    /// The errno a C caller would have seen (EREMOTEIO for firmware failures).
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Firmware { report: FwReport::Outbox, .. } => libc::EREMOTEIO,
+            Error::Firmware { status, .. } => CmdStatus::from_raw(*status)
+                .map(|s| s.errno())
+                .unwrap_or(libc::EIO),
+            Error::Os { errno, .. } => *errno,
+            Error::Argument(_) => libc::EINVAL,
+            Error::Unsupported { .. } => libc::EOPNOTSUPP,
+            Error::Cancelled(_) => libc::ECANCELED,
+            Error::Provider { .. } => libc::EPROTO,
+        }
+    }
+}
+
+pub(crate) fn be16(buf: &[u8], at: usize) -> u16 {
+    match buf.get(at..at + 2) {
+        Some(b) => u16::from_be_bytes([b[0], b[1]]),
+        None => 0,
+    }
+}
+
+pub(crate) fn be32(buf: &[u8], at: usize) -> u32 {
+    match buf.get(at..at + 4) {
+        Some(b) => u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+        None => 0,
+    }
+}

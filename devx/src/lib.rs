@@ -1,0 +1,29 @@
+//! The mlx5 DEVX object API: devices, contexts, firmware objects with RAII
+//! destroy, general and asynchronous commands, UMEM and UAR, behind one
+//! provider seam served by the kernel, the embedded emulated device, or
+//! recorded fixtures.
+
+pub mod admission;
+pub mod cmd_comp;
+pub mod context;
+pub mod device;
+pub mod error;
+pub mod fixture;
+pub mod kernel;
+pub mod obj;
+pub mod provider;
+pub mod sim;
+pub mod uar;
+pub mod umem;
+
+pub use cmd_comp::CmdComp;
+pub use context::Context;
+pub use device::Device;
+pub use error::{Error, FwReport, Result};
+pub use obj::{DestroyFailed, Obj};
+pub use provider::{
+    AsyncCompletion, CmdChannel, DeviceInfo, DevxEvent, EventChannel, Handle, Provider,
+    ProviderContext, UarAlloc, UarKind, UarPage,
+};
+pub use uar::Uar;
+pub use umem::{access, StableMemory, Umem};

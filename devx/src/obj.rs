@@ -1,0 +1,185 @@
+//! Firmware objects with RAII destroy.
+
+use std::fmt;
+
+use crate::admission::ObjKey;
+use crate::cmd_comp::CmdComp;
+use crate::context::{check_lengths, Context};
+use crate::error::{Error, Result};
+use crate::provider::Handle;
+
+/// A firmware object created through DEVX. Dropping it destroys the object;
+/// `destroy()` does the same and returns the result.
+pub struct Obj {
+    ctx: Context,
+    handle: Handle,
+    create_in: Vec<u8>,
+    create_out: Vec<u8>,
+    destroy_in: Vec<u8>,
+    key: Option<ObjKey>,
+    alive: bool,
+}
+
+/// A destroy the device refused. The object is still alive and inside; retry
+/// with `obj.destroy()` or drop it to retry once more on drop.
+pub struct DestroyFailed {
+    pub obj: Obj,
+    pub error: Error,
+}
+
+impl fmt::Debug for DestroyFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DestroyFailed({:?}, {})", self.obj, self.error)
+    }
+}
+
+impl fmt::Display for DestroyFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "destroying {}: {}", self.obj.describe(), self.error)
+    }
+}
+
+impl std::error::Error for DestroyFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<DestroyFailed> for Error {
+    fn from(e: DestroyFailed) -> Error {
+        e.error.clone()
+    }
+}
+
+impl fmt::Debug for Obj {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Obj({})", self.describe())
+    }
+}
+
+impl Obj {
+    pub(crate) fn new(
+        ctx: Context,
+        handle: Handle,
+        create_in: &[u8],
+        create_out: Vec<u8>,
+        destroy_in: Vec<u8>,
+        key: Option<ObjKey>,
+    ) -> Obj {
+        Obj {
+            ctx,
+            handle,
+            create_in: create_in.to_vec(),
+            create_out,
+            destroy_in,
+            key,
+            alive: true,
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} #{:#x} on {}",
+            prm_layouts::enums::opcode_name(self.create_opcode()),
+            self.id(),
+            self.ctx.device().name()
+        )
+    }
+
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The provider's handle for this object.
+    pub fn handle(&self) -> Handle {
+        self.handle
+    }
+
+    /// Opcode of the command that created it.
+    pub fn create_opcode(&self) -> u16 {
+        u16::from_be_bytes([self.create_in[0], self.create_in[1]])
+    }
+
+    /// The PRM object number (cqn, qpn, pd, mkey index, table id…).
+    pub fn id(&self) -> u32 {
+        self.key.map(|k| k.number).unwrap_or(0)
+    }
+
+    /// The outbox the create returned.
+    pub fn out(&self) -> &[u8] {
+        &self.create_out
+    }
+
+    /// The inbox that created it.
+    pub fn create_inbox(&self) -> &[u8] {
+        &self.create_in
+    }
+
+    /// The destroy command derived from the create (empty when the stack builds its own).
+    pub fn destroy_inbox(&self) -> &[u8] {
+        &self.destroy_in
+    }
+
+    /// Queries the object; returns `outlen` bytes of outbox.
+    pub fn query(&self, inbox: &[u8], outlen: usize) -> Result<Vec<u8>> {
+        check_lengths(inbox, outlen)?;
+        let mut out = vec![0u8; outlen];
+        self.query_into(inbox, &mut out)?;
+        Ok(out)
+    }
+
+    /// `query` into a caller buffer.
+    pub fn query_into(&self, inbox: &[u8], out: &mut [u8]) -> Result<()> {
+        check_lengths(inbox, out.len())?;
+        self.ctx.inner.provider.query(self.handle, inbox, out)?;
+        Error::check_outbox(inbox, out)
+    }
+
+    /// Modifies the object; returns `outlen` bytes of outbox.
+    pub fn modify(&self, inbox: &[u8], outlen: usize) -> Result<Vec<u8>> {
+        check_lengths(inbox, outlen)?;
+        let mut out = vec![0u8; outlen];
+        self.modify_into(inbox, &mut out)?;
+        Ok(out)
+    }
+
+    /// `modify` into a caller buffer.
+    pub fn modify_into(&self, inbox: &[u8], out: &mut [u8]) -> Result<()> {
+        check_lengths(inbox, out.len())?;
+        self.ctx.inner.provider.modify(self.handle, inbox, out)?;
+        Error::check_outbox(inbox, out)
+    }
+
+    /// Queues a query whose completion, tagged `wr_id`, arrives on `comp`.
+    pub fn query_async(&self, inbox: &[u8], outlen: usize, wr_id: u64, comp: &CmdComp) -> Result<()> {
+        check_lengths(inbox, outlen)?;
+        if !comp.context().same_as(&self.ctx) {
+            return Err(Error::argument(
+                "the completion channel belongs to another context than the object",
+            ));
+        }
+        self.ctx.inner.provider.query_async(self.handle, inbox, outlen, wr_id, comp.channel())
+    }
+
+    /// Destroys the object now. On failure the object comes back inside the
+    /// error, still alive, so the caller can destroy what references it first.
+    pub fn destroy(mut self) -> Result<(), DestroyFailed> {
+        match self.ctx.inner.provider.destroy(self.handle, &self.destroy_in) {
+            Ok(()) => {
+                self.alive = false;
+                Ok(())
+            }
+            Err(error) => Err(DestroyFailed { obj: self, error }),
+        }
+    }
+}
+
+impl Drop for Obj {
+    fn drop(&mut self) {
+        if self.alive {
+            // Nothing to report to from a drop; the context's close reclaims
+            // anything the device still refuses to destroy.
+            let _ = self.ctx.inner.provider.destroy(self.handle, &self.destroy_in);
+        }
+    }
+}

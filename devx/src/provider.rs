@@ -1,0 +1,147 @@
+//! The provider seam: every device backend (kernel, emulated, record, replay)
+//! implements these traits, and every command crosses them as a mailbox in and
+//! a mailbox out — the same bytes whatever the backend.
+
+use std::any::Any;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+use crate::error::Result;
+
+/// A provider's name for an object it created (the kernel's IDR handle, the
+/// emulator's table key). Not the PRM object number.
+pub type Handle = u32;
+
+/// What a device is and where it lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Name used to open it: `mlx5_0`, `sim0`…
+    pub name: String,
+    /// Which provider serves it: `kernel`, `sim`, `replay`…
+    pub provider: String,
+    /// True for the embedded emulated device (and fixtures recorded from it).
+    pub emulated: bool,
+    /// Where it was found (`/dev/infiniband/uverbs0`) or what it models.
+    pub location: String,
+    pub node_guid: u64,
+    pub fw_version: String,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub num_ports: u8,
+}
+
+/// A device backend: opens contexts.
+pub trait Provider: Send + Sync {
+    fn info(&self) -> DeviceInfo;
+    /// A new context with its own DEVX uid.
+    fn open(&self) -> Result<Arc<dyn ProviderContext>>;
+}
+
+/// Kind of UAR page to allocate (mlx5 `MLX5DV_UAR_ALLOC_TYPE_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UarKind {
+    /// Write-combining page with BlueFlame registers.
+    BlueFlame = 0,
+    /// Non-cached page, plain doorbells only.
+    NonCached = 1,
+}
+
+/// A mapped UAR page. Writes to it are doorbells.
+pub trait UarPage: Send + Sync {
+    /// Start of the page as mapped into this process.
+    fn base(&self) -> *mut u8;
+    /// 64-bit doorbell store at `offset` within the page. `value` is written
+    /// exactly as its bytes are laid out in memory (callers pre-swap to big endian).
+    fn write64(&self, offset: usize, value: u64);
+}
+
+/// An allocated UAR.
+pub struct UarAlloc {
+    pub handle: Handle,
+    /// The UAR index PRM fields such as `uar_page` want.
+    pub page_id: u32,
+    pub page: Arc<dyn UarPage>,
+}
+
+/// Result of one asynchronous command: its `wr_id` and the outbox or the error.
+pub type AsyncCompletion = (u64, Result<Vec<u8>>);
+
+/// A completion channel for asynchronous commands (kernel: a DEVX async cmd fd).
+pub trait CmdChannel: Send + Sync {
+    /// A file descriptor that polls readable while a completion is queued.
+    fn fd(&self) -> RawFd;
+    /// Next completion, without blocking.
+    fn try_get(&self) -> Result<Option<AsyncCompletion>>;
+    /// Next completion, blocking until one arrives.
+    fn get(&self) -> Result<AsyncCompletion>;
+    /// Lets a provider find its own channel type behind the trait object.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// One opened context on a device. Methods mirror the DEVX ioctl methods.
+pub trait ProviderContext: Send + Sync {
+    /// The device this context was opened on.
+    fn info(&self) -> DeviceInfo;
+    /// OBJ_CREATE: run a create command; the outbox is filled even on firmware failure.
+    fn create(&self, inbox: &[u8], outbox: &mut [u8]) -> Result<Handle>;
+    /// OBJ_QUERY on an object created by this context.
+    fn query(&self, obj: Handle, inbox: &[u8], outbox: &mut [u8]) -> Result<()>;
+    /// OBJ_MODIFY on an object created by this context.
+    fn modify(&self, obj: Handle, inbox: &[u8], outbox: &mut [u8]) -> Result<()>;
+    /// OBJ_DESTROY. `destroy_inbox` is the command the library derived at create
+    /// time; the kernel runs its own copy, the emulator runs this one.
+    fn destroy(&self, obj: Handle, destroy_inbox: &[u8]) -> Result<()>;
+    /// OTHER: a command that names no object.
+    fn general(&self, inbox: &[u8], outbox: &mut [u8]) -> Result<()>;
+    /// A new completion channel for `query_async`.
+    fn create_cmd_channel(&self) -> Result<Arc<dyn CmdChannel>>;
+    /// ASYNC_QUERY: queue a query; its completion arrives on `channel`.
+    fn query_async(
+        &self,
+        obj: Handle,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<()>;
+    /// UMEM_REG of `len` bytes at `addr` in this process; returns (handle, umem id).
+    fn umem_reg(&self, addr: usize, len: usize, access: u32) -> Result<(Handle, u32)>;
+    fn umem_dereg(&self, umem: Handle) -> Result<()>;
+    fn uar_alloc(&self, kind: UarKind) -> Result<UarAlloc>;
+    fn uar_free(&self, uar: Handle) -> Result<()>;
+    /// EQ number serving completion vector `vector`.
+    fn query_eqn(&self, vector: u32) -> Result<u32>;
+    /// A new event channel; `omit_data` delivers only cookies.
+    fn create_event_channel(&self, omit_data: bool) -> Result<Arc<dyn EventChannel>> {
+        let _ = omit_data;
+        Err(crate::Error::unsupported("event channels", "this provider has no firmware events"))
+    }
+    /// Subscribes `channel` to `event_types`, for `obj` or device-wide when `None`.
+    fn subscribe_event(
+        &self,
+        channel: &dyn EventChannel,
+        obj: Option<Handle>,
+        event_types: &[u16],
+        cookie: u64,
+    ) -> Result<()> {
+        let _ = (channel, obj, event_types, cookie);
+        Err(crate::Error::unsupported("event subscription", "this provider has no firmware events"))
+    }
+}
+
+/// One firmware event read from an event channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevxEvent {
+    /// The cookie given at subscription.
+    pub cookie: u64,
+    /// The raw 64-byte EQE, empty when the channel omits data.
+    pub eqe: Vec<u8>,
+}
+
+/// An event channel (kernel: a DEVX async event fd).
+pub trait EventChannel: Send + Sync {
+    fn fd(&self) -> RawFd;
+    fn try_get(&self) -> Result<Option<DevxEvent>>;
+    fn get(&self) -> Result<DevxEvent>;
+    fn as_any(&self) -> &dyn Any;
+}

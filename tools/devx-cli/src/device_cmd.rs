@@ -1,0 +1,112 @@
+//! `devices`, `caps`, `cmd`: devices and raw commands.
+
+use devx::{Context, Device};
+
+use crate::layout_cmd::print_decoded;
+use crate::values::parse_hex_arg;
+use crate::CliResult;
+
+/// Opens the device the user chose, or the default one (saying which on stderr).
+pub fn choose_device(name: Option<&str>) -> CliResult<Device> {
+    match name {
+        Some(n) => Device::by_name(n).map_err(|e| e.to_string()),
+        None => {
+            let (dev, fallback) = Device::default_device().map_err(|e| e.to_string())?;
+            if fallback {
+                eprintln!(
+                    "devx-cli: using emulated device {} (no mlx5 device found)",
+                    dev.name()
+                );
+            }
+            Ok(dev)
+        }
+    }
+}
+
+pub fn open(name: Option<&str>) -> CliResult<Context> {
+    let dev = choose_device(name)?;
+    dev.open().map_err(|e| format!("opening {}: {e}", dev.name()))
+}
+
+pub fn devices(json: bool) -> CliResult {
+    let real = Device::list_real();
+    let all = Device::list();
+    if json {
+        let items: Vec<String> = all
+            .iter()
+            .map(|d| {
+                let i = d.info();
+                format!(
+                    "{{\"name\": \"{}\", \"provider\": \"{}\", \"emulated\": {}, \"location\": \"{}\", \"node_guid\": \"{:016x}\", \"fw_version\": \"{}\", \"vendor_id\": {}, \"vendor_part_id\": {}, \"num_ports\": {}}}",
+                    i.name, i.provider, i.emulated, i.location.replace('"', "'"), i.node_guid,
+                    i.fw_version, i.vendor_id, i.vendor_part_id, i.num_ports
+                )
+            })
+            .collect();
+        println!("[{}]", items.join(", "));
+        return Ok(());
+    }
+    if real.is_empty() {
+        println!("No mlx5 device found on this machine; emulated devices are available.");
+    }
+    println!("{:<10} {:<9} {:<18} {:<12} {}", "device", "kind", "node_guid", "firmware", "where");
+    for d in &all {
+        let i = d.info();
+        let kind = if i.emulated { "emulated" } else { "mlx5" };
+        println!(
+            "{:<10} {:<9} {:016x}   {:<12} {}",
+            i.name, kind, i.node_guid, i.fw_version, i.location
+        );
+    }
+    Ok(())
+}
+
+/// QUERY_HCA_CAP for the general capabilities, current values.
+pub fn query_general_caps(ctx: &Context) -> devx::Result<Vec<u8>> {
+    let mut inbox = prm_layouts::QueryHcaCapIn::new();
+    inbox.set_opcode(prm_layouts::Opcode::QueryHcaCap as u16);
+    inbox.set_op_mod(0x01);
+    ctx.general_cmd(inbox.as_bytes(), prm_layouts::QueryHcaCapOut::SIZE_BYTES)
+}
+
+pub fn caps(device: Option<&str>, json: bool, all: bool) -> CliResult {
+    let ctx = open(device)?;
+    let out = query_general_caps(&ctx).map_err(|e| e.to_string())?;
+    // The capability page starts at byte 16 of the outbox.
+    let meta = prm_layouts::CmdHcaCap::META;
+    let page = &out[16..16 + meta.size_bytes()];
+    print_decoded(meta, page, all, json)
+}
+
+pub fn cmd(device: Option<&str>, hex_arg: &str, outlen: Option<usize>, json: bool) -> CliResult {
+    let inbox = parse_hex_arg(hex_arg)?;
+    if inbox.len() < 16 {
+        return Err(format!(
+            "the inbox is {} bytes; a command needs at least its 16-byte header",
+            inbox.len()
+        ));
+    }
+    let opcode = u16::from_be_bytes([inbox[0], inbox[1]]);
+    let layouts = prm_layouts::mailbox_layouts(opcode);
+    let outlen = match (outlen, layouts) {
+        (Some(n), _) => n,
+        (None, Some((_, out))) => out.size_bytes(),
+        (None, None) => {
+            return Err(format!(
+                "no known output layout for opcode {opcode:#x}; give --outlen"
+            ))
+        }
+    };
+    let ctx = open(device)?;
+    let out = ctx.general_cmd(&inbox, outlen).map_err(|e| e.to_string())?;
+    match layouts {
+        Some((_, meta)) if out.len() >= meta.size_bytes() => {
+            let fixed = if meta.tail.is_some() { &out[..] } else { &out[..meta.size_bytes()] };
+            print_decoded(meta, fixed, false, json)
+        }
+        _ => {
+            println!("{}", hex::encode(&out));
+            Ok(())
+        }
+    }
+}

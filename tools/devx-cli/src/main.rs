@@ -1,0 +1,112 @@
+//! `devx-cli`: layouts, raw commands and objects on mlx5 devices (real or
+//! emulated) from the shell.
+
+mod bench;
+mod bench_cmd;
+mod device_cmd;
+mod layout_cmd;
+mod values;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// What went wrong, as one line for the user.
+pub type CliResult<T = ()> = Result<T, String>;
+
+#[derive(Parser)]
+#[command(name = "devx-cli", version, about = "mlx5 DEVX commands, objects and PRM layouts")]
+struct Cli {
+    /// Device to use; default: the first real mlx5 device, else the emulated sim0.
+    #[arg(long, global = true)]
+    device: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List devices (real and emulated).
+    Devices {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the device's general capabilities by name.
+    Caps {
+        #[arg(long)]
+        json: bool,
+        /// Show every field, zero or not.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Run a raw general command given as hex; prints the outbox decoded.
+    Cmd {
+        /// The inbox as hex (or `-` for stdin).
+        hex: String,
+        /// Outbox length in bytes (default: the opcode's output layout size).
+        #[arg(long)]
+        outlen: Option<usize>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one PRM layout, or all of them.
+    Layout {
+        name: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Build a mailbox: `encode create_cq_in opcode=0x400 cq_context.log_cq_size=5`.
+    Encode {
+        layout: String,
+        /// field=value pairs; values in decimal or 0x-hex, byte fields in hex.
+        fields: Vec<String>,
+    },
+    /// Decode a mailbox given as hex (or `-` for stdin).
+    Decode {
+        layout: String,
+        hex: String,
+        /// Print every field, not only the non-zero ones.
+        #[arg(long)]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure the library: `mailbox`, `cmd`, `kernel`.
+    Bench {
+        what: bench::BenchKind,
+        #[arg(long)]
+        json: bool,
+        /// Iterations (default depends on the benchmark).
+        #[arg(long)]
+        iterations: Option<u64>,
+    },
+}
+
+fn run(cli: Cli) -> CliResult {
+    let device = cli.device.as_deref();
+    match cli.command {
+        Command::Devices { json } => device_cmd::devices(json),
+        Command::Caps { json, all } => device_cmd::caps(device, json, all),
+        Command::Cmd { hex, outlen, json } => device_cmd::cmd(device, &hex, outlen, json),
+        Command::Layout { name, json } => layout_cmd::layout(name.as_deref(), json),
+        Command::Encode { layout, fields } => layout_cmd::encode(&layout, &fields),
+        Command::Decode { layout, hex, all, json } => layout_cmd::decode(&layout, &hex, all, json),
+        Command::Bench { what, json, iterations } => bench::run(what, json, iterations),
+    }
+}
+
+fn main() -> ExitCode {
+    // Die quietly when a pipe reader (`| head`) goes away, like other Unix tools.
+    // SAFETY: called first thing in main, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("devx-cli: error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
