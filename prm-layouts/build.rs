@@ -133,7 +133,10 @@ fn parse_spec(path: &Path, out: &mut BTreeMap<String, Layout>) {
 
 fn insert(out: &mut BTreeMap<String, Layout>, l: Layout) {
     if let Some(prev) = out.get(&l.name) {
-        fail(format!("{}: duplicate layout {} (first at {})", l.origin, l.name, prev.origin));
+        fail(format!(
+            "{}: duplicate layout {} (first at {})",
+            l.origin, l.name, prev.origin
+        ));
     }
     out.insert(l.name.clone(), l);
 }
@@ -187,7 +190,10 @@ fn offsets(layouts: &BTreeMap<String, Layout>, l: &Layout) -> Vec<u32> {
     }
     if l.is_union {
         if max > l.size {
-            fail(format!("{}: union {} members exceed {} bits", l.origin, l.name, l.size));
+            fail(format!(
+                "{}: union {} members exceed {} bits",
+                l.origin, l.name, l.size
+            ));
         }
     } else if off != l.size {
         fail(format!(
@@ -265,9 +271,9 @@ fn tail_of(layouts: &BTreeMap<String, Layout>, l: &Layout) -> Option<Tail> {
 const KEYWORDS: &[&str] = &[
     "as", "break", "const", "continue", "crate", "else", "enum", "extern", "false", "fn", "for",
     "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return",
-    "self", "Self", "static", "struct", "super", "trait", "true", "type", "unsafe", "use",
-    "where", "while", "async", "await", "dyn", "abstract", "become", "box", "do", "final",
-    "macro", "override", "priv", "typeof", "unsized", "virtual", "yield", "try", "gen",
+    "self", "Self", "static", "struct", "super", "trait", "true", "type", "unsafe", "use", "where",
+    "while", "async", "await", "dyn", "abstract", "become", "box", "do", "final", "macro",
+    "override", "priv", "typeof", "unsized", "virtual", "yield", "try", "gen",
 ];
 
 /// Method names every layout already has.
@@ -393,13 +399,19 @@ fn gen_scalar(
 
 fn claim(methods: &mut HashSet<String>, l: &Layout, m: &str) {
     if INHERENT.contains(&m) || !methods.insert(m.to_string()) {
-        fail(format!("{}: layout {} has clashing method name {m}", l.origin, l.name));
+        fail(format!(
+            "{}: layout {} has clashing method name {m}",
+            l.origin, l.name
+        ));
     }
 }
 
 fn gen_layout(layouts: &BTreeMap<String, Layout>, l: &Layout, g: &mut Gen) {
     if l.size % 8 != 0 {
-        fail(format!("{}: {} is not a whole number of bytes", l.origin, l.name));
+        fail(format!(
+            "{}: {} is not a whole number of bytes",
+            l.origin, l.name
+        ));
     }
     let ty = camel(&l.name);
     let nbytes = l.size / 8;
@@ -414,7 +426,10 @@ fn gen_layout(layouts: &BTreeMap<String, Layout>, l: &Layout, g: &mut Gen) {
     let mut seen = HashSet::new();
     for f in &flat {
         if !seen.insert(f.name.clone()) {
-            fail(format!("{}: {} has duplicate field {}", l.origin, l.name, f.name));
+            fail(format!(
+                "{}: {} has duplicate field {}",
+                l.origin, l.name, f.name
+            ));
         }
         if f.off + f.width > l.size {
             fail(format!("{}: {}.{} out of range", l.origin, l.name, f.name));
@@ -487,7 +502,10 @@ fn gen_layout(layouts: &BTreeMap<String, Layout>, l: &Layout, g: &mut Gen) {
             }
             (Ty::Bits(w), Some(c)) => {
                 if is_bytes(m, *w) {
-                    fail(format!("{}: arrays of byte strings are not supported", m.line));
+                    fail(format!(
+                        "{}: arrays of byte strings are not supported",
+                        m.line
+                    ));
                 }
                 let t = uint_for(*w);
                 let lenc = format!("{}_LEN", name.to_uppercase());
@@ -508,7 +526,10 @@ fn gen_layout(layouts: &BTreeMap<String, Layout>, l: &Layout, g: &mut Gen) {
             (Ty::Layout(sub), count) => {
                 let sl = &layouts[sub];
                 if off % 8 != 0 {
-                    fail(format!("{}: nested layout {name} is not byte aligned", m.line));
+                    fail(format!(
+                        "{}: nested layout {name} is not byte aligned",
+                        m.line
+                    ));
                 }
                 let st = camel(sub);
                 let sb = sl.size / 8;
@@ -589,7 +610,10 @@ fn main() {
         offsets(&layouts, l);
         for (i, m) in l.members.iter().enumerate() {
             if m.tail && (i + 1 != l.members.len() || l.is_union || m.name.is_none()) {
-                fail(format!("{}: tail {:?} must be the last named member", m.line, m.name));
+                fail(format!(
+                    "{}: tail {:?} must be the last named member",
+                    m.line, m.name
+                ));
             }
             if let Ty::Layout(n) = &m.ty {
                 let sub = &layouts[n];
@@ -676,14 +700,31 @@ fn gen_typed_checks(layouts: &BTreeMap<String, Layout>, out_dir: &str) {
             let _ = off;
             let t = uint_for(*w);
             let id = ident(fname);
-            let mask = if *w == 64 {
-                "u64::MAX".to_string()
+            // Spell each check without no-op masks or conversions.
+            let (rand, widen, max, cast) = if *w == 64 {
+                (
+                    "next()".to_string(),
+                    "",
+                    "u64::MAX".to_string(),
+                    String::new(),
+                )
             } else {
-                format!("((1u64 << {w}) - 1)")
+                let mask = format!("((1u64 << {w}) - 1)");
+                (
+                    format!("next() & {mask}"),
+                    "u64::from",
+                    mask,
+                    format!(" as {t}"),
+                )
+            };
+            let overflow = if *w == 64 {
+                String::new()
+            } else {
+                format!("            assert!(z.try_set_{fname}({max} + 1).is_err());\n")
             };
             let _ = write!(
                 s,
-                "        {{\n            let mut x = {ty}::new();\n            let v = next() & {mask};\n            x.set_{fname}(v as {t});\n            assert_eq!(u64::from(x.{id}()), v, \"{name}.{fname} typed\");\n            assert_eq!(meta.get(x.as_bytes(), \"{fname}\").unwrap().as_u64(), Some(v), \"{name}.{fname} dynamic\");\n            let mut y = {ty}::new();\n            let w = next() & {mask};\n            meta.set(y.as_mut_bytes(), \"{fname}\", w).unwrap();\n            assert_eq!(u64::from(y.{id}()), w, \"{name}.{fname} set dynamically\");\n            let mut z = {ty}::new();\n            z.set_{fname}(!0 as {t});\n            assert_eq!(u64::from(z.{id}()), {mask}, \"{name}.{fname} masks\");\n            assert!({w} == 64 || z.try_set_{fname}({mask} + 1).is_err());\n        }}\n"
+                "        {{\n            let mut x = {ty}::new();\n            let v = {rand};\n            x.set_{fname}(v{cast});\n            assert_eq!({widen}(x.{id}()), v, \"{name}.{fname} typed\");\n            assert_eq!(meta.get(x.as_bytes(), \"{fname}\").unwrap().as_u64(), Some(v), \"{name}.{fname} dynamic\");\n            let mut y = {ty}::new();\n            let w = {rand};\n            meta.set(y.as_mut_bytes(), \"{fname}\", w).unwrap();\n            assert_eq!({widen}(y.{id}()), w, \"{name}.{fname} set dynamically\");\n            let mut z = {ty}::new();\n            z.set_{fname}({t}::MAX);\n            assert_eq!({widen}(z.{id}()), {max}, \"{name}.{fname} masks\");\n{overflow}        }}\n"
             );
         }
         let _ = writeln!(s, "        let _ = meta;\n    }}");

@@ -48,7 +48,10 @@ fn check(buf_len: usize, offset_bits: u32, width_bits: u32) -> Result<(), BitsEr
     }
     let end_bit = u64::from(offset_bits) + u64::from(width_bits);
     if end_bit > buf_len as u64 * 8 {
-        return Err(BitsError::OutOfRange { end_bit, len: buf_len });
+        return Err(BitsError::OutOfRange {
+            end_bit,
+            len: buf_len,
+        });
     }
     Ok(())
 }
@@ -67,7 +70,10 @@ pub fn get(buf: &[u8], offset_bits: u32, width_bits: u32) -> Option<u64> {
 pub fn set(buf: &mut [u8], offset_bits: u32, width_bits: u32, v: u64) -> Result<(), BitsError> {
     check(buf.len(), offset_bits, width_bits)?;
     if width_bits < 64 && v >> width_bits != 0 {
-        return Err(BitsError::ValueTooWide { width: width_bits, value: v });
+        return Err(BitsError::ValueTooWide {
+            width: width_bits,
+            value: v,
+        });
     }
     set_unchecked(buf, offset_bits as usize, width_bits, v);
     Ok(())
@@ -140,8 +146,14 @@ mod tests {
         let mut b = [0u8; 8];
         assert_eq!(get(&b, 0, 65), None);
         assert_eq!(get(&b, 1, 64), None);
-        assert!(matches!(set(&mut b, 60, 5, 1), Err(BitsError::OutOfRange { .. })));
-        assert!(matches!(set(&mut b, 0, 4, 16), Err(BitsError::ValueTooWide { .. })));
+        assert!(matches!(
+            set(&mut b, 60, 5, 1),
+            Err(BitsError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            set(&mut b, 0, 4, 16),
+            Err(BitsError::ValueTooWide { .. })
+        ));
         set_masked(&mut b, 0, 4, 0x1f).unwrap();
         assert_eq!(b[0], 0xf0);
     }

@@ -18,16 +18,18 @@ mod meta;
 mod rt;
 
 pub use enums::*;
-pub use meta::{FieldKind, FieldMeta, FieldOverflow, FieldValue, LayoutError, LayoutMeta, TailMeta};
+pub use meta::{
+    FieldKind, FieldMeta, FieldOverflow, FieldValue, LayoutError, LayoutMeta, TailMeta,
+};
 
 /// Generated layout types (also re-exported at the crate root).
+// Field names follow the PRM (some are mixed case, `len` is a field, not a
+// length), and `Default` is written out because arrays over 32 bytes lack it.
 #[allow(
-    clippy::all,
-    clippy::pedantic,
     missing_docs,
     non_snake_case,
-    unused_parens,
-    unused_comparisons
+    clippy::derivable_impls,
+    clippy::len_without_is_empty
 )]
 pub mod layouts {
     use crate::meta::{FieldKind, FieldMeta, LayoutMeta, TailMeta};

@@ -219,7 +219,10 @@ impl fmt::Display for LayoutError {
                 field,
                 width,
                 value,
-            } => write!(f, "field {field}: value {value:#x} does not fit in {width} bits"),
+            } => write!(
+                f,
+                "field {field}: value {value:#x} does not fit in {width} bits"
+            ),
             Self::WrongKind { field, expected } => {
                 let what = match expected {
                     FieldKind::Scalar => "an integer",
@@ -278,7 +281,10 @@ impl LayoutMeta {
         if let Some(f) = self.field(field) {
             return Ok(*f);
         }
-        if let Some(t) = self.tail.filter(|t| t.elem_layout.is_none() && t.elem_bits <= 64) {
+        if let Some(t) = self
+            .tail
+            .filter(|t| t.elem_layout.is_none() && t.elem_bits <= 64)
+        {
             let leaf = t.name.rsplit('.').next().unwrap_or(t.name);
             for prefix in [t.name, leaf] {
                 if let Some(i) = field
@@ -502,7 +508,11 @@ pub(crate) fn nearest(
             (d, c)
         })
         .collect();
-    scored.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.len().cmp(&b.1.len())).then(a.1.cmp(b.1)));
+    scored.sort_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then(a.1.len().cmp(&b.1.len()))
+            .then(a.1.cmp(b.1))
+    });
     scored.into_iter().take(n).map(|(_, c)| c).collect()
 }
 

@@ -54,5 +54,7 @@ pub(crate) fn sub<const N: usize, const M: usize>(a: &[u8; N], off: usize) -> &[
 /// `M` writable bytes of `a` starting at `off`.
 #[inline(always)]
 pub(crate) fn sub_mut<const N: usize, const M: usize>(a: &mut [u8; N], off: usize) -> &mut [u8; M] {
-    (&mut a[off..off + M]).try_into().expect("constant sub-range")
+    (&mut a[off..off + M])
+        .try_into()
+        .expect("constant sub-range")
 }

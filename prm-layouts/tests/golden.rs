@@ -11,7 +11,11 @@ fn assert_bytes(bytes: &[u8], expected: &str) {
     let want: String = expected.split_whitespace().collect();
     let n = want.len() / 2;
     assert_eq!(hex(&bytes[..n]), want);
-    assert!(bytes[n..].iter().all(|&b| b == 0), "tail not zero: {}", hex(&bytes[n..]));
+    assert!(
+        bytes[n..].iter().all(|&b| b == 0),
+        "tail not zero: {}",
+        hex(&bytes[n..])
+    );
 }
 
 #[test]
@@ -42,16 +46,28 @@ fn create_cq_in() {
     );
     // The same values through the metadata path.
     let meta = CreateCqIn::META;
-    assert_eq!(meta.get(m.as_bytes(), "cq_context.log_cq_size").unwrap(), FieldValue::Scalar(5));
-    assert_eq!(meta.field("cq_context.log_cq_size").unwrap().offset_bits, 0x80 + 0x63);
-    assert_eq!(meta.field("cq_context.c_eqn").unwrap().offset_bits, 0x80 + 0xb8);
+    assert_eq!(
+        meta.get(m.as_bytes(), "cq_context.log_cq_size").unwrap(),
+        FieldValue::Scalar(5)
+    );
+    assert_eq!(
+        meta.field("cq_context.log_cq_size").unwrap().offset_bits,
+        0x80 + 0x63
+    );
+    assert_eq!(
+        meta.field("cq_context.c_eqn").unwrap().offset_bits,
+        0x80 + 0xb8
+    );
     assert_eq!(meta.field("cq_umem_id").unwrap().offset_bits, 0x2c0);
     assert_eq!(meta.tail.unwrap().name, "pas");
     let mut buf = m.as_bytes().to_vec();
     buf.extend_from_slice(&0xdead_beef_0000_1000u64.to_be_bytes());
     assert_eq!(CreateCqIn::pas_in(&buf, 0), Some(0xdead_beef_0000_1000));
     assert_eq!(CreateCqIn::pas_in(&buf, 1), None);
-    assert_eq!(meta.get(&buf, "pas[0]").unwrap(), FieldValue::Scalar(0xdead_beef_0000_1000));
+    assert_eq!(
+        meta.get(&buf, "pas[0]").unwrap(),
+        FieldValue::Scalar(0xdead_beef_0000_1000)
+    );
     assert_eq!(meta.tail_values(&buf).unwrap().len(), 1);
 }
 
@@ -95,7 +111,10 @@ fn create_qp_in() {
     want[267] = 0x0b; // wq_umem_id at 0x840
     want[268] = 0x80; // wq_umem_valid at 0x860
     assert_eq!(hex(m.as_bytes()), hex(&want));
-    assert_eq!(CreateQpIn::META.field("qpc.st").unwrap().offset_bits, 0xc0 + 0x08);
+    assert_eq!(
+        CreateQpIn::META.field("qpc.st").unwrap().offset_bits,
+        0xc0 + 0x08
+    );
 }
 
 #[test]
@@ -123,6 +142,7 @@ fn rst2init_qp_in() {
          00000005 00000000 00000000 00000000
          00000000 00000000 00000000 00000000
          00000000 00010000 00000000 00000000
+         00000000 00000000 00000000 00000000
          00000000 00000000 00000000 00000000
          00000000 00000000 00000000 00000000
          00000000 00000000 00000000 00000000
@@ -159,7 +179,7 @@ fn create_mkey_in() {
          00003d00 ffffff42 00000000 00000010
          00007f00 00001000 00000000 00002000
          00000000 00000000 00000000 00000000
-         00000000 00000001 00000000 0000000c
+         00000000 00000001 0000000c 00000000
          00000000 00000000 00000000 00000000
          00000000 00000033 00000000 00000080",
     );
@@ -210,7 +230,10 @@ fn cqe64_and_ctrl_seg() {
     av.set_rmac(&[1, 2, 3, 4, 5, 6]);
     av.set_rgid(&[0xfe; 16]);
     assert_eq!(WqeDatagramSeg::SIZE_BYTES, 48);
-    assert_eq!(&av.0[0..12], &[0x11, 0x11, 0x11, 0x11, 0, 0, 0, 0, 0x80, 0, 0, 0x22]);
+    assert_eq!(
+        &av.0[0..12],
+        &[0x11, 0x11, 0x11, 0x11, 0, 0, 0, 0, 0x80, 0, 0, 0x22]
+    );
     assert_eq!(&av.0[20..26], &[1, 2, 3, 4, 5, 6]);
     assert_eq!(av.key().dc_key(), 0x1111_1111_0000_0000);
     assert!(av.0[32..48].iter().all(|&b| b == 0xfe));
@@ -221,8 +244,14 @@ fn cqe64_and_ctrl_seg() {
 fn guide_offsets() {
     let check = |layout: &str, field: &str, off: u32, width: u32| {
         let m = find(layout).unwrap_or_else(|| panic!("no layout {layout}"));
-        let f = m.field(field).unwrap_or_else(|| panic!("no field {layout}.{field}"));
-        assert_eq!((f.offset_bits, f.width_bits), (off, width), "{layout}.{field}");
+        let f = m
+            .field(field)
+            .unwrap_or_else(|| panic!("no field {layout}.{field}"));
+        assert_eq!(
+            (f.offset_bits, f.width_bits),
+            (off, width),
+            "{layout}.{field}"
+        );
     };
     check("general_obj_in_cmd_hdr", "obj_type", 0x30, 16);
     check("general_obj_in_cmd_hdr", "log_obj_range", 0x63, 5);
@@ -297,7 +326,12 @@ fn guide_offsets() {
     check("mkc", "translations_octword_size", 0x1a0, 32);
     check("mkc", "log_page_size", 0x1db, 5);
     check("create_mkey_in", "pg_access", 0x60, 1);
-    check("create_mkey_in", "translations_octword_actual_size", 0x300, 32);
+    check(
+        "create_mkey_in",
+        "translations_octword_actual_size",
+        0x300,
+        32,
+    );
     check("wq", "wq_type", 0x00, 4);
     check("wq", "pd", 0x48, 24);
     check("wq", "dbr_addr", 0x80, 64);
@@ -341,7 +375,12 @@ fn guide_offsets() {
     check("roce_cap", "roce_address_table_size", 0xf0, 16);
     check("query_hca_cap_in", "other_function", 0x40, 1);
     check("query_hca_cap_in", "function_id", 0x50, 16);
-    check("query_hca_cap_out", "capability.cmd_hca_cap.log_max_qp", 0x80 + 0x9b, 5);
+    check(
+        "query_hca_cap_out",
+        "capability.cmd_hca_cap.log_max_qp",
+        0x80 + 0x9b,
+        5,
+    );
     check("query_issi_out", "current_issi", 0x50, 16);
     check("query_vport_state_out", "admin_state", 0x78, 4);
     check("query_vport_state_out", "state", 0x7c, 4);
@@ -365,27 +404,61 @@ fn guide_offsets() {
     check("create_umem_out", "umem_id", 0x48, 24);
     check("modify_sq_in", "sq_state", 0x40, 4);
     check("modify_sq_in", "modify_bitmask", 0x80, 64);
-    check("query_adapter_out", "query_adapter_struct.ieee_vendor_id", 0x80 + 0xc8, 24);
-    check("query_adapter_out", "query_adapter_struct.vsd_vendor_id", 0x80 + 0xf0, 16);
+    check(
+        "query_adapter_out",
+        "query_adapter_struct.ieee_vendor_id",
+        0x80 + 0xc8,
+        24,
+    );
+    check(
+        "query_adapter_out",
+        "query_adapter_struct.vsd_vendor_id",
+        0x80 + 0xf0,
+        16,
+    );
     check("roce_addr_layout", "source_l3_address", 0x0, 128);
-    check("query_roce_address_out", "roce_addr.source_mac_47_32", 0x80 + 0x90, 16);
-    check("query_roce_address_out", "roce_addr.roce_version", 0x80 + 0xd8, 8);
+    check(
+        "query_roce_address_out",
+        "roce_address.source_mac_47_32",
+        0x80 + 0x90,
+        16,
+    );
+    check(
+        "query_roce_address_out",
+        "roce_address.roce_version",
+        0x80 + 0xd8,
+        8,
+    );
 }
 
 #[test]
 fn nested_positions() {
     // Byte offsets of the contexts inside their mailboxes (opcode table).
-    let at = |layout: &str, field: &str| find(layout).unwrap().field(field).unwrap().offset_bits / 8;
+    let at =
+        |layout: &str, field: &str| find(layout).unwrap().field(field).unwrap().offset_bits / 8;
     assert_eq!(at("create_cq_in", "cq_context.status"), 16);
     assert_eq!(at("create_qp_in", "qpc.state"), 24);
     assert_eq!(at("create_mkey_in", "memory_key_mkey_entry.free"), 16);
-    assert_eq!(at("create_tir_in", "ctx.disp_type"), 32);
-    assert_eq!(at("create_sq_in", "ctx.rlky"), 32);
-    assert_eq!(at("create_rmp_in", "ctx.state"), 32);
-    assert_eq!(at("create_flow_group_in", "match_criteria_enable"), 60);
-    assert_eq!(at("create_flow_group_in", "match_criteria.outer_headers.smac_47_16"), 64);
-    assert_eq!(at("set_fte_in", "flow_context.group_id"), 64);
-    assert_eq!(at("query_nic_vport_context_out", "nic_vport_context.roce_en"), 16);
+    // tirc starts at byte 32; disp_type is bit 0x20 inside it.
+    assert_eq!(at("create_tir_in", "ctx.disp_type"), 36);
+    let bit = |layout: &str, field: &str| find(layout).unwrap().field(field).unwrap().offset_bits;
+    assert_eq!(bit("create_sq_in", "ctx.cqn"), 0x100 + 0x48);
+    assert_eq!(bit("create_rq_in", "ctx.cqn"), 0x100 + 0x48);
+    assert_eq!(bit("create_sq_in", "ctx.wq.pd"), 0x100 + 0x180 + 0x48);
+    assert_eq!(bit("create_rmp_in", "ctx.state"), 0x100 + 0x08);
+    assert_eq!(bit("create_flow_group_in", "match_criteria_enable"), 0x1f8);
+    assert_eq!(
+        at(
+            "create_flow_group_in",
+            "match_criteria.outer_headers.smac_47_16"
+        ),
+        64
+    );
+    assert_eq!(bit("set_fte_in", "flow_context.group_id"), 0x200 + 0x20);
+    assert_eq!(
+        bit("query_nic_vport_context_out", "nic_vport_context.roce_en"),
+        0x80 + 0x1f
+    );
     assert_eq!(at("attach_to_mcg_in", "multicast_gid"), 16);
     assert_eq!(at("sqc", "wq.wq_type"), 48);
 }

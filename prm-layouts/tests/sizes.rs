@@ -86,7 +86,13 @@ fn opcode_table_sizes() {
     ];
     for &(op, inb, outb) in table {
         let (i, o) = mailbox_layouts(op.raw()).unwrap_or_else(|| panic!("{op} has no layouts"));
-        assert_eq!((i.size_bytes(), o.size_bytes()), (inb, outb), "{op}: {} / {}", i.name, o.name);
+        assert_eq!(
+            (i.size_bytes(), o.size_bytes()),
+            (inb, outb),
+            "{op}: {} / {}",
+            i.name,
+            o.name
+        );
     }
 }
 
@@ -98,7 +104,10 @@ fn tails() {
     assert_eq!(tail("create_mkey_in"), Some(("klm_pas_mtt", 32)));
     assert_eq!(tail("create_sq_in"), Some(("ctx.wq.pas", 64)));
     assert_eq!(tail("query_hca_vport_gid_out"), Some(("gid", 128)));
-    assert_eq!(tail("query_flow_counter_out"), Some(("flow_statistics", 128)));
+    assert_eq!(
+        tail("query_flow_counter_out"),
+        Some(("flow_statistics", 128))
+    );
     assert_eq!(tail("create_umem_in"), Some(("umem.mtt", 64)));
     assert_eq!(tail("create_general_object_in"), Some(("obj_context", 32)));
     assert_eq!(tail("cqc"), None);
@@ -109,7 +118,10 @@ fn tails() {
 fn metadata_is_consistent() {
     let reg = registry();
     assert!(reg.len() > 250);
-    assert!(reg.windows(2).all(|w| w[0].name < w[1].name), "registry sorted");
+    assert!(
+        reg.windows(2).all(|w| w[0].name < w[1].name),
+        "registry sorted"
+    );
     for m in reg {
         assert_eq!(m.size_bits % 8, 0, "{}", m.name);
         assert_eq!(find(m.name).map(|x| x.name), Some(m.name));
@@ -117,7 +129,12 @@ fn metadata_is_consistent() {
         for f in m.fields {
             assert!(names.insert(f.name), "{}: duplicate {}", m.name, f.name);
             assert!(f.width_bits > 0);
-            assert!(f.offset_bits + f.width_bits <= m.size_bits, "{}.{}", m.name, f.name);
+            assert!(
+                f.offset_bits + f.width_bits <= m.size_bits,
+                "{}.{}",
+                m.name,
+                f.name
+            );
             match f.kind {
                 FieldKind::Scalar => assert!(f.width_bits <= 64),
                 FieldKind::Bytes => {
@@ -155,12 +172,18 @@ fn enums() {
     assert_eq!(Opcode::CreateCq.name(), "CREATE_CQ");
     assert_eq!(opcode_name(0x507), "2ERR_QP");
     assert_eq!(opcode_name(0x123), "UNKNOWN(0x123)");
-    assert_eq!(CmdStatus::from_raw(0x03).map(CmdStatus::name), Some("BAD_PARAM"));
+    assert_eq!(
+        CmdStatus::from_raw(0x03).map(CmdStatus::name),
+        Some("BAD_PARAM")
+    );
     assert_eq!(CmdStatus::from_raw(0x07), None);
     assert_eq!(CmdStatus::NoRes.errno(), errno::EAGAIN);
     assert_eq!(CmdStatus::BadInpLen.errno(), errno::EIO);
     assert_eq!(status_name(0x0b), "UNKNOWN(0xb)");
-    assert_eq!(CqeSyndrome::from_raw(0x22).unwrap().to_string(), "REMOTE_ABORTED_ERR");
+    assert_eq!(
+        CqeSyndrome::from_raw(0x22).unwrap().to_string(),
+        "REMOTE_ABORTED_ERR"
+    );
     assert_eq!(QpState::from_raw(6), Some(QpState::Err));
     assert_eq!(QpServiceType::RegUmr.raw(), 0xc);
     assert_eq!(HcaCapType::Roce.op_mod(true), 0x09);
@@ -187,15 +210,31 @@ fn by_name_errors() {
     let mut buf = vec![0u8; 64];
     let m = Cqc::META;
     match m.set(&mut buf, "log_cq_sz", 1) {
-        Err(LayoutError::UnknownField { suggestions, .. }) => assert_eq!(suggestions[0], "log_cq_size"),
+        Err(LayoutError::UnknownField { suggestions, .. }) => {
+            assert_eq!(suggestions[0], "log_cq_size")
+        }
         other => panic!("{other:?}"),
     }
     assert!(matches!(
         m.set(&mut buf, "log_cq_size", 32),
-        Err(LayoutError::ValueTooWide { width: 5, value: 32, .. })
+        Err(LayoutError::ValueTooWide {
+            width: 5,
+            value: 32,
+            ..
+        })
     ));
-    assert!(matches!(m.get(&buf[..10], "status"), Err(LayoutError::TooShort { need: 64, got: 10, .. })));
-    assert!(matches!(m.decode(&[0u8; 65], false), Err(LayoutError::TooLong { .. })));
+    assert!(matches!(
+        m.get(&buf[..10], "status"),
+        Err(LayoutError::TooShort {
+            need: 64,
+            got: 10,
+            ..
+        })
+    ));
+    assert!(matches!(
+        m.decode(&[0u8; 65], false),
+        Err(LayoutError::TooLong { .. })
+    ));
     assert!(m.decode(&buf, false).unwrap().is_empty());
     assert_eq!(m.decode(&buf, true).unwrap().len(), m.fields.len());
     // A tail layout accepts whole extra elements only.
@@ -204,18 +243,29 @@ fn by_name_errors() {
     assert!(cq.decode(&[0u8; 272 + 4], false).is_err());
     let mut g = vec![0u8; 64];
     let ads = Ads::META;
-    assert!(matches!(ads.set(&mut g, "rgid_rip", 1), Err(LayoutError::WrongKind { .. })));
+    assert!(matches!(
+        ads.set(&mut g, "rgid_rip", 1),
+        Err(LayoutError::WrongKind { .. })
+    ));
     assert!(matches!(
         ads.set_value(&mut g, "rgid_rip", &FieldValue::Bytes(vec![1; 4])),
-        Err(LayoutError::BytesLength { need: 16, got: 4, .. })
+        Err(LayoutError::BytesLength {
+            need: 16,
+            got: 4,
+            ..
+        })
     ));
-    ads.set_value(&mut g, "rgid_rip", &FieldValue::Bytes(vec![7; 16])).unwrap();
+    ads.set_value(&mut g, "rgid_rip", &FieldValue::Bytes(vec![7; 16]))
+        .unwrap();
     assert_eq!(Ads::from_slice(&g).unwrap().rgid_rip(), &[7; 16]);
     let e = m.set(&mut buf, "log_cq_sz", 1).unwrap_err().to_string();
     assert!(e.contains("did you mean log_cq_size"), "{e}");
     let mut c = Cqc::new();
     let err = c.try_set_log_cq_size(32).unwrap_err();
-    assert_eq!((err.layout, err.field, err.width, err.value), ("cqc", "log_cq_size", 5, 32));
+    assert_eq!(
+        (err.layout, err.field, err.width, err.value),
+        ("cqc", "log_cq_size", 5, 32)
+    );
     c.set_log_cq_size(0xff); // masked like DEVX_SET
     assert_eq!(c.log_cq_size(), 0x1f);
     assert_eq!(c.uar_page(), 0);

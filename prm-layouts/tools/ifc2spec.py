@@ -4,6 +4,7 @@
 Development tool only: the crate builds from the committed spec/*.spec files.
 
 usage: ifc2spec.py path/to/mlx5_ifc.h out_dir
+       ifc2spec.py --check path/to/mlx5_ifc.h spec_dir   (exit 1 if out of date)
 """
 import os
 import re
@@ -327,9 +328,14 @@ def render(layouts, name):
 
 
 def main():
-    if len(sys.argv) != 3:
-        die("usage: ifc2spec.py mlx5_ifc.h out_dir")
-    layouts, consts = parse_header(sys.argv[1])
+    args = sys.argv[1:]
+    check = bool(args) and args[0] == "--check"
+    if check:
+        args = args[1:]
+    if len(args) != 2:
+        die("usage: ifc2spec.py [--check] mlx5_ifc.h out_dir")
+    header, out_dir = args
+    layouts, consts = parse_header(header)
     roots = list(EXTRA_ROOTS)
     for c in COMMANDS:
         for suffix in ("_in", "_out"):
@@ -353,13 +359,27 @@ def main():
     files = {}
     for name in sorted(seen):
         files.setdefault(area(name, layouts), []).append(render(layouts, name))
-    os.makedirs(sys.argv[2], exist_ok=True)
+    stale = []
+    if not check:
+        os.makedirs(out_dir, exist_ok=True)
     for fname, blocks in sorted(files.items()):
-        with open(os.path.join(sys.argv[2], fname + ".spec"), "w") as f:
-            f.write("# mlx5 PRM layouts (%s). Widths in bits, fields in wire order,\n" % fname)
-            f.write("# MSB-first within big-endian dwords. Comments give the bit offset.\n\n")
-            f.write("\n\n".join(blocks) + "\n")
-    print("wrote %d layouts" % len(seen))
+        text = ("# mlx5 PRM layouts (%s). Widths in bits, fields in wire order,\n" % fname
+                + "# MSB-first within big-endian dwords. Comments give the bit offset.\n\n"
+                + "\n\n".join(blocks) + "\n")
+        path = os.path.join(out_dir, fname + ".spec")
+        if check:
+            old = open(path).read() if os.path.exists(path) else None
+            if old != text:
+                stale.append(path)
+        else:
+            with open(path, "w") as f:
+                f.write(text)
+    if check:
+        if stale:
+            die("out of date: " + ", ".join(stale))
+        print("%d layouts up to date" % len(seen))
+    else:
+        print("wrote %d layouts" % len(seen))
 
 
 if __name__ == "__main__":

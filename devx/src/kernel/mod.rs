@@ -1,10 +1,28 @@
-//! Linux kernel provider: `/dev/infiniband/uverbsN` through the uverbs ioctl ABI.
+//! Linux kernel provider: mlx5 devices through `/dev/infiniband/uverbsN` and
+//! the uverbs ioctl ABI, with no rdma-core underneath.
+//!
+//! * [`discover`] / [`discover_in`] find mlx5 devices in sysfs (by driver and
+//!   PCI vendor, never by name); each [`KernelDevice`] is a [`Provider`].
+//! * [`KernelContext`] is one open uverbs file with a DEVX ucontext; its
+//!   methods are the DEVX ioctls (object create/query/modify/destroy, general
+//!   commands, async queries, UMEM, UAR, EQN, events).
+//! * Every system call goes through the [`Sys`] trait; [`fake::FakeKernel`]
+//!   answers like the kernel for tests, and [`bench_overhead`] measures the
+//!   provider's own cost per command against an instant fake.
+//!
+//! [`Provider`]: crate::provider::Provider
 
-use std::sync::Arc;
+pub mod abi;
+mod bench;
+mod context;
+mod discover;
+pub mod fake;
+mod sys;
 
-use crate::provider::Provider;
-
-/// Every mlx5 device the kernel exposes, as providers (none yet in this build).
-pub fn discover_providers() -> Vec<Arc<dyn Provider>> {
-    Vec::new()
-}
+pub use bench::{bench_overhead, BenchResult};
+pub use context::{AllocPath, KernelCmdChannel, KernelContext, KernelEventChannel, KernelUarPage};
+pub use discover::{
+    discover, discover_in, discover_providers, discover_with, Discovery, KernelDevice, LinkLayer,
+    PortInfo, PortState, Skipped, MELLANOX_PCI_VENDOR, MLX5_UVERBS_ABI,
+};
+pub use sys::{real as real_sys, Errno, RealSys, Sys, SysResult};

@@ -1,0 +1,78 @@
+//! What a command handler gets (the inbox and its header) and how it fails.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::sim::syndrome::{self, Check};
+
+/// A firmware failure: the status and syndrome written to the outbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FwError {
+    pub status: u8,
+    pub syndrome: u32,
+}
+
+impl From<Check> for FwError {
+    fn from(c: Check) -> FwError {
+        FwError { status: c.status, syndrome: c.syndrome }
+    }
+}
+
+pub type FwResult<T = ()> = Result<T, FwError>;
+
+/// Fails with `check`.
+pub fn fail<T>(check: Check) -> FwResult<T> {
+    Err(check.into())
+}
+
+/// `Ok` when `cond` holds, else fails with `check`.
+pub fn ensure(cond: bool, check: Check) -> FwResult {
+    if cond {
+        Ok(())
+    } else {
+        Err(check.into())
+    }
+}
+
+/// One command as the firmware sees it. The inbox is at least as long as
+/// the command's `*_in` layout (the dispatcher checked).
+pub struct Cmd<'a> {
+    pub inbox: &'a [u8],
+    pub opcode: u16,
+    pub op_mod: u16,
+    /// The uid the kernel stamped (0 = the kernel itself).
+    pub uid: u16,
+}
+
+impl<'a> Cmd<'a> {
+    /// Typed view of the inbox's fixed part.
+    pub fn view<T: FromBytes + KnownLayout + Immutable>(&self) -> FwResult<&'a T> {
+        T::ref_from_prefix(self.inbox).map(|(t, _)| t).map_err(|_| syndrome::INBOX_SHORT.into())
+    }
+
+    /// Bytes after the fixed part of layout `T` (the flexible tail).
+    pub fn tail<T: KnownLayout + Immutable + FromBytes>(&self) -> &'a [u8] {
+        self.inbox.get(core::mem::size_of::<T>()..).unwrap_or(&[])
+    }
+}
+
+/// Typed view of an outbox's fixed part.
+pub fn out_view<T: FromBytes + IntoBytes + KnownLayout>(out: &mut [u8]) -> FwResult<&mut T> {
+    T::mut_from_prefix(out).map(|(t, _)| t).map_err(|_| syndrome::OUTBOX_SHORT.into())
+}
+
+/// Copies `bytes` into `out` at `at`, failing when the outbox is too short.
+pub fn put(out: &mut [u8], at: usize, bytes: &[u8]) -> FwResult {
+    let end = at.checked_add(bytes.len()).ok_or(FwError::from(syndrome::OUTBOX_SHORT))?;
+    match out.get_mut(at..end) {
+        Some(dst) => {
+            dst.copy_from_slice(bytes);
+            Ok(())
+        }
+        None => fail(syndrome::OUTBOX_SHORT),
+    }
+}
+
+/// True when every byte in `range` of `buf` is zero (missing bytes count as zero).
+pub fn zero(buf: &[u8], range: core::ops::Range<usize>) -> bool {
+    buf.get(range).map_or(true, |b| b.iter().all(|&x| x == 0))
+}

@@ -1,0 +1,241 @@
+//! A table of firmware objects of one kind: number allocation, uid
+//! ownership and reference counts, all O(1) per command.
+
+use std::collections::HashMap;
+
+use super::cmd::{fail, FwResult};
+use super::kind::ObjKind;
+use crate::sim::syndrome;
+
+/// A reference one object holds on another (released when the holder dies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ObjRef {
+    pub kind: ObjKind,
+    pub num: u32,
+}
+
+impl ObjRef {
+    pub fn new(kind: ObjKind, num: u32) -> ObjRef {
+        ObjRef { kind, num }
+    }
+}
+
+/// One live object.
+#[derive(Debug)]
+pub struct Entry<T> {
+    /// Owner uid (0 = the kernel / device itself, usable by every uid).
+    pub uid: u16,
+    /// How many other objects reference this one.
+    pub refs: u32,
+    pub obj: T,
+}
+
+/// Objects of one kind, keyed by their PRM number.
+#[derive(Debug)]
+pub struct Table<T> {
+    kind: ObjKind,
+    map: HashMap<u32, Entry<T>>,
+    per_uid: HashMap<u16, usize>,
+    first: u32,
+    last: u32,
+    next: u32,
+    limit: usize,
+}
+
+impl<T> Table<T> {
+    /// Numbers are handed out from `first..=last`, increasing and wrapping, so
+    /// a destroyed number is not reused soon (stale handles fail loudly);
+    /// at most `limit` objects live at once.
+    pub fn new(kind: ObjKind, first: u32, last: u32, limit: usize) -> Table<T> {
+        let span = (last - first) as usize + 1;
+        Table {
+            kind,
+            map: HashMap::new(),
+            per_uid: HashMap::new(),
+            first,
+            last,
+            next: first,
+            limit: limit.min(span),
+        }
+    }
+
+    pub fn kind(&self) -> ObjKind {
+        self.kind
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Objects owned by `uid`.
+    pub fn count_uid(&self, uid: u16) -> usize {
+        self.per_uid.get(&uid).copied().unwrap_or(0)
+    }
+
+    /// Allocates the next free number for a new object of `uid`.
+    pub fn insert(&mut self, uid: u16, obj: T) -> FwResult<u32> {
+        if self.map.len() >= self.limit {
+            return fail(syndrome::table_full(self.kind));
+        }
+        // The table is not full, so a free number exists; with increasing
+        // allocation the loop almost always ends at once.
+        let mut n = self.next;
+        while self.map.contains_key(&n) {
+            n = if n >= self.last { self.first } else { n + 1 };
+        }
+        self.next = if n >= self.last { self.first } else { n + 1 };
+        self.put(n, uid, obj);
+        Ok(n)
+    }
+
+    /// Inserts at a fixed number (objects whose number the caller chooses).
+    pub fn insert_at(&mut self, n: u32, uid: u16, obj: T) -> FwResult {
+        if self.map.len() >= self.limit {
+            return fail(syndrome::table_full(self.kind));
+        }
+        if self.map.contains_key(&n) {
+            return fail(syndrome::busy(self.kind));
+        }
+        self.put(n, uid, obj);
+        Ok(())
+    }
+
+    fn put(&mut self, n: u32, uid: u16, obj: T) {
+        self.map.insert(n, Entry { uid, refs: 0, obj });
+        *self.per_uid.entry(uid).or_insert(0) += 1;
+    }
+
+    pub fn contains(&self, n: u32) -> bool {
+        self.map.contains_key(&n)
+    }
+
+    /// Any object, without an ownership check (introspection, data path).
+    pub fn peek(&self, n: u32) -> Option<&Entry<T>> {
+        self.map.get(&n)
+    }
+
+    pub fn peek_mut(&mut self, n: u32) -> Option<&mut Entry<T>> {
+        self.map.get_mut(&n)
+    }
+
+    /// An object `uid` may operate on (query, modify, destroy): its own.
+    /// uid 0 (the kernel) may operate on everything.
+    pub fn owned(&self, n: u32, uid: u16) -> FwResult<&Entry<T>> {
+        match self.map.get(&n) {
+            None => fail(syndrome::not_found(self.kind)),
+            Some(e) if uid != 0 && e.uid != uid => fail(syndrome::foreign(self.kind)),
+            Some(e) => Ok(e),
+        }
+    }
+
+    pub fn owned_mut(&mut self, n: u32, uid: u16) -> FwResult<&mut Entry<T>> {
+        let kind = self.kind;
+        match self.map.get_mut(&n) {
+            None => fail(syndrome::not_found(kind)),
+            Some(e) if uid != 0 && e.uid != uid => fail(syndrome::foreign(kind)),
+            Some(e) => Ok(e),
+        }
+    }
+
+    /// An object `uid` may reference from another object: its own or one
+    /// of the kernel's (uid 0: verbs objects and the device's EQs).
+    pub fn usable(&self, n: u32, uid: u16) -> FwResult<&Entry<T>> {
+        match self.map.get(&n) {
+            None => fail(syndrome::not_found(self.kind)),
+            Some(e) if uid != 0 && e.uid != 0 && e.uid != uid => fail(syndrome::foreign(self.kind)),
+            Some(e) => Ok(e),
+        }
+    }
+
+    /// Removes an object `uid` owns; refused while others reference it.
+    pub fn remove(&mut self, n: u32, uid: u16) -> FwResult<T> {
+        let e = self.owned(n, uid)?;
+        if e.refs > 0 {
+            return fail(syndrome::busy(self.kind));
+        }
+        Ok(self.take(n).expect("checked above"))
+    }
+
+    fn take(&mut self, n: u32) -> Option<T> {
+        let e = self.map.remove(&n)?;
+        if let Some(c) = self.per_uid.get_mut(&e.uid) {
+            *c -= 1;
+            if *c == 0 {
+                self.per_uid.remove(&e.uid);
+            }
+        }
+        Some(e.obj)
+    }
+
+    /// Every number owned by `uid` (teardown only: linear in the table).
+    pub fn numbers_of(&self, uid: u16) -> Vec<u32> {
+        if self.count_uid(uid) == 0 {
+            return Vec::new();
+        }
+        self.map.iter().filter(|(_, e)| e.uid == uid).map(|(n, _)| *n).collect()
+    }
+
+    /// Removes an object regardless of references (teardown of a uid whose
+    /// objects reference each other). Returns it so its holds can be released.
+    pub fn force_remove(&mut self, n: u32) -> Option<T> {
+        self.take(n)
+    }
+}
+
+/// Reference counting seen through any table, so holders can release what
+/// they hold without knowing the object types.
+pub trait RefCounts {
+    fn hold(&mut self, n: u32);
+    fn release(&mut self, n: u32);
+}
+
+impl<T> RefCounts for Table<T> {
+    fn hold(&mut self, n: u32) {
+        if let Some(e) = self.map.get_mut(&n) {
+            e.refs += 1;
+        }
+    }
+
+    fn release(&mut self, n: u32) {
+        if let Some(e) = self.map.get_mut(&n) {
+            e.refs = e.refs.saturating_sub(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_increase_wrap_and_skip_live_ones() {
+        let mut t: Table<()> = Table::new(ObjKind::Pd, 1, 3, 10);
+        assert_eq!(t.insert(5, ()).unwrap(), 1);
+        assert_eq!(t.insert(5, ()).unwrap(), 2);
+        t.remove(1, 5).unwrap();
+        assert_eq!(t.insert(5, ()).unwrap(), 3);
+        assert_eq!(t.insert(5, ()).unwrap(), 1);
+        let full = t.insert(5, ()).unwrap_err();
+        assert_eq!(full.status, syndrome::status::LIM);
+    }
+
+    #[test]
+    fn ownership_and_references() {
+        let mut t: Table<()> = Table::new(ObjKind::Cq, 1, 100, 100);
+        let n = t.insert(7, ()).unwrap();
+        assert_eq!(t.owned(n, 8).unwrap_err().syndrome, syndrome::foreign(ObjKind::Cq).syndrome);
+        assert_eq!(t.owned(99, 7).unwrap_err().syndrome, syndrome::not_found(ObjKind::Cq).syndrome);
+        t.hold(n);
+        assert_eq!(t.remove(n, 7).unwrap_err().status, syndrome::status::RES_BUSY);
+        t.release(n);
+        t.remove(n, 7).unwrap();
+        assert_eq!(t.count_uid(7), 0);
+        let k = t.insert(0, ()).unwrap();
+        assert!(t.usable(k, 9).is_ok());
+        assert!(t.owned(k, 9).is_err());
+    }
+}

@@ -1,0 +1,140 @@
+//! An opened device: the DEVX context plus the capabilities every verb checks
+//! its arguments against.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+use prm_layouts::enums::{HcaCapType, Opcode};
+use prm_layouts::{CmdHcaCap, HcaCapUnion, QueryHcaCapIn, QueryHcaCapOut};
+
+use crate::error::{Error, Result, VerbResult};
+
+/// How a port carries packets (`cmd_hca_cap.port_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkLayer {
+    InfiniBand,
+    Ethernet,
+}
+
+impl LinkLayer {
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkLayer::InfiniBand => "InfiniBand",
+            LinkLayer::Ethernet => "Ethernet",
+        }
+    }
+}
+
+impl fmt::Display for LinkLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+struct ContextInner {
+    devx: devx::Context,
+    caps: CmdHcaCap,
+    key_variant: AtomicU8,
+}
+
+/// An open device (`ibv_context`). Cheap to clone; every object keeps the
+/// context it was made in alive, so closing is simply dropping the last handle.
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<ContextInner>,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context").field("device", &self.device().name()).finish()
+    }
+}
+
+impl Context {
+    /// Opens `device` (`ibv_open_device`) and reads its current general
+    /// capabilities, which later verbs validate their attributes against.
+    pub fn open(device: &devx::Device) -> Result<Context> {
+        let devx = device.open().verb("open_device")?;
+        Context::from_devx(devx)
+    }
+
+    /// Builds verbs on a DEVX context the caller already uses for raw objects,
+    /// so both kinds live under one uid and can name each other.
+    pub fn from_devx(devx: devx::Context) -> Result<Context> {
+        let page = query_cap_page(&devx, HcaCapType::General, true, "open_device")?;
+        let caps = *page.cmd_hca_cap();
+        Ok(Context {
+            inner: Arc::new(ContextInner { devx, caps, key_variant: AtomicU8::new(0) }),
+        })
+    }
+
+    /// The DEVX context underneath, for raw commands and objects.
+    pub fn devx(&self) -> &devx::Context {
+        &self.inner.devx
+    }
+
+    pub fn device(&self) -> &devx::Device {
+        self.inner.devx.device()
+    }
+
+    /// Current general capabilities (`QUERY_HCA_CAP`, op_mod 1) as read at open.
+    pub fn caps(&self) -> &CmdHcaCap {
+        &self.inner.caps
+    }
+
+    /// Queries one capability page (`QUERY_HCA_CAP` with `op_mod = type << 1 | cur`).
+    pub fn query_caps(&self, page: HcaCapType, current: bool) -> Result<Box<HcaCapUnion>> {
+        query_cap_page(&self.inner.devx, page, current, "query_hca_cap")
+    }
+
+    pub fn link_layer(&self) -> LinkLayer {
+        if self.inner.caps.port_type() == 1 {
+            LinkLayer::Ethernet
+        } else {
+            LinkLayer::InfiniBand
+        }
+    }
+
+    /// Physical ports of this function (at least 1).
+    pub fn num_ports(&self) -> u8 {
+        self.inner.caps.num_ports().max(1)
+    }
+
+    /// True when both handles name the same open context.
+    pub fn same_as(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The next `mkey_7_0` byte, so a recycled mkey index gets a fresh key.
+    pub(crate) fn next_key_variant(&self) -> u8 {
+        self.inner.key_variant.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn check_port(&self, verb: &'static str, port: u8) -> Result<()> {
+        if port == 0 || port > self.num_ports() {
+            return Err(Error::argument(
+                verb,
+                format!("port {port} does not exist (the device has {} port(s), numbered from 1)", self.num_ports()),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn query_cap_page(
+    devx: &devx::Context,
+    page: HcaCapType,
+    current: bool,
+    verb: &'static str,
+) -> Result<Box<HcaCapUnion>> {
+    let mut inbox = QueryHcaCapIn::new();
+    inbox.set_opcode(Opcode::QueryHcaCap.raw());
+    inbox.set_op_mod(page.op_mod(current));
+    let out = devx.general_cmd(inbox.as_bytes(), QueryHcaCapOut::SIZE_BYTES).verb(verb)?;
+    let out = QueryHcaCapOut::from_slice(&out).ok_or_else(|| Error::Device {
+        verb,
+        source: devx::Error::argument("QUERY_HCA_CAP returned a short outbox"),
+    })?;
+    Ok(Box::new(*out.capability()))
+}

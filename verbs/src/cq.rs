@@ -1,0 +1,418 @@
+//! Completion queues: a UMEM ring of 64-byte CQEs, a doorbell record in its own
+//! UMEM, a UAR for arming, and the EQ of a completion vector.
+
+use std::fmt;
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex};
+
+use devx::{Uar, Umem};
+use memmap2::MmapMut;
+use prm_layouts::enums::Opcode;
+use prm_layouts::{CreateCqIn, CreateCqOut, ModifyCqIn, ModifyCqOut, QueryCqIn, QueryCqOut};
+
+use crate::context::Context;
+use crate::error::{DestroyError, Error, Result, VerbResult};
+use crate::util::{log2, pow2_at_least, queue_memory, DoorbellRecord, Owned};
+
+/// Bytes per CQE (`cqe_sz` 0).
+pub const CQE_SIZE: usize = 64;
+/// `op_own` of a CQE nobody wrote yet: opcode INVALID, owner 0 (prm-guide §6.2).
+const CQE_INVALID_OWN: u8 = 0xF0;
+/// CQE opcode of the entry firmware leaves in the old ring on resize.
+const CQE_OPCODE_RESIZE: u8 = 0x5;
+/// MODIFY_CQ op_mod: 0 modifies moderation, 1 resizes (CQH `MLX5_CQ_OPMOD_RESIZE`).
+const MODIFY_CQ_OPMOD_RESIZE: u16 = 1;
+/// resize_field_select: log size, page offset, page size.
+const RESIZE_FIELDS: u32 = 0x1 | 0x2 | 0x4;
+/// modify_field_select: cq_period, cq_max_count.
+const MODERATION_FIELDS: u32 = 0x1 | 0x2;
+/// Bit positions of the DEVX UMEM fields in MODIFY_CQ, the same as in CREATE_CQ
+/// (IFC leaves them reserved in modify_cq_in; the kernel validates cq_umem_valid there).
+const MODIFY_CQ_UMEM_OFFSET_BIT: u32 = 0x280;
+const MODIFY_CQ_UMEM_ID_BIT: u32 = 0x2c0;
+
+/// A completion event channel (`ibv_comp_channel`): a DEVX event channel the
+/// CQs created with it report their completion events to.
+#[derive(Clone)]
+pub struct CompChannel {
+    channel: Arc<dyn devx::EventChannel>,
+}
+
+impl fmt::Debug for CompChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CompChannel(fd {})", self.channel.fd())
+    }
+}
+
+impl CompChannel {
+    /// `ibv_create_comp_channel`.
+    pub fn new(ctx: &Context) -> Result<CompChannel> {
+        let channel = ctx
+            .devx()
+            .provider()
+            .create_event_channel(false)
+            .verb("create_comp_channel")?;
+        Ok(CompChannel { channel })
+    }
+
+    /// Wraps an event channel made through DEVX directly.
+    pub fn from_devx(channel: Arc<dyn devx::EventChannel>) -> CompChannel {
+        CompChannel { channel }
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.channel.fd()
+    }
+
+    pub fn channel(&self) -> &Arc<dyn devx::EventChannel> {
+        &self.channel
+    }
+}
+
+/// Attributes of a new CQ (`ibv_create_cq` arguments).
+#[derive(Clone, Debug)]
+pub struct CqInit {
+    /// Minimum number of completions the CQ must hold.
+    pub entries: u32,
+    /// Completion vector whose EQ receives this CQ's events.
+    pub comp_vector: u32,
+    pub channel: Option<CompChannel>,
+    /// Share a UAR for the arm doorbell; by default the CQ allocates its own.
+    pub uar: Option<Arc<Uar>>,
+}
+
+impl CqInit {
+    pub fn new(entries: u32) -> CqInit {
+        CqInit { entries, comp_vector: 0, channel: None, uar: None }
+    }
+
+    pub fn comp_vector(mut self, v: u32) -> CqInit {
+        self.comp_vector = v;
+        self
+    }
+
+    pub fn channel(mut self, ch: &CompChannel) -> CqInit {
+        self.channel = Some(ch.clone());
+        self
+    }
+
+    pub fn uar(mut self, uar: Arc<Uar>) -> CqInit {
+        self.uar = Some(uar);
+        self
+    }
+}
+
+/// What QUERY_CQ reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CqAttr {
+    /// Usable entries (ring size − 1).
+    pub cqe: u32,
+    pub log_cq_size: u8,
+    pub cqe_size: usize,
+    pub uar_page: u32,
+    pub eqn: u8,
+    /// 0 OK, 9 overflow, 0xa write failure.
+    pub status: u8,
+    /// Arm state (6 solicited-armed, 9 armed, 0xa fired).
+    pub arm_state: u8,
+    pub producer_counter: u32,
+    pub consumer_counter: u32,
+    pub cq_period: u16,
+    pub cq_max_count: u16,
+}
+
+pub(crate) struct CqDeps {
+    /// Replaced on resize; locked only then and on drop, never by the data path.
+    ring: Mutex<Umem<MmapMut>>,
+    dbr: DoorbellRecord,
+    uar: Arc<Uar>,
+}
+
+pub(crate) struct CqShared {
+    owned: Owned<CqDeps>,
+    ctx: Context,
+    channel: Option<CompChannel>,
+    eqn: u32,
+}
+
+impl CqShared {
+    pub(crate) fn cqn(&self) -> u32 {
+        self.owned.id()
+    }
+}
+
+/// A completion queue (`ibv_cq`). QPs keep what they complete into alive, so
+/// dropping a `Cq` that a QP uses defers the DESTROY_CQ until the QP is gone.
+pub struct Cq {
+    shared: Arc<CqShared>,
+    /// Ring start in this process (an address, so `Cq` stays `Send`).
+    pub(crate) ring_addr: usize,
+    pub(crate) log_size: u32,
+    /// Consumer counter (free running), for the data path's poll.
+    pub(crate) ci: u32,
+    /// Arm sequence number, bumped on each completion event.
+    pub(crate) arm_sn: u32,
+}
+
+impl fmt::Debug for Cq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Cq({:#x}, {} entries)", self.cqn(), self.cqe())
+    }
+}
+
+fn ring_entries(verb: &'static str, ctx: &Context, entries: u32) -> Result<u32> {
+    let max = ctx.limits().max_cqe;
+    if entries == 0 {
+        return Err(Error::argument(verb, "a CQ needs at least 1 entry"));
+    }
+    if entries > max {
+        return Err(Error::argument(verb, format!("{entries} entries exceed the device's max_cqe {max}")));
+    }
+    // One slot stays free so a full ring is distinguishable from an empty one.
+    pow2_at_least(entries + 1).ok_or_else(|| Error::argument(verb, "CQ size overflows"))
+}
+
+fn new_ring(verb: &'static str, ctx: &Context, n: u32) -> Result<Umem<MmapMut>> {
+    let mut mem = queue_memory(verb, n as usize * CQE_SIZE)?;
+    for cqe in mem.chunks_exact_mut(CQE_SIZE) {
+        cqe[CQE_SIZE - 1] = CQE_INVALID_OWN;
+    }
+    Umem::register(ctx.devx(), mem, devx::access::LOCAL_WRITE).verb(verb)
+}
+
+impl Cq {
+    /// `ibv_create_cq`. Issues UMEM_REG (ring), UMEM_REG (doorbell record),
+    /// UAR allocation unless one is given, QUERY_EQN and CREATE_CQ; a failure at
+    /// any step releases what the earlier steps made.
+    pub fn create(ctx: &Context, init: &CqInit) -> Result<Cq> {
+        const VERB: &str = "create_cq";
+        let n = ring_entries(VERB, ctx, init.entries)?;
+        let ring = new_ring(VERB, ctx, n)?;
+        let dbr = DoorbellRecord::new(VERB, ctx.devx())?;
+        let uar = match &init.uar {
+            Some(u) => u.clone(),
+            None => Arc::new(Uar::alloc(ctx.devx()).verb(VERB)?),
+        };
+        let eqn = ctx.devx().query_eqn(init.comp_vector).verb(VERB)?;
+
+        let mut inbox = CreateCqIn::new();
+        inbox.set_opcode(Opcode::CreateCq.raw());
+        let cqc = inbox.cq_context_mut();
+        cqc.set_log_cq_size(log2(n) as u8);
+        cqc.set_uar_page(uar.page_id());
+        cqc.set_c_eqn(eqn as u8);
+        cqc.set_cqe_sz(0);
+        cqc.set_log_page_size(0);
+        cqc.set_dbr_umem_valid(1);
+        cqc.set_dbr_umem_id(dbr.umem_id());
+        cqc.set_dbr_addr(0);
+        inbox.set_cq_umem_id(ring.id());
+        inbox.set_cq_umem_offset(0);
+        inbox.set_cq_umem_valid(1);
+        let obj = ctx.devx().create(inbox.as_bytes(), CreateCqOut::SIZE_BYTES).verb(VERB)?;
+
+        let ring_addr = ring.addr();
+        let deps = CqDeps { ring: Mutex::new(ring), dbr, uar };
+        let shared = CqShared {
+            owned: Owned::new(obj, deps),
+            ctx: ctx.clone(),
+            channel: init.channel.clone(),
+            eqn,
+        };
+        Ok(Cq { shared: Arc::new(shared), ring_addr, log_size: log2(n), ci: 0, arm_sn: 0 })
+    }
+
+    /// The CQ number, usable in raw DEVX objects (`cqn_snd`, `cqn_rcv`, `cqn`).
+    pub fn cqn(&self) -> u32 {
+        self.shared.cqn()
+    }
+
+    /// Usable entries (`ibv_cq.cqe`): ring size − 1.
+    pub fn cqe(&self) -> u32 {
+        (1u32 << self.log_size) - 1
+    }
+
+    pub fn log_size(&self) -> u32 {
+        self.log_size
+    }
+
+    /// The EQ number its events go to.
+    pub fn eqn(&self) -> u32 {
+        self.shared.eqn
+    }
+
+    pub fn context(&self) -> &Context {
+        &self.shared.ctx
+    }
+
+    pub fn channel(&self) -> Option<&CompChannel> {
+        self.shared.channel.as_ref()
+    }
+
+    pub fn obj(&self) -> &devx::Obj {
+        self.shared.owned.obj()
+    }
+
+    /// The UAR whose page +0x20 arms this CQ.
+    pub fn uar(&self) -> &Arc<Uar> {
+        &self.shared.owned.deps().uar
+    }
+
+    /// The doorbell record: `[0]` set_ci, `[1]` arm (big-endian u32 each).
+    pub(crate) fn dbr_ptr(&self) -> *mut u8 {
+        self.shared.owned.deps().dbr.ptr()
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<CqShared> {
+        &self.shared
+    }
+
+    /// `ibv_query_cq`: QUERY_CQ.
+    pub fn query(&self) -> Result<CqAttr> {
+        const VERB: &str = "query_cq";
+        let mut inbox = QueryCqIn::new();
+        inbox.set_opcode(Opcode::QueryCq.raw());
+        inbox.set_cqn(self.cqn());
+        let out = self.obj().query(inbox.as_bytes(), QueryCqOut::SIZE_BYTES).verb(VERB)?;
+        let out = QueryCqOut::from_slice(&out).ok_or_else(|| Error::Device {
+            verb: VERB,
+            source: devx::Error::argument("QUERY_CQ returned a short outbox"),
+        })?;
+        let c = out.cq_context();
+        let log = c.log_cq_size().min(31);
+        Ok(CqAttr {
+            cqe: (1u32 << log) - 1,
+            log_cq_size: log,
+            cqe_size: 64 << c.cqe_sz().min(1),
+            uar_page: c.uar_page(),
+            eqn: c.c_eqn(),
+            status: c.status(),
+            arm_state: c.st(),
+            producer_counter: c.producer_counter(),
+            consumer_counter: c.consumer_counter(),
+            cq_period: c.cq_period(),
+            cq_max_count: c.cq_max_count(),
+        })
+    }
+
+    /// `ibv_resize_cq`: a new ring in a new UMEM, MODIFY_CQ op_mod 1, then the
+    /// old ring is released. Completions not yet polled move to the new ring at
+    /// the same consumer counter. Returns the new usable size.
+    pub fn resize(&mut self, entries: u32) -> Result<u32> {
+        const VERB: &str = "resize_cq";
+        let ctx = self.shared.ctx.clone();
+        if ctx.caps().cq_resize() == 0 {
+            return Err(Error::unsupported(VERB, "the device does not report cq_resize"));
+        }
+        let n = ring_entries(VERB, &ctx, entries)?;
+        let mut ring = new_ring(VERB, &ctx, n)?;
+
+        let mut inbox = ModifyCqIn::new();
+        inbox.set_opcode(Opcode::ModifyCq.raw());
+        inbox.set_op_mod(MODIFY_CQ_OPMOD_RESIZE);
+        inbox.set_cqn(self.cqn());
+        inbox.modify_field_select_resize_field_select_mut().set_resize_field_select(RESIZE_FIELDS);
+        let cqc = inbox.cq_context_mut();
+        cqc.set_log_cq_size(log2(n) as u8);
+        cqc.set_log_page_size(0);
+        cqc.set_page_offset(0);
+        cqc.set_cqe_sz(0);
+        inbox.set_cq_umem_valid(1);
+        let bytes = inbox.as_mut_bytes();
+        set_bits(bytes, MODIFY_CQ_UMEM_OFFSET_BIT, 64, 0);
+        set_bits(bytes, MODIFY_CQ_UMEM_ID_BIT, 32, u64::from(ring.id()));
+        self.obj().modify(inbox.as_bytes(), ModifyCqOut::SIZE_BYTES).verb(VERB)?;
+
+        let mut slot = self.shared.owned.deps().ring.lock().unwrap_or_else(|p| p.into_inner());
+        carry_unpolled(slot.memory(), self.log_size, ring_bytes_mut(&mut ring), log2(n), self.ci);
+        self.ring_addr = ring.addr();
+        self.log_size = log2(n);
+        // The old ring's UMEM is deregistered here; firmware switched rings.
+        drop(std::mem::replace(&mut *slot, ring));
+        Ok(self.cqe())
+    }
+
+    /// `ibv_modify_cq` moderation: MODIFY_CQ op_mod 0 with cq_max_count and cq_period.
+    pub fn modify_moderation(&self, max_count: u16, period: u16) -> Result<()> {
+        const VERB: &str = "modify_cq";
+        if self.shared.ctx.caps().cq_moderation() == 0 {
+            return Err(Error::unsupported(VERB, "the device does not report cq_moderation"));
+        }
+        if period > 0xfff {
+            return Err(Error::argument(VERB, format!("cq_period {period} exceeds its 12-bit field")));
+        }
+        let mut inbox = ModifyCqIn::new();
+        inbox.set_opcode(Opcode::ModifyCq.raw());
+        inbox.set_cqn(self.cqn());
+        inbox.modify_field_select_resize_field_select_mut().set_modify_field_select(MODERATION_FIELDS);
+        let cqc = inbox.cq_context_mut();
+        cqc.set_cq_max_count(max_count);
+        cqc.set_cq_period(period);
+        self.obj().modify(inbox.as_bytes(), ModifyCqOut::SIZE_BYTES).verb(VERB)?;
+        Ok(())
+    }
+
+    /// `ibv_destroy_cq`: fails with `Busy` while QPs use it, or with the
+    /// device's refusal; either way the CQ comes back.
+    pub fn destroy(self) -> Result<(), DestroyError<Cq>> {
+        const VERB: &str = "destroy_cq";
+        let Cq { shared, ring_addr, log_size, ci, arm_sn } = self;
+        let rebuild = |shared| Cq { shared, ring_addr, log_size, ci, arm_sn };
+        let inner = match Arc::try_unwrap(shared) {
+            Ok(inner) => inner,
+            Err(shared) => {
+                let users = Arc::strong_count(&shared) - 1;
+                let err = Error::Busy { verb: VERB, what: "completion queue", users };
+                return Err(DestroyError::new(rebuild(shared), err));
+            }
+        };
+        let CqShared { owned, ctx, channel, eqn } = inner;
+        owned.destroy().map_err(|(owned, source)| {
+            let shared = Arc::new(CqShared { owned, ctx, channel, eqn });
+            DestroyError::new(rebuild(shared), Error::Device { verb: VERB, source })
+        })
+    }
+}
+
+impl Context {
+    /// `ibv_create_cq` with `entries` and defaults otherwise.
+    pub fn create_cq(&self, entries: u32) -> Result<Cq> {
+        Cq::create(self, &CqInit::new(entries))
+    }
+}
+
+fn set_bits(buf: &mut [u8], off: u32, width: u32, v: u64) {
+    // The positions are constants inside the fixed-size inbox: cannot fail.
+    let _ = prm_layouts::bits::set_masked(buf, off, width, v);
+}
+
+fn ring_bytes_mut(ring: &mut Umem<MmapMut>) -> &mut [u8] {
+    let (addr, len) = (ring.addr(), ring.len());
+    // SAFETY: the ring's mapping is `len` bytes at `addr`, owned by `ring` and
+    // borrowed mutably here; the device does not own it yet (it was just handed
+    // over, and firmware writes only past the carried entries).
+    unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) }
+}
+
+/// Copies software-owned, unpolled CQEs from the old ring into the new one at
+/// the same counter, fixing each owner bit for the new ring size.
+fn carry_unpolled(old: &MmapMut, old_log: u32, new: &mut [u8], new_log: u32, ci: u32) {
+    let old_n = 1u32 << old_log;
+    let new_n = 1u32 << new_log;
+    for k in 0..old_n.min(new_n - 1) {
+        let idx = ci.wrapping_add(k);
+        let src_at = (idx & (old_n - 1)) as usize * CQE_SIZE;
+        let Some(src) = old.get(src_at..src_at + CQE_SIZE) else { return };
+        let op_own = src[CQE_SIZE - 1];
+        let opcode = op_own >> 4;
+        let sw_owned = opcode != 0xf && u32::from(op_own & 1) == (idx >> old_log) & 1;
+        if !sw_owned || opcode == CQE_OPCODE_RESIZE {
+            return;
+        }
+        let dst_at = (idx & (new_n - 1)) as usize * CQE_SIZE;
+        let Some(dst) = new.get_mut(dst_at..dst_at + CQE_SIZE) else { return };
+        dst.copy_from_slice(src);
+        let owner = ((idx >> new_log) & 1) as u8;
+        dst[CQE_SIZE - 1] = (op_own & !1) | owner;
+    }
+}

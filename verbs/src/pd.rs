@@ -1,0 +1,128 @@
+//! Protection domains and transport domains.
+
+use std::fmt;
+use std::sync::Arc;
+
+use prm_layouts::enums::Opcode;
+use prm_layouts::{AllocPdIn, AllocPdOut, AllocTransportDomainIn, AllocTransportDomainOut};
+
+use crate::context::Context;
+use crate::error::{DestroyError, Error, Result, VerbResult};
+use crate::util::Owned;
+
+struct PdInner {
+    owned: Owned<()>,
+    ctx: Context,
+}
+
+/// A protection domain (`ibv_pd`). Cheap to clone; QPs, MRs, MWs, SRQs and
+/// AHs keep the PD they were made in alive, and the last handle deallocates it.
+#[derive(Clone)]
+pub struct Pd {
+    inner: Arc<PdInner>,
+}
+
+impl fmt::Debug for Pd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Pd({:#x})", self.pdn())
+    }
+}
+
+impl Pd {
+    /// `ibv_alloc_pd`: ALLOC_PD.
+    pub fn alloc(ctx: &Context) -> Result<Pd> {
+        let mut inbox = AllocPdIn::new();
+        inbox.set_opcode(Opcode::AllocPd.raw());
+        let obj = ctx.devx().create(inbox.as_bytes(), AllocPdOut::SIZE_BYTES).verb("alloc_pd")?;
+        Ok(Pd { inner: Arc::new(PdInner { owned: Owned::new(obj, ()), ctx: ctx.clone() }) })
+    }
+
+    /// The PD number that `pd` fields of QP, MKEY and WQ contexts take.
+    pub fn pdn(&self) -> u32 {
+        self.inner.owned.id()
+    }
+
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// The DEVX object, for raw commands next to the verbs.
+    pub fn obj(&self) -> &devx::Obj {
+        self.inner.owned.obj()
+    }
+
+    /// `ibv_dealloc_pd`: fails with `Busy` while other handles or objects made
+    /// in this PD exist, or with the device's refusal; the PD comes back alive.
+    pub fn dealloc(self) -> Result<(), DestroyError<Pd>> {
+        let inner = match Arc::try_unwrap(self.inner) {
+            Ok(inner) => inner,
+            Err(inner) => {
+                let users = Arc::strong_count(&inner) - 1;
+                let err = Error::Busy { verb: "dealloc_pd", what: "protection domain", users };
+                return Err(DestroyError::new(Pd { inner }, err));
+            }
+        };
+        let PdInner { owned, ctx } = inner;
+        owned.destroy().map_err(|(owned, source)| {
+            let err = Error::Device { verb: "dealloc_pd", source };
+            DestroyError::new(Pd { inner: Arc::new(PdInner { owned, ctx }) }, err)
+        })
+    }
+}
+
+impl Context {
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        Pd::alloc(self)
+    }
+
+    /// A transport domain, which raw Ethernet queues (TIS/TIR) need.
+    pub fn alloc_td(&self) -> Result<Td> {
+        Td::alloc(self)
+    }
+}
+
+/// A transport domain (ALLOC_TRANSPORT_DOMAIN). Raw packet queues are built
+/// from SQ/RQ/TIR/TIS DEVX objects, which name a transport domain.
+pub struct Td {
+    owned: Owned<()>,
+    ctx: Context,
+}
+
+impl fmt::Debug for Td {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Td({:#x})", self.tdn())
+    }
+}
+
+impl Td {
+    pub fn alloc(ctx: &Context) -> Result<Td> {
+        let mut inbox = AllocTransportDomainIn::new();
+        inbox.set_opcode(Opcode::AllocTransportDomain.raw());
+        let obj = ctx
+            .devx()
+            .create(inbox.as_bytes(), AllocTransportDomainOut::SIZE_BYTES)
+            .verb("alloc_td")?;
+        Ok(Td { owned: Owned::new(obj, ()), ctx: ctx.clone() })
+    }
+
+    /// The number `transport_domain` fields take.
+    pub fn tdn(&self) -> u32 {
+        self.owned.id()
+    }
+
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    pub fn obj(&self) -> &devx::Obj {
+        self.owned.obj()
+    }
+
+    pub fn dealloc(self) -> Result<(), DestroyError<Td>> {
+        let Td { owned, ctx } = self;
+        owned.destroy().map_err(|(owned, source)| {
+            DestroyError::new(Td { owned, ctx }, Error::Device { verb: "dealloc_td", source })
+        })
+    }
+}

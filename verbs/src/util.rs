@@ -1,0 +1,138 @@
+//! Pieces every object builder shares: queue memory, doorbell records, and the
+//! holder that destroys a firmware object before releasing what it points at.
+
+use devx::{Obj, Umem};
+use memmap2::MmapMut;
+
+use crate::error::{Error, Result, VerbResult};
+
+/// Smallest power of two ≥ `n` (≥ 1), or `None` past `u32`.
+pub(crate) fn pow2_at_least(n: u32) -> Option<u32> {
+    n.max(1).checked_next_power_of_two()
+}
+
+/// log2 of a power of two.
+pub(crate) fn log2(n: u32) -> u32 {
+    31 - n.max(1).leading_zeros()
+}
+
+/// `ceil(log2(n))` as the PRM's `log_*_max` fields want (0 for 0 and 1).
+pub(crate) fn log2_ceil(n: u32) -> u32 {
+    if n <= 1 {
+        0
+    } else {
+        32 - (n - 1).leading_zeros()
+    }
+}
+
+/// Zeroed, page-aligned anonymous memory for a queue the device reads or writes.
+pub(crate) fn queue_memory(verb: &'static str, len: usize) -> Result<MmapMut> {
+    MmapMut::map_anon(len.max(1)).map_err(|e| Error::Device {
+        verb,
+        source: devx::Error::os("mmap queue memory", e.raw_os_error().unwrap_or(libc::ENOMEM)),
+    })
+}
+
+/// A doorbell record: 8 bytes (64 reserved, page aligned) in a UMEM of its own,
+/// so it outlives any buffer swap of its queue (CQ resize).
+pub(crate) struct DoorbellRecord {
+    umem: Umem<MmapMut>,
+}
+
+impl DoorbellRecord {
+    pub(crate) const LEN: usize = 64;
+
+    pub(crate) fn new(verb: &'static str, ctx: &devx::Context) -> Result<DoorbellRecord> {
+        let mem = queue_memory(verb, Self::LEN)?;
+        let umem = Umem::register(ctx, mem, devx::access::LOCAL_WRITE).verb(verb)?;
+        Ok(DoorbellRecord { umem })
+    }
+
+    /// The umem id for `*.dbr_umem_id`; the record sits at offset 0 (`dbr_addr`).
+    pub(crate) fn umem_id(&self) -> u32 {
+        self.umem.id()
+    }
+
+    /// Where the record lives in this process.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.umem.memory().as_ptr() as *mut u8
+    }
+}
+
+/// A firmware object together with what it uses (queue memory, UMEMs, UAR,
+/// parent objects). The object is destroyed first; only then is the rest
+/// released. If the device refuses the destroy, everything is leaked rather
+/// than freeing memory the device may still write.
+pub(crate) struct Owned<R> {
+    obj: Option<Obj>,
+    deps: Option<R>,
+}
+
+impl<R> Owned<R> {
+    pub(crate) fn new(obj: Obj, deps: R) -> Owned<R> {
+        Owned { obj: Some(obj), deps: Some(deps) }
+    }
+
+    pub(crate) fn obj(&self) -> &Obj {
+        // Both are Some from construction until `destroy`/drop consume self.
+        self.obj.as_ref().expect("object present while owned")
+    }
+
+    pub(crate) fn deps(&self) -> &R {
+        self.deps.as_ref().expect("dependencies present while owned")
+    }
+
+    pub(crate) fn deps_mut(&mut self) -> &mut R {
+        self.deps.as_mut().expect("dependencies present while owned")
+    }
+
+    /// The PRM object number.
+    pub(crate) fn id(&self) -> u32 {
+        self.obj().id()
+    }
+
+    /// Destroys the object now, then releases its dependencies. On refusal the
+    /// holder comes back intact.
+    pub(crate) fn destroy(mut self) -> std::result::Result<(), (Owned<R>, devx::Error)> {
+        let Some(obj) = self.obj.take() else { return Ok(()) };
+        match obj.destroy() {
+            Ok(()) => Ok(()),
+            Err(failed) => {
+                self.obj = Some(failed.obj);
+                Err((self, failed.error))
+            }
+        }
+    }
+}
+
+impl<R> Drop for Owned<R> {
+    fn drop(&mut self) {
+        if let Some(obj) = self.obj.take() {
+            if let Err(failed) = obj.destroy() {
+                // Still alive in the device: keep its memory mapped forever.
+                std::mem::forget(failed.obj);
+                std::mem::forget(self.deps.take());
+            }
+        }
+        // `deps` drops after this, once the object is gone.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logs_and_powers() {
+        assert_eq!(pow2_at_least(0), Some(1));
+        assert_eq!(pow2_at_least(5), Some(8));
+        assert_eq!(pow2_at_least(u32::MAX), None);
+        assert_eq!(log2(1), 0);
+        assert_eq!(log2(4096), 12);
+        assert_eq!(log2_ceil(0), 0);
+        assert_eq!(log2_ceil(1), 0);
+        assert_eq!(log2_ceil(2), 1);
+        assert_eq!(log2_ceil(3), 2);
+        assert_eq!(log2_ceil(16), 4);
+    }
+}
