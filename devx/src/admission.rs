@@ -39,17 +39,27 @@ pub fn op_mod_of(inbox: &[u8]) -> u16 {
 pub(crate) fn bits(buf: &[u8], off: usize, width: usize) -> u32 {
     let dw = be32(buf, (off / 32) * 4);
     let shift = 32 - width - (off % 32);
-    let mask = if width == 32 { u32::MAX } else { (1u32 << width) - 1 };
+    let mask = if width == 32 {
+        u32::MAX
+    } else {
+        (1u32 << width) - 1
+    };
     (dw >> shift) & mask
 }
 
 /// Writes `width` (≤ 32) bits at bit `off`; the buffer must hold the dword.
 pub(crate) fn set_bits(buf: &mut [u8], off: usize, width: usize, v: u32) {
     let at = (off / 32) * 4;
-    let Some(word) = buf.get_mut(at..at + 4) else { return };
+    let Some(word) = buf.get_mut(at..at + 4) else {
+        return;
+    };
     let cur = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
     let shift = 32 - width - (off % 32);
-    let mask = if width == 32 { u32::MAX } else { ((1u32 << width) - 1) << shift };
+    let mask = if width == 32 {
+        u32::MAX
+    } else {
+        ((1u32 << width) - 1) << shift
+    };
     let new = (cur & !mask) | ((v << shift) & mask);
     word.copy_from_slice(&new.to_be_bytes());
 }
@@ -65,15 +75,15 @@ pub fn classify(inbox: &[u8]) -> Option<CmdClass> {
             1 => Some(CmdClass::Modify),
             _ => None,
         },
-        0xa00 | 0x200 | 0x400 | 0x500 | 0x600 | 0x700 | 0x705 | 0x710 | 0x717 | 0x771
-        | 0x782 | 0x800 | 0x806 | 0x80e | 0x816 | 0x827 | 0x829 | 0x900 | 0x904 | 0x908
-        | 0x90c | 0x912 | 0x916 | 0x930 | 0x933 | 0x939 | 0x93d | 0x940 => Some(CmdClass::Create),
+        0xa00 | 0x200 | 0x400 | 0x500 | 0x600 | 0x700 | 0x705 | 0x710 | 0x717 | 0x771 | 0x782
+        | 0x800 | 0x806 | 0x80e | 0x816 | 0x827 | 0x829 | 0x900 | 0x904 | 0x908 | 0x90c | 0x912
+        | 0x916 | 0x930 | 0x933 | 0x939 | 0x93d | 0x940 => Some(CmdClass::Create),
         0x403 | 0x502 | 0x503 | 0x504 | 0x505 | 0x506 | 0x507 | 0x50a | 0x50e | 0x703 | 0x708
-        | 0x714 | 0x71a | 0x726 | 0x729 | 0x72a | 0x785 | 0x901 | 0x905 | 0x909 | 0x90d
-        | 0x913 | 0x917 | 0x93c | 0xa01 => Some(CmdClass::Modify),
+        | 0x714 | 0x71a | 0x726 | 0x729 | 0x72a | 0x785 | 0x901 | 0x905 | 0x909 | 0x90d | 0x913
+        | 0x917 | 0x93c | 0xa01 => Some(CmdClass::Modify),
         0x201 | 0x402 | 0x50b | 0x702 | 0x707 | 0x713 | 0x719 | 0x725 | 0x727 | 0x773 | 0x784
-        | 0x82a | 0x903 | 0x907 | 0x90b | 0x90f | 0x915 | 0x919 | 0x932 | 0x935 | 0x937
-        | 0x93b | 0x93f | 0x942 | 0xa02 => Some(CmdClass::Query),
+        | 0x82a | 0x903 | 0x907 | 0x90b | 0x90f | 0x915 | 0x919 | 0x932 | 0x935 | 0x937 | 0x93b
+        | 0x93f | 0x942 | 0xa02 => Some(CmdClass::Query),
         0x100 | 0x101 | 0x10a | 0x740 | 0x750 | 0x752 | 0x754 | 0x760 | 0x762 | 0x764 | 0x76f
         | 0x770 | 0x80a | 0x80d | 0x822 | 0x824 | 0x826 | 0x842 => Some(CmdClass::General),
         0xb00..=0xcff => Some(CmdClass::General),
@@ -91,7 +101,11 @@ pub fn admit(inbox: &[u8], want: CmdClass) -> Result<()> {
     }
     if want != CmdClass::General && be16(inbox, 4) != 0 {
         return Err(Error::os(
-            format!("{} {}: vhca_tunnel_id must be zero", want.name(), opname(inbox)),
+            format!(
+                "{} {}: vhca_tunnel_id must be zero",
+                want.name(),
+                opname(inbox)
+            ),
             libc::EINVAL,
         ));
     }
@@ -126,7 +140,10 @@ pub struct ObjKey {
 }
 
 fn key(creator: u16, number: u32) -> ObjKey {
-    ObjKey { creator: creator as u32, number }
+    ObjKey {
+        creator: creator as u32,
+        number,
+    }
 }
 
 /// Where the created object's number sits in the create outbox.
@@ -138,8 +155,8 @@ fn created_number(create_opcode: u16, inbox: &[u8], outbox: &[u8]) -> Option<u32
         // FTE and MCG are named by their inbox.
         0x936 => be32(inbox, 0x20),
         0x806 => bits(inbox, 0x48, 24),
-        0x200 | 0x400 | 0x500 | 0x700 | 0x705 | 0x710 | 0x717 | 0x800 | 0x80e | 0x816
-        | 0x900 | 0x904 | 0x908 | 0x90c | 0x912 | 0x916 | 0x930 | 0x933 | 0x93d | 0x940 => {
+        0x200 | 0x400 | 0x500 | 0x700 | 0x705 | 0x710 | 0x717 | 0x800 | 0x80e | 0x816 | 0x900
+        | 0x904 | 0x908 | 0x90c | 0x912 | 0x916 | 0x930 | 0x933 | 0x93d | 0x940 => {
             bits(outbox, 0x48, 24)
         }
         _ => return None,
@@ -151,7 +168,10 @@ pub fn created_key(inbox: &[u8], outbox: &[u8]) -> Option<ObjKey> {
     let opcode = opcode_of(inbox);
     let number = created_number(opcode, inbox, outbox)?;
     if opcode == 0xa00 {
-        return Some(ObjKey { creator: 0xa00 | (op_mod_of(inbox) as u32) << 16, number });
+        return Some(ObjKey {
+            creator: 0xa00 | (op_mod_of(inbox) as u32) << 16,
+            number,
+        });
     }
     Some(key(opcode, number))
 }
@@ -161,9 +181,10 @@ pub fn named_key(inbox: &[u8]) -> Option<ObjKey> {
     let opcode = opcode_of(inbox);
     let n24 = bits(inbox, 0x48, 24);
     Some(match opcode {
-        0xa01 | 0xa02 => {
-            ObjKey { creator: 0xa00 | (op_mod_of(inbox) as u32) << 16, number: be32(inbox, 8) }
-        }
+        0xa01 | 0xa02 => ObjKey {
+            creator: 0xa00 | (op_mod_of(inbox) as u32) << 16,
+            number: be32(inbox, 8),
+        },
         0x201 => key(0x200, n24),
         0x402 | 0x403 => key(0x400, n24),
         0x502..=0x50b | 0x50e => key(0x500, n24),
@@ -192,7 +213,10 @@ pub fn destroy_command(create_in: &[u8], create_out: &[u8]) -> Result<Vec<u8>> {
     let opcode = opcode_of(create_in);
     let uid = be16(create_in, 2);
     let number = created_number(opcode, create_in, create_out).ok_or_else(|| {
-        Error::argument(format!("{} does not create an object DEVX can destroy", opname(create_in)))
+        Error::argument(format!(
+            "{} does not create an object DEVX can destroy",
+            opname(create_in)
+        ))
     })?;
     let (destroy_op, len) = match opcode {
         0x200 => (0x202, 16),
@@ -295,7 +319,9 @@ mod tests {
         assert_eq!(classify(&inbox(0x936, 2)), None);
         // Driver-only bring-up commands never pass.
         assert_eq!(classify(&inbox(0x109, 0)), None);
-        assert!(admit(&inbox(0x401, 0), CmdClass::General).unwrap_err().is_os());
+        assert!(admit(&inbox(0x401, 0), CmdClass::General)
+            .unwrap_err()
+            .is_os());
     }
 
     #[test]
@@ -306,7 +332,13 @@ mod tests {
         set_bits(&mut out, 0x48, 24, 0x00abcd);
         let d = destroy_command(&create, &out).unwrap();
         assert_eq!(hex::encode(&d), "04010007000000000000abcd00000000");
-        assert_eq!(created_key(&create, &out), Some(ObjKey { creator: 0x400, number: 0xabcd }));
+        assert_eq!(
+            created_key(&create, &out),
+            Some(ObjKey {
+                creator: 0x400,
+                number: 0xabcd
+            })
+        );
         let mut q = inbox(0x402, 0);
         set_bits(&mut q, 0x48, 24, 0xabcd);
         assert_eq!(named_key(&q), created_key(&create, &out));
@@ -323,7 +355,7 @@ mod tests {
         assert_eq!(d.len(), 64);
         assert_eq!(be16(&d, 0), 0x934);
         assert_eq!(bits(&d, 0xa8, 24), 0x12);
-        assert_eq!(be32(&d, 0x1c), 3);
+        assert_eq!(be32(&d, 0x18), 3);
     }
 
     #[test]

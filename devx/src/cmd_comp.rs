@@ -25,7 +25,10 @@ impl fmt::Debug for CmdComp {
 impl CmdComp {
     pub fn new(ctx: &Context) -> Result<CmdComp> {
         let channel = ctx.inner.provider.create_cmd_channel()?;
-        Ok(CmdComp { ctx: ctx.clone(), channel })
+        Ok(CmdComp {
+            ctx: ctx.clone(),
+            channel,
+        })
     }
 
     pub fn context(&self) -> &Context {

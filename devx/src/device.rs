@@ -40,7 +40,10 @@ impl Device {
 
     /// The real mlx5 devices on this machine (possibly none).
     pub fn list_real() -> Vec<Device> {
-        crate::kernel::discover_providers().into_iter().map(Device::from_provider).collect()
+        crate::kernel::discover_providers()
+            .into_iter()
+            .map(Device::from_provider)
+            .collect()
     }
 
     /// The emulated device `simN`, created on first request.
@@ -50,7 +53,10 @@ impl Device {
 
     /// Finds a device by name: a real one, or `simN` (created on request).
     pub fn by_name(name: &str) -> Result<Device> {
-        if let Some(d) = Device::list_real().into_iter().find(|d| d.info.name == name) {
+        if let Some(d) = Device::list_real()
+            .into_iter()
+            .find(|d| d.info.name == name)
+        {
             return Ok(d);
         }
         if is_sim_name(name) {

@@ -64,7 +64,9 @@ fn report_suffix(report: FwReport) -> &'static str {
 
 /// The PRM name of a command status, or `UNKNOWN_STATUS`.
 pub fn status_name(status: u8) -> &'static str {
-    CmdStatus::from_raw(status).map(|s| s.name()).unwrap_or("UNKNOWN_STATUS")
+    CmdStatus::from_raw(status)
+        .map(|s| s.name())
+        .unwrap_or("UNKNOWN_STATUS")
 }
 
 /// `strerror`-like text for an errno, without touching libc's global state.
@@ -96,7 +98,10 @@ impl Error {
     }
 
     pub fn os(op: impl Into<String>, errno: i32) -> Error {
-        Error::Os { op: op.into(), errno }
+        Error::Os {
+            op: op.into(),
+            errno,
+        }
     }
 
     pub fn argument(msg: impl Into<String>) -> Error {
@@ -104,7 +109,10 @@ impl Error {
     }
 
     pub fn unsupported(what: impl Into<String>, why: impl Into<String>) -> Error {
-        Error::Unsupported { what: what.into(), why: why.into() }
+        Error::Unsupported {
+            what: what.into(),
+            why: why.into(),
+        }
     }
 
     pub fn is_firmware(&self) -> bool {
@@ -142,7 +150,10 @@ impl Error {
     /// The errno a C caller would have seen (EREMOTEIO for firmware failures).
     pub fn errno(&self) -> i32 {
         match self {
-            Error::Firmware { report: FwReport::Outbox, .. } => libc::EREMOTEIO,
+            Error::Firmware {
+                report: FwReport::Outbox,
+                ..
+            } => libc::EREMOTEIO,
             Error::Firmware { status, .. } => CmdStatus::from_raw(*status)
                 .map(|s| s.errno())
                 .unwrap_or(libc::EIO),

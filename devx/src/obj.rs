@@ -23,7 +23,7 @@ pub struct Obj {
 /// A destroy the device refused. The object is still alive and inside; retry
 /// with `obj.destroy()` or drop it to retry once more on drop.
 pub struct DestroyFailed {
-    pub obj: Obj,
+    pub obj: Box<Obj>,
     pub error: Error,
 }
 
@@ -151,25 +151,42 @@ impl Obj {
     }
 
     /// Queues a query whose completion, tagged `wr_id`, arrives on `comp`.
-    pub fn query_async(&self, inbox: &[u8], outlen: usize, wr_id: u64, comp: &CmdComp) -> Result<()> {
+    pub fn query_async(
+        &self,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        comp: &CmdComp,
+    ) -> Result<()> {
         check_lengths(inbox, outlen)?;
         if !comp.context().same_as(&self.ctx) {
             return Err(Error::argument(
                 "the completion channel belongs to another context than the object",
             ));
         }
-        self.ctx.inner.provider.query_async(self.handle, inbox, outlen, wr_id, comp.channel())
+        self.ctx
+            .inner
+            .provider
+            .query_async(self.handle, inbox, outlen, wr_id, comp.channel())
     }
 
     /// Destroys the object now. On failure the object comes back inside the
     /// error, still alive, so the caller can destroy what references it first.
     pub fn destroy(mut self) -> Result<(), DestroyFailed> {
-        match self.ctx.inner.provider.destroy(self.handle, &self.destroy_in) {
+        match self
+            .ctx
+            .inner
+            .provider
+            .destroy(self.handle, &self.destroy_in)
+        {
             Ok(()) => {
                 self.alive = false;
                 Ok(())
             }
-            Err(error) => Err(DestroyFailed { obj: self, error }),
+            Err(error) => Err(DestroyFailed {
+                obj: Box::new(self),
+                error,
+            }),
         }
     }
 }
@@ -179,7 +196,11 @@ impl Drop for Obj {
         if self.alive {
             // Nothing to report to from a drop; the context's close reclaims
             // anything the device still refuses to destroy.
-            let _ = self.ctx.inner.provider.destroy(self.handle, &self.destroy_in);
+            let _ = self
+                .ctx
+                .inner
+                .provider
+                .destroy(self.handle, &self.destroy_in);
         }
     }
 }

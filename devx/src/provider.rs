@@ -114,7 +114,10 @@ pub trait ProviderContext: Send + Sync {
     /// A new event channel; `omit_data` delivers only cookies.
     fn create_event_channel(&self, omit_data: bool) -> Result<Arc<dyn EventChannel>> {
         let _ = omit_data;
-        Err(crate::Error::unsupported("event channels", "this provider has no firmware events"))
+        Err(crate::Error::unsupported(
+            "event channels",
+            "this provider has no firmware events",
+        ))
     }
     /// Subscribes `channel` to `event_types`, for `obj` or device-wide when `None`.
     fn subscribe_event(
@@ -125,7 +128,10 @@ pub trait ProviderContext: Send + Sync {
         cookie: u64,
     ) -> Result<()> {
         let _ = (channel, obj, event_types, cookie);
-        Err(crate::Error::unsupported("event subscription", "this provider has no firmware events"))
+        Err(crate::Error::unsupported(
+            "event subscription",
+            "this provider has no firmware events",
+        ))
     }
 }
 

@@ -35,7 +35,13 @@ impl Uar {
 
     pub fn alloc_kind(ctx: &Context, kind: UarKind) -> Result<Uar> {
         let a = ctx.inner.provider.uar_alloc(kind)?;
-        Ok(Uar { ctx: ctx.clone(), handle: a.handle, page_id: a.page_id, kind, page: a.page })
+        Ok(Uar {
+            ctx: ctx.clone(),
+            handle: a.handle,
+            page_id: a.page_id,
+            kind,
+            page: a.page,
+        })
     }
 
     /// The UAR index that `uar_page` fields of CQs and QPs take.

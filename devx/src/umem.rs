@@ -94,14 +94,22 @@ impl<M: StableMemory> Umem<M> {
             )));
         }
         if access & access::REMOTE_WRITE != 0 && access & access::LOCAL_WRITE == 0 {
-            return Err(Error::argument("umem remote write needs local write as well"));
+            return Err(Error::argument(
+                "umem remote write needs local write as well",
+            ));
         }
         let (addr, len) = memory.range();
         if len == 0 {
             return Err(Error::argument("cannot register an empty memory range"));
         }
         let (handle, id) = ctx.inner.provider.umem_reg(addr as usize, len, access)?;
-        Ok(Umem { ctx: ctx.clone(), handle, id, access, memory: Some(memory) })
+        Ok(Umem {
+            ctx: ctx.clone(),
+            handle,
+            id,
+            access,
+            memory: Some(memory),
+        })
     }
 
     /// The umem id that `*_umem_id` fields take.
@@ -114,7 +122,10 @@ impl<M: StableMemory> Umem<M> {
     }
 
     pub fn addr(&self) -> usize {
-        self.memory.as_ref().map(|m| m.range().0 as usize).unwrap_or(0)
+        self.memory
+            .as_ref()
+            .map(|m| m.range().0 as usize)
+            .unwrap_or(0)
     }
 
     pub fn len(&self) -> usize {
@@ -126,7 +137,9 @@ impl<M: StableMemory> Umem<M> {
     }
 
     pub fn memory(&self) -> &M {
-        self.memory.as_ref().expect("memory is present until deregistered")
+        self.memory
+            .as_ref()
+            .expect("memory is present until deregistered")
     }
 
     pub fn context(&self) -> &Context {
@@ -137,7 +150,10 @@ impl<M: StableMemory> Umem<M> {
     /// an object still uses it.
     pub fn deregister(mut self) -> Result<M, (Umem<M>, Error)> {
         match self.ctx.inner.provider.umem_dereg(self.handle) {
-            Ok(()) => Ok(self.memory.take().expect("memory is present until deregistered")),
+            Ok(()) => Ok(self
+                .memory
+                .take()
+                .expect("memory is present until deregistered")),
             Err(e) => Err((self, e)),
         }
     }

@@ -139,6 +139,10 @@ impl CqShared {
     pub(crate) fn cqn(&self) -> u32 {
         self.owned.id()
     }
+
+    pub(crate) fn context(&self) -> &Context {
+        &self.ctx
+    }
 }
 
 /// A completion queue (`ibv_cq`). QPs keep what they complete into alive, so
@@ -305,13 +309,16 @@ impl Cq {
             return Err(Error::unsupported(VERB, "the device does not report cq_resize"));
         }
         let n = ring_entries(VERB, &ctx, entries)?;
-        let mut ring = new_ring(VERB, &ctx, n)?;
+        let ring = new_ring(VERB, &ctx, n)?;
 
         let mut inbox = ModifyCqIn::new();
         inbox.set_opcode(Opcode::ModifyCq.raw());
         inbox.set_op_mod(MODIFY_CQ_OPMOD_RESIZE);
         inbox.set_cqn(self.cqn());
-        inbox.modify_field_select_resize_field_select_mut().set_resize_field_select(RESIZE_FIELDS);
+        inbox
+            .modify_field_select_resize_field_select_mut()
+            .resize_field_select_mut()
+            .set_resize_field_select(RESIZE_FIELDS);
         let cqc = inbox.cq_context_mut();
         cqc.set_log_cq_size(log2(n) as u8);
         cqc.set_log_page_size(0);
@@ -324,7 +331,7 @@ impl Cq {
         self.obj().modify(inbox.as_bytes(), ModifyCqOut::SIZE_BYTES).verb(VERB)?;
 
         let mut slot = self.shared.owned.deps().ring.lock().unwrap_or_else(|p| p.into_inner());
-        carry_unpolled(slot.memory(), self.log_size, ring_bytes_mut(&mut ring), log2(n), self.ci);
+        carry_unpolled(slot.memory(), self.log_size, &ring, log2(n), self.ci);
         self.ring_addr = ring.addr();
         self.log_size = log2(n);
         // The old ring's UMEM is deregistered here; firmware switched rings.
@@ -344,7 +351,10 @@ impl Cq {
         let mut inbox = ModifyCqIn::new();
         inbox.set_opcode(Opcode::ModifyCq.raw());
         inbox.set_cqn(self.cqn());
-        inbox.modify_field_select_resize_field_select_mut().set_modify_field_select(MODERATION_FIELDS);
+        inbox
+            .modify_field_select_resize_field_select_mut()
+            .modify_field_select_mut()
+            .set_modify_field_select(MODERATION_FIELDS);
         let cqc = inbox.cq_context_mut();
         cqc.set_cq_max_count(max_count);
         cqc.set_cq_period(period);
@@ -386,19 +396,12 @@ fn set_bits(buf: &mut [u8], off: u32, width: u32, v: u64) {
     let _ = prm_layouts::bits::set_masked(buf, off, width, v);
 }
 
-fn ring_bytes_mut(ring: &mut Umem<MmapMut>) -> &mut [u8] {
-    let (addr, len) = (ring.addr(), ring.len());
-    // SAFETY: the ring's mapping is `len` bytes at `addr`, owned by `ring` and
-    // borrowed mutably here; the device does not own it yet (it was just handed
-    // over, and firmware writes only past the carried entries).
-    unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) }
-}
-
 /// Copies software-owned, unpolled CQEs from the old ring into the new one at
 /// the same counter, fixing each owner bit for the new ring size.
-fn carry_unpolled(old: &MmapMut, old_log: u32, new: &mut [u8], new_log: u32, ci: u32) {
+fn carry_unpolled(old: &[u8], old_log: u32, new: &Umem<MmapMut>, new_log: u32, ci: u32) {
     let old_n = 1u32 << old_log;
     let new_n = 1u32 << new_log;
+    let new_base = new.addr() as *mut u8;
     for k in 0..old_n.min(new_n - 1) {
         let idx = ci.wrapping_add(k);
         let src_at = (idx & (old_n - 1)) as usize * CQE_SIZE;
@@ -410,9 +413,18 @@ fn carry_unpolled(old: &MmapMut, old_log: u32, new: &mut [u8], new_log: u32, ci:
             return;
         }
         let dst_at = (idx & (new_n - 1)) as usize * CQE_SIZE;
-        let Some(dst) = new.get_mut(dst_at..dst_at + CQE_SIZE) else { return };
-        dst.copy_from_slice(src);
+        if dst_at + CQE_SIZE > new.len() {
+            return;
+        }
         let owner = ((idx >> new_log) & 1) as u8;
-        dst[CQE_SIZE - 1] = (op_own & !1) | owner;
+        // SAFETY: `dst_at + 64` lies inside the new ring's mapping, which `new`
+        // keeps mapped; the device writes only entries at or past its producer
+        // counter, never the unpolled ones carried here, and no Rust reference
+        // to the ring exists (the data path reads it through raw pointers too).
+        unsafe {
+            let dst = new_base.add(dst_at);
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, CQE_SIZE);
+            dst.add(CQE_SIZE - 1).write_volatile((op_own & !1) | owner);
+        }
     }
 }

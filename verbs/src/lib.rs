@@ -1,1 +1,52 @@
-//! Verbs over DEVX.
+//! The classic RDMA verbs as thin builders over DEVX.
+//!
+//! Every verb builds its PRM mailboxes with `prm-layouts` and submits them
+//! through the `devx` object API, so verbs objects and raw DEVX objects mix
+//! freely: a verbs CQ's number can go into a raw DEVX QP, and a verbs
+//! [`Context`] can be made from a DEVX context already in use.
+//!
+//! Ownership follows the verbs model with reference-counted handles and no
+//! lifetimes in the handle types: every object keeps what it depends on alive
+//! (a QP its PD, CQs and SRQ), dropping an object destroys it before anything
+//! it uses, and an explicit `destroy`/`dealloc` returns the result (and the
+//! object itself if it was refused). A constructor that issues several
+//! commands releases whatever it already made when a later step fails.
+//!
+//! Verbs mlx5 does not provide (RD, EE contexts, special QPs, local MADs,
+//! physical MRs) return [`Error::Unsupported`] saying why.
+
+mod access;
+mod ah;
+mod context;
+mod cq;
+mod device;
+mod error;
+mod mcast;
+mod mr;
+mod mw;
+mod pd;
+mod port;
+mod qp;
+mod report;
+mod srq;
+mod unsupported;
+mod util;
+
+pub use access::AccessFlags;
+pub use ah::{Ah, AhAttr, GlobalRoute};
+pub use context::{Context, LinkLayer};
+pub use cq::{CompChannel, Cq, CqAttr, CqInit, CQE_SIZE};
+pub use device::{AtomicCap, DeviceAttr, DeviceCapFlags};
+pub use error::{DestroyError, Error, Result};
+pub use mcast::McastAttachment;
+pub use mr::{Mr, MrAttr};
+pub use mw::{Mw, MwType};
+pub use pd::{Pd, Td};
+pub use port::{Gid, GidEntry, GidType, Mtu, PortAttr, PortState};
+pub use qp::{
+    InitAttr, Qp, QpAttr, QpCap, QpInit, QpServiceType, QpState, QpType, RtrAttr, RtsAttr,
+    RtsModify,
+};
+pub use report::{DeviceReport, PortReport};
+pub use srq::{Srq, SrqAttr, SrqInit};
+pub use unsupported::{Eec, PhysBuf, PortModify, Rdd, SpecialQp};

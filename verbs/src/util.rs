@@ -98,7 +98,7 @@ impl<R> Owned<R> {
         match obj.destroy() {
             Ok(()) => Ok(()),
             Err(failed) => {
-                self.obj = Some(failed.obj);
+                self.obj = Some(*failed.obj);
                 Err((self, failed.error))
             }
         }

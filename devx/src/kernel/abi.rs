@@ -25,8 +25,8 @@ pub const UVERBS_ATTR_F_VALID_OUTPUT: u16 = 1 << 1;
 /// Driver-namespace bit of object, method and attribute ids.
 pub const UVERBS_ID_DRIVER_NS: u16 = 0x1000;
 
-/// Core object and method ids used here.
-pub mod core {
+/// Core (verbs) object, method and attribute ids used here.
+pub mod verbs {
     pub const UVERBS_OBJECT_DEVICE: u16 = 0;
     pub const UVERBS_METHOD_GET_CONTEXT: u16 = 3;
     pub const UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS: u16 = 0;
@@ -207,19 +207,37 @@ impl IoctlAttr {
     /// An IDR or FD attribute the kernel fills (`UVERBS_ACCESS_NEW`).
     #[inline]
     pub const fn new_obj(id: u16) -> IoctlAttr {
-        IoctlAttr { attr_id: id, len: 0, flags: UVERBS_ATTR_F_MANDATORY, attr_data: 0, data: 0 }
+        IoctlAttr {
+            attr_id: id,
+            len: 0,
+            flags: UVERBS_ATTR_F_MANDATORY,
+            attr_data: 0,
+            data: 0,
+        }
     }
 
     /// An IDR handle or FD number the kernel reads.
     #[inline]
     pub const fn obj(id: u16, value: u64) -> IoctlAttr {
-        IoctlAttr { attr_id: id, len: 0, flags: UVERBS_ATTR_F_MANDATORY, attr_data: 0, data: value }
+        IoctlAttr {
+            attr_id: id,
+            len: 0,
+            flags: UVERBS_ATTR_F_MANDATORY,
+            attr_data: 0,
+            data: value,
+        }
     }
 
     /// An inline 64-bit input (PTR_IN of a u64, CONST_IN).
     #[inline]
     pub const fn u64_in(id: u16, value: u64) -> IoctlAttr {
-        IoctlAttr { attr_id: id, len: 8, flags: UVERBS_ATTR_F_MANDATORY, attr_data: 0, data: value }
+        IoctlAttr {
+            attr_id: id,
+            len: 8,
+            flags: UVERBS_ATTR_F_MANDATORY,
+            attr_data: 0,
+            data: value,
+        }
     }
 
     /// An inline 32-bit input (PTR_IN of a u32, 4-byte FLAGS_IN): the value's
@@ -487,11 +505,13 @@ pub const WRITE_GET_CONTEXT_LEN: usize = 16 + ALLOC_UCONTEXT_REQ_LEN;
 pub const WRITE_GET_CONTEXT_RESP_LEN: usize = 8 + ALLOC_UCONTEXT_RESP_LEN;
 
 pub(crate) fn ne16(b: &[u8], at: usize) -> u16 {
-    b.get(at..at + 2).map_or(0, |s| u16::from_ne_bytes([s[0], s[1]]))
+    b.get(at..at + 2)
+        .map_or(0, |s| u16::from_ne_bytes([s[0], s[1]]))
 }
 
 pub(crate) fn ne32(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4).map_or(0, |s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
+    b.get(at..at + 4)
+        .map_or(0, |s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
 }
 
 pub(crate) fn ne64(b: &[u8], at: usize) -> u64 {
@@ -501,17 +521,19 @@ pub(crate) fn ne64(b: &[u8], at: usize) -> u64 {
 }
 
 pub(crate) fn be16(b: &[u8], at: usize) -> u16 {
-    b.get(at..at + 2).map_or(0, |s| u16::from_be_bytes([s[0], s[1]]))
+    b.get(at..at + 2)
+        .map_or(0, |s| u16::from_be_bytes([s[0], s[1]]))
 }
 
 pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4).map_or(0, |s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+    b.get(at..at + 4)
+        .map_or(0, |s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
 }
 
 /// Readable name of a DEVX (object, method) pair, as error messages show it.
 pub fn method_name(object_id: u16, method_id: u16) -> &'static str {
     match (object_id, method_id) {
-        (core::UVERBS_OBJECT_DEVICE, core::UVERBS_METHOD_GET_CONTEXT) => "GET_CONTEXT",
+        (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_GET_CONTEXT) => "GET_CONTEXT",
         (obj::DEVX, devx::METHOD_OTHER) => "DEVX_OTHER",
         (obj::DEVX, devx::METHOD_QUERY_UAR) => "DEVX_QUERY_UAR",
         (obj::DEVX, devx::METHOD_QUERY_EQN) => "DEVX_QUERY_EQN",
@@ -537,7 +559,11 @@ mod tests {
 
     #[test]
     fn sizes_and_offsets_match_the_uapi() {
-        let cmd = IoctlCmd::new(obj::DEVX_OBJ, devx_obj::METHOD_CREATE, [IoctlAttr::default(); 3]);
+        let cmd = IoctlCmd::new(
+            obj::DEVX_OBJ,
+            devx_obj::METHOD_CREATE,
+            [IoctlAttr::default(); 3],
+        );
         assert_eq!(std::mem::size_of_val(&cmd), 72);
         assert_eq!(cmd.hdr.length, 72);
         let base = &cmd as *const _ as usize;

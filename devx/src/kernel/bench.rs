@@ -53,7 +53,12 @@ pub fn bench_overhead(iterations: u64) -> BenchResult {
     ) {
         Ok(c) => c,
         Err(_) => {
-            return BenchResult { iterations: 0, create_ns: f64::NAN, destroy_ns: f64::NAN, general_ns: f64::NAN }
+            return BenchResult {
+                iterations: 0,
+                create_ns: f64::NAN,
+                destroy_ns: f64::NAN,
+                general_ns: f64::NAN,
+            }
         }
     };
     let ctx: &dyn ProviderContext = &ctx;

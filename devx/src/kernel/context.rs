@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use prm_layouts::enums::opcode_name;
 
 use super::abi::{
-    self, async_fd, be16, be32, core, devx, devx_obj, ne32, obj, uar, umem, AllocUcontextReq,
+    self, async_fd, be16, be32, devx, devx_obj, ne32, obj, uar, umem, verbs, AllocUcontextReq,
     IoctlAttr, IoctlCmd, UcontextResp, ALLOC_UCONTEXT_RESP_LEN, WRITE_GET_CONTEXT_LEN,
     WRITE_GET_CONTEXT_RESP_LEN,
 };
@@ -151,20 +151,28 @@ fn status_from_destroy_errno(errno: Errno) -> Option<u8> {
 }
 
 fn provider_error(message: impl Into<String>) -> Error {
-    Error::Provider { provider: PROVIDER.into(), message: message.into() }
+    Error::Provider {
+        provider: PROVIDER.into(),
+        message: message.into(),
+    }
 }
 
 /// A handle the kernel wrote into an IDR attribute.
 fn handle_of(method: &str, data: u64) -> Result<Handle> {
     Handle::try_from(data).map_err(|_| {
-        provider_error(format!("{method} returned handle {data:#x}, which does not fit in 32 bits"))
+        provider_error(format!(
+            "{method} returned handle {data:#x}, which does not fit in 32 bits"
+        ))
     })
 }
 
 /// A descriptor the kernel wrote into an FD attribute.
 fn fd_of(method: &str, data: u64) -> Result<RawFd> {
-    RawFd::try_from(data)
-        .map_err(|_| provider_error(format!("{method} returned fd {data:#x}, which is not a descriptor")))
+    RawFd::try_from(data).map_err(|_| {
+        provider_error(format!(
+            "{method} returned fd {data:#x}, which is not a descriptor"
+        ))
+    })
 }
 
 impl KernelContext {
@@ -216,20 +224,36 @@ impl KernelContext {
         let mut core_support = [0u8; 8];
         let mut resp = [0u8; ALLOC_UCONTEXT_RESP_LEN];
         let mut cmd = IoctlCmd::new(
-            core::UVERBS_OBJECT_DEVICE,
-            core::UVERBS_METHOD_GET_CONTEXT,
+            verbs::UVERBS_OBJECT_DEVICE,
+            verbs::UVERBS_METHOD_GET_CONTEXT,
             [
-                IoctlAttr::ptr_out(core::UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS, ncv.as_mut_ptr(), 4),
-                IoctlAttr::ptr_out(core::UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT, core_support.as_mut_ptr(), 8),
-                IoctlAttr::ptr_in(core::UVERBS_ATTR_UHW_IN, req),
-                IoctlAttr::ptr_out(core::UVERBS_ATTR_UHW_OUT, resp.as_mut_ptr(), resp.len()),
+                IoctlAttr::ptr_out(
+                    verbs::UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS,
+                    ncv.as_mut_ptr(),
+                    4,
+                ),
+                IoctlAttr::ptr_out(
+                    verbs::UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT,
+                    core_support.as_mut_ptr(),
+                    8,
+                ),
+                IoctlAttr::ptr_in(verbs::UVERBS_ATTR_UHW_IN, req),
+                IoctlAttr::ptr_out(verbs::UVERBS_ATTR_UHW_OUT, resp.as_mut_ptr(), resp.len()),
             ],
         );
         // SAFETY: every pointer attribute refers to a live local buffer of its length.
         unsafe { cmd.exec(sys, fd)? };
         // Outputs the kernel did not mark valid read as zero.
-        let ncv = if cmd.attrs[0].valid_output() { u32::from_ne_bytes(ncv) } else { 0 };
-        let core = if cmd.attrs[1].valid_output() { u64::from_ne_bytes(core_support) } else { 0 };
+        let ncv = if cmd.attrs[0].valid_output() {
+            u32::from_ne_bytes(ncv)
+        } else {
+            0
+        };
+        let core = if cmd.attrs[1].valid_output() {
+            u64::from_ne_bytes(core_support)
+        } else {
+            0
+        };
         let resp = if cmd.attrs[3].valid_output() {
             UcontextResp::from_bytes(&resp)
         } else {
@@ -245,7 +269,7 @@ impl KernelContext {
     ) -> std::result::Result<(UcontextResp, u32, Option<RawFd>), Errno> {
         let mut resp = [0u8; WRITE_GET_CONTEXT_RESP_LEN];
         let mut buf = [0u8; WRITE_GET_CONTEXT_LEN];
-        buf[0..4].copy_from_slice(&core::IB_USER_VERBS_CMD_GET_CONTEXT.to_ne_bytes());
+        buf[0..4].copy_from_slice(&verbs::IB_USER_VERBS_CMD_GET_CONTEXT.to_ne_bytes());
         buf[4..6].copy_from_slice(&((WRITE_GET_CONTEXT_LEN / 4) as u16).to_ne_bytes());
         buf[6..8].copy_from_slice(&((WRITE_GET_CONTEXT_RESP_LEN / 4) as u16).to_ne_bytes());
         buf[8..16].copy_from_slice(&(resp.as_mut_ptr() as u64).to_ne_bytes());
@@ -318,7 +342,12 @@ impl KernelContext {
         }
     }
 
-    fn destroy_idr(&self, object: u16, method: u16, handle: Handle) -> std::result::Result<(), Errno> {
+    fn destroy_idr(
+        &self,
+        object: u16,
+        method: u16,
+        handle: Handle,
+    ) -> std::result::Result<(), Errno> {
         let mut cmd = IoctlCmd::new(object, method, [IoctlAttr::obj(0x1000, u64::from(handle))]);
         // SAFETY: no pointer attributes.
         unsafe { cmd.exec(self.sys(), self.fd) }
@@ -354,7 +383,13 @@ impl ProviderContext for KernelContext {
         // SAFETY: `inbox` and `outbox` outlive the call and have the lengths given.
         match unsafe { cmd.exec(self.sys(), self.fd) } {
             Ok(()) => handle_of("DEVX_OBJ_CREATE", cmd.attrs[0].data),
-            Err(e) => Err(cmd_error("DEVX_OBJ_CREATE", e, &cmd.attrs[2], inbox, outbox)),
+            Err(e) => Err(cmd_error(
+                "DEVX_OBJ_CREATE",
+                e,
+                &cmd.attrs[2],
+                inbox,
+                outbox,
+            )),
         }
     }
 
@@ -363,7 +398,13 @@ impl ProviderContext for KernelContext {
     }
 
     fn modify(&self, obj: Handle, inbox: &[u8], outbox: &mut [u8]) -> Result<()> {
-        self.query_or_modify(devx_obj::METHOD_MODIFY, "DEVX_OBJ_MODIFY", obj, inbox, outbox)
+        self.query_or_modify(
+            devx_obj::METHOD_MODIFY,
+            "DEVX_OBJ_MODIFY",
+            obj,
+            inbox,
+            outbox,
+        )
     }
 
     fn destroy(&self, handle: Handle, destroy_inbox: &[u8]) -> Result<()> {
@@ -379,7 +420,10 @@ impl ProviderContext for KernelContext {
                     syndrome: 0,
                     report: FwReport::ErrnoOnly,
                 }),
-                _ => Err(Error::os(op_with_opcode("DEVX_OBJ_DESTROY", destroy_inbox), e as i32)),
+                _ => Err(Error::os(
+                    op_with_opcode("DEVX_OBJ_DESTROY", destroy_inbox),
+                    e as i32,
+                )),
             },
         }
     }
@@ -411,7 +455,10 @@ impl ProviderContext for KernelContext {
         // SAFETY: no pointer attributes.
         unsafe { cmd.exec(self.sys(), self.fd) }.map_err(|e| Error::os(NAME, e as i32))?;
         let fd = fd_of(NAME, cmd.attrs[0].data)?;
-        let guard = FdGuard { sys: self.sys(), fd };
+        let guard = FdGuard {
+            sys: self.sys(),
+            fd,
+        };
         // Non-blocking, so try_get never sleeps; get() waits in poll().
         self.sys
             .set_nonblocking(fd)
@@ -459,7 +506,10 @@ impl ProviderContext for KernelContext {
             Ok(()) => Ok(()),
             Err(e) => {
                 ch.take_pending(wr_id);
-                Err(Error::os(op_with_opcode("DEVX_OBJ_ASYNC_QUERY", inbox), e as i32))
+                Err(Error::os(
+                    op_with_opcode("DEVX_OBJ_ASYNC_QUERY", inbox),
+                    e as i32,
+                ))
             }
         }
     }
@@ -487,7 +537,9 @@ impl ProviderContext for KernelContext {
         let handle = handle_of(NAME, cmd.attrs[0].data)?;
         if !cmd.attrs[5].valid_output() {
             let _ = self.destroy_idr(obj::DEVX_UMEM, umem::METHOD_DEREG, handle);
-            return Err(provider_error(format!("{NAME} succeeded without returning the umem id")));
+            return Err(provider_error(format!(
+                "{NAME} succeeded without returning the umem id"
+            )));
         }
         Ok((handle, u32::from_ne_bytes(umem_id)))
     }
@@ -527,28 +579,44 @@ impl ProviderContext for KernelContext {
             provider_error(msg)
         };
         if !cmd.attrs[2..5].iter().all(IoctlAttr::valid_output) {
-            return Err(free(format!("{NAME} succeeded without returning its mmap offset, length and page id")));
+            return Err(free(format!(
+                "{NAME} succeeded without returning its mmap offset, length and page id"
+            )));
         }
         let offset = u64::from_ne_bytes(offset);
         let length = u32::from_ne_bytes(length) as usize;
         // One system page; anything else is not a UAR page we know how to use.
         if !(4096..=1 << 20).contains(&length) || !length.is_power_of_two() {
-            return Err(free(format!("{NAME} returned an mmap length of {length} bytes")));
+            return Err(free(format!(
+                "{NAME} returned an mmap length of {length} bytes"
+            )));
         }
         let Ok(off) = i64::try_from(offset) else {
-            return Err(free(format!("{NAME} returned mmap offset {offset:#x}, beyond off_t")));
+            return Err(free(format!(
+                "{NAME} returned mmap offset {offset:#x}, beyond off_t"
+            )));
         };
-        let base = match self.sys.mmap(length, libc::PROT_WRITE, libc::MAP_SHARED, self.fd, off) {
+        let base = match self
+            .sys
+            .mmap(length, libc::PROT_WRITE, libc::MAP_SHARED, self.fd, off)
+        {
             Ok(p) => p,
             Err(e) => {
                 let _ = self.destroy_idr(obj::UAR, uar::METHOD_DESTROY, handle);
-                return Err(Error::os(format!("mmap(UAR page at offset {offset:#x})"), e as i32));
+                return Err(Error::os(
+                    format!("mmap(UAR page at offset {offset:#x})"),
+                    e as i32,
+                ));
             }
         };
         Ok(UarAlloc {
             handle,
             page_id: u32::from_ne_bytes(page_id),
-            page: Arc::new(KernelUarPage { sys: self.sys.clone(), base, len: length }),
+            page: Arc::new(KernelUarPage {
+                sys: self.sys.clone(),
+                base,
+                len: length,
+            }),
         })
     }
 
@@ -572,14 +640,20 @@ impl ProviderContext for KernelContext {
         unsafe { cmd.exec(self.sys(), self.fd) }
             .map_err(|e| Error::os(format!("{NAME}(vector {vector})"), e as i32))?;
         if !cmd.attrs[1].valid_output() {
-            return Err(provider_error(format!("{NAME} succeeded without returning the EQ number")));
+            return Err(provider_error(format!(
+                "{NAME} succeeded without returning the EQ number"
+            )));
         }
         Ok(u32::from_ne_bytes(eqn))
     }
 
     fn create_event_channel(&self, omit_data: bool) -> Result<Arc<dyn EventChannel>> {
         const NAME: &str = "DEVX_ASYNC_EVENT_FD_ALLOC";
-        let flags = if omit_data { async_fd::FLAG_OMIT_DATA } else { 0 };
+        let flags = if omit_data {
+            async_fd::FLAG_OMIT_DATA
+        } else {
+            0
+        };
         let mut cmd = IoctlCmd::new(
             obj::DEVX_ASYNC_EVENT_FD,
             async_fd::METHOD_ALLOC,
@@ -591,12 +665,19 @@ impl ProviderContext for KernelContext {
         // SAFETY: no pointer attributes.
         unsafe { cmd.exec(self.sys(), self.fd) }.map_err(|e| Error::os(NAME, e as i32))?;
         let fd = fd_of(NAME, cmd.attrs[0].data)?;
-        let guard = FdGuard { sys: self.sys(), fd };
+        let guard = FdGuard {
+            sys: self.sys(),
+            fd,
+        };
         self.sys
             .set_nonblocking(fd)
             .map_err(|e| Error::os("fcntl(DEVX async event fd, O_NONBLOCK)", e as i32))?;
         let fd = guard.release();
-        Ok(Arc::new(KernelEventChannel { sys: self.sys.clone(), fd, omit_data }))
+        Ok(Arc::new(KernelEventChannel {
+            sys: self.sys.clone(),
+            fd,
+            omit_data,
+        }))
     }
 
     fn subscribe_event(
@@ -625,11 +706,9 @@ impl ProviderContext for KernelContext {
         let fd_attr = IoctlAttr::obj(devx::SUBSCRIBE_FD_HANDLE, ch.fd as u64);
         let cookie_attr = IoctlAttr::u64_in(devx::SUBSCRIBE_COOKIE, cookie);
         let list_attr = IoctlAttr::ptr_in(devx::SUBSCRIBE_TYPE_NUM_LIST, list);
-        // SAFETY (both arms): the list attribute is inline or points to
-        // `list`, which outlives the call.
         let r = match obj {
-            Some(h) => unsafe {
-                IoctlCmd::new(
+            Some(h) => {
+                let mut cmd = IoctlCmd::new(
                     abi::obj::DEVX,
                     devx::METHOD_SUBSCRIBE_EVENT,
                     [
@@ -638,17 +717,20 @@ impl ProviderContext for KernelContext {
                         IoctlAttr::obj(devx::SUBSCRIBE_OBJ_HANDLE, u64::from(h)),
                         list_attr,
                     ],
-                )
-                .exec(self.sys(), self.fd)
-            },
-            None => unsafe {
-                IoctlCmd::new(
+                );
+                // SAFETY: the list attribute is inline or points to `list`,
+                // which outlives the call.
+                unsafe { cmd.exec(self.sys(), self.fd) }
+            }
+            None => {
+                let mut cmd = IoctlCmd::new(
                     abi::obj::DEVX,
                     devx::METHOD_SUBSCRIBE_EVENT,
                     [fd_attr, cookie_attr, list_attr],
-                )
-                .exec(self.sys(), self.fd)
-            },
+                );
+                // SAFETY: as above.
+                unsafe { cmd.exec(self.sys(), self.fd) }
+            }
         };
         r.map_err(|e| Error::os(NAME, e as i32))
     }
@@ -774,7 +856,11 @@ pub struct KernelEventChannel {
 
 impl fmt::Debug for KernelEventChannel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "KernelEventChannel(fd {}, omit_data {})", self.fd, self.omit_data)
+        write!(
+            f,
+            "KernelEventChannel(fd {}, omit_data {})",
+            self.fd, self.omit_data
+        )
     }
 }
 
@@ -797,7 +883,9 @@ impl EventChannel for KernelEventChannel {
                 cookie: u64::from_ne_bytes(buf[..8].try_into().unwrap_or_default()),
                 eqe: buf[8..n].to_vec(),
             })),
-            Ok(n) => Err(provider_error(format!("DEVX async event fd returned an event of {n} bytes"))),
+            Ok(n) => Err(provider_error(format!(
+                "DEVX async event fd returned an event of {n} bytes"
+            ))),
             Err(Errno::EAGAIN) => Ok(None),
             // EOVERFLOW: the kernel dropped events; reported once, then reads go on.
             Err(e) => Err(Error::os("read(DEVX async event fd)", e as i32)),

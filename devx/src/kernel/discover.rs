@@ -15,6 +15,8 @@ use crate::provider::{DeviceInfo, Provider};
 
 /// PCI vendor id of Mellanox / NVIDIA networking.
 pub const MELLANOX_PCI_VENDOR: u32 = 0x15b3;
+/// IEEE OUI of Mellanox, the `vendor_id` verbs reports for its devices.
+pub const MELLANOX_IEEE_VENDOR: u32 = 0x02c9;
 /// The uverbs driver ABI version of mlx5.
 pub const MLX5_UVERBS_ABI: u32 = 1;
 
@@ -168,6 +170,16 @@ impl KernelDevice {
     pub fn vendor_id(&self) -> u32 {
         self.vendor_id
     }
+    /// The IEEE vendor id verbs reports as `vendor_id` (0x02c9 for Mellanox /
+    /// NVIDIA networking functions); what [`DeviceInfo::vendor_id`] carries,
+    /// as for the emulated device.
+    pub fn ieee_vendor_id(&self) -> u32 {
+        if self.vendor_id == MELLANOX_PCI_VENDOR {
+            MELLANOX_IEEE_VENDOR
+        } else {
+            self.vendor_id
+        }
+    }
     /// PCI device id (`4125` for a ConnectX-6 Dx), as verbs reports vendor_part_id.
     pub fn vendor_part_id(&self) -> u32 {
         self.vendor_part_id
@@ -199,7 +211,7 @@ impl KernelDevice {
             location: self.dev_path.display().to_string(),
             node_guid: self.node_guid,
             fw_version: self.fw_ver.clone(),
-            vendor_id: self.vendor_id,
+            vendor_id: self.ieee_vendor_id(),
             vendor_part_id: self.vendor_part_id,
             num_ports: self.ports.len().min(u8::MAX as usize) as u8,
         }
@@ -278,7 +290,12 @@ pub fn discover_with(sysfs_root: &Path, dev_root: &Path, sys: Arc<dyn Sys>) -> D
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.strip_prefix("uverbs").is_some_and(|r| !r.is_empty()))
         .collect();
-    names.sort_by_key(|n| (n["uverbs".len()..].parse::<u64>().unwrap_or(u64::MAX), n.clone()));
+    names.sort_by_key(|n| {
+        (
+            n["uverbs".len()..].parse::<u64>().unwrap_or(u64::MAX),
+            n.clone(),
+        )
+    });
     for name in names {
         match probe(sysfs_root, dev_root, &class, &name, &sys) {
             Ok(dev) => out.devices.push(dev),
@@ -344,8 +361,12 @@ fn probe(
         ibdev: ibdev.map(str::to_string),
         reason,
     };
-    let ibdev = read_trim(&dir.join("ibdev"))
-        .map_err(|e| skip(None, format!("cannot read {}: {e}", dir.join("ibdev").display())))?;
+    let ibdev = read_trim(&dir.join("ibdev")).map_err(|e| {
+        skip(
+            None,
+            format!("cannot read {}: {e}", dir.join("ibdev").display()),
+        )
+    })?;
     if ibdev.is_empty() {
         return Err(skip(None, "empty ibdev file".into()));
     }
@@ -369,7 +390,11 @@ fn probe(
     let mellanox_parent = driver.starts_with("mlx5_core") || vendor == Some(MELLANOX_PCI_VENDOR);
     if abi != MLX5_UVERBS_ABI || !mellanox_parent {
         let vendor_text = vendor.map_or("unknown".to_string(), |v| format!("{v:#06x}"));
-        let driver_text = if driver.is_empty() { "unknown" } else { driver.as_str() };
+        let driver_text = if driver.is_empty() {
+            "unknown"
+        } else {
+            driver.as_str()
+        };
         return Err(skip(
             ib,
             format!(
@@ -378,15 +403,18 @@ fn probe(
         ));
     }
 
-    let devno_text = read_trim(&dir.join("dev"))
-        .map_err(|e| skip(ib, format!("cannot read dev: {e}")))?;
+    let devno_text =
+        read_trim(&dir.join("dev")).map_err(|e| skip(ib, format!("cannot read dev: {e}")))?;
     let devno = parse_devno(&devno_text)
         .ok_or_else(|| skip(ib, format!("unreadable dev number '{devno_text}'")))?;
     let dev_path = dev_root.join("infiniband").join(name);
     let meta = fs::metadata(&dev_path)
         .map_err(|e| skip(ib, format!("no char device {}: {e}", dev_path.display())))?;
     if !meta.file_type().is_char_device() {
-        return Err(skip(ib, format!("{} is not a char device", dev_path.display())));
+        return Err(skip(
+            ib,
+            format!("{} is not a char device", dev_path.display()),
+        ));
     }
     let rdev = split_rdev(meta.rdev());
     if rdev != devno {
@@ -408,7 +436,11 @@ fn probe(
     let vendor_part_id = read_trim(&parent_dir.join("device"))
         .ok()
         .and_then(|s| parse_hex(&s))
-        .or_else(|| text("hca_type").strip_prefix("MT").and_then(|d| d.parse().ok()))
+        .or_else(|| {
+            text("hca_type")
+                .strip_prefix("MT")
+                .and_then(|d| d.parse().ok())
+        })
         .unwrap_or(0);
     let parent = fs::canonicalize(&parent_dir)
         .or_else(|_| fs::read_link(&parent_dir))
@@ -451,12 +483,20 @@ fn read_ports(dir: &Path) -> Vec<PortInfo> {
                 .ok()
                 .and_then(|s| parse_leading_number(&s))
                 .unwrap_or(0);
-            let link_layer = match read_trim(&p.join("link_layer")).unwrap_or_default().as_str() {
+            let link_layer = match read_trim(&p.join("link_layer"))
+                .unwrap_or_default()
+                .as_str()
+            {
                 "InfiniBand" => LinkLayer::InfiniBand,
                 "Ethernet" => LinkLayer::Ethernet,
                 other => LinkLayer::Other(other.to_string()),
             };
-            Some(PortInfo { port, state, phys_state, link_layer })
+            Some(PortInfo {
+                port,
+                state,
+                phys_state,
+                link_layer,
+            })
         })
         .collect();
     ports.sort_by_key(|p| p.port);
@@ -469,7 +509,10 @@ mod tests {
 
     #[test]
     fn guid_parsing() {
-        assert_eq!(parse_guid("b859:9f03:00d6:2a4e"), Some(0xb859_9f03_00d6_2a4e));
+        assert_eq!(
+            parse_guid("b859:9f03:00d6:2a4e"),
+            Some(0xb859_9f03_00d6_2a4e)
+        );
         assert_eq!(parse_guid("b859:9f03:00d6\n"), None);
         assert_eq!(parse_guid("zzzz:0:0:0"), None);
         assert_eq!(parse_guid(""), None);

@@ -19,7 +19,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::abi::{
-    self, async_fd, core, devx, devx_obj, obj, uar, umem, AllocUcontextReq, IoctlAttr, IoctlHdr,
+    self, async_fd, devx, devx_obj, obj, uar, umem, verbs, AllocUcontextReq, IoctlAttr, IoctlHdr,
     UcontextResp, ALLOC_UCONTEXT_RESP_LEN, ATTR_LEN, HDR_LEN, MLX5_IB_ALLOC_UCTX_DEVX,
     MLX5_LIB_CAP_DYN_UAR, RDMA_DRIVER_MLX5, RDMA_VERBS_IOCTL, UVERBS_ATTR_F_MANDATORY,
     UVERBS_ATTR_F_VALID_OUTPUT,
@@ -75,7 +75,10 @@ impl Call {
 
     /// The input payload of the PTR_IN attribute with this id.
     pub fn input(&self, id: u16) -> Option<&[u8]> {
-        self.inputs.iter().find(|(i, _)| *i == id).map(|(_, v)| v.as_slice())
+        self.inputs
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, v)| v.as_slice())
     }
 
     /// `DEVX_OBJ_CREATE`, `GET_CONTEXT`, …
@@ -127,11 +130,21 @@ struct AttrSpec {
 }
 
 const fn m(id: u16, kind: Kind) -> AttrSpec {
-    AttrSpec { id, kind, mandatory: true, rdma_core_mandatory: true }
+    AttrSpec {
+        id,
+        kind,
+        mandatory: true,
+        rdma_core_mandatory: true,
+    }
 }
 
 const fn o(id: u16, kind: Kind) -> AttrSpec {
-    AttrSpec { id, kind, mandatory: false, rdma_core_mandatory: true }
+    AttrSpec {
+        id,
+        kind,
+        mandatory: false,
+        rdma_core_mandatory: true,
+    }
 }
 
 const ANY: u16 = u16::MAX;
@@ -146,18 +159,26 @@ const U64_OUT: Kind = Kind::PtrOut(8, 8);
 const UMEM_ACCESS: u64 = 0x1 | 0x2 | 0x4 | 0x0010_0000;
 
 static GET_CONTEXT: &[AttrSpec] = &[
-    o(core::UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS, U32_OUT),
-    o(core::UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT, U64_OUT),
-    o(core::UVERBS_ATTR_UHW_IN, Kind::PtrIn(0, ANY)),
-    o(core::UVERBS_ATTR_UHW_OUT, Kind::PtrOut(0, ANY)),
+    o(verbs::UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS, U32_OUT),
+    o(verbs::UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT, U64_OUT),
+    o(verbs::UVERBS_ATTR_UHW_IN, Kind::PtrIn(0, ANY)),
+    o(verbs::UVERBS_ATTR_UHW_OUT, Kind::PtrOut(0, ANY)),
 ];
-static OTHER: &[AttrSpec] = &[m(devx::OTHER_CMD_IN, MAILBOX_IN), m(devx::OTHER_CMD_OUT, MAILBOX_OUT)];
+static OTHER: &[AttrSpec] = &[
+    m(devx::OTHER_CMD_IN, MAILBOX_IN),
+    m(devx::OTHER_CMD_OUT, MAILBOX_OUT),
+];
 static QUERY_UAR: &[AttrSpec] = &[m(0x1000, U32_IN), m(0x1001, U32_OUT)];
-static QUERY_EQN: &[AttrSpec] =
-    &[m(devx::QUERY_EQN_USER_VEC, U32_IN), m(devx::QUERY_EQN_DEV_EQN, U32_OUT)];
+static QUERY_EQN: &[AttrSpec] = &[
+    m(devx::QUERY_EQN_USER_VEC, U32_IN),
+    m(devx::QUERY_EQN_DEV_EQN, U32_OUT),
+];
 static SUBSCRIBE: &[AttrSpec] = &[
     m(devx::SUBSCRIBE_FD_HANDLE, Kind::FdRead(FdType::AsyncEvent)),
-    o(devx::SUBSCRIBE_OBJ_HANDLE, Kind::IdrRead(Some(ObjType::DevxObj))),
+    o(
+        devx::SUBSCRIBE_OBJ_HANDLE,
+        Kind::IdrRead(Some(ObjType::DevxObj)),
+    ),
     m(devx::SUBSCRIBE_TYPE_NUM_LIST, Kind::PtrIn(2, ANY)),
     o(devx::SUBSCRIBE_FD_NUM, U32_IN),
     o(devx::SUBSCRIBE_COOKIE, U64_IN),
@@ -186,14 +207,22 @@ static UMEM_REG: &[AttrSpec] = &[
     m(umem::LEN, U64_IN),
     o(umem::ACCESS, Kind::FlagsIn(UMEM_ACCESS)),
     m(umem::OUT_ID, U32_OUT),
-    AttrSpec { id: umem::PGSZ_BITMAP, kind: Kind::ConstIn, mandatory: false, rdma_core_mandatory: false },
+    AttrSpec {
+        id: umem::PGSZ_BITMAP,
+        kind: Kind::ConstIn,
+        mandatory: false,
+        rdma_core_mandatory: false,
+    },
     o(umem::DMABUF_FD, Kind::RawFd),
 ];
 static UMEM_DEREG: &[AttrSpec] = &[m(umem::HANDLE, Kind::IdrDestroy(ObjType::Umem))];
 static ASYNC_CMD_ALLOC: &[AttrSpec] = &[m(async_fd::HANDLE, Kind::FdNew)];
 static ASYNC_EVENT_ALLOC: &[AttrSpec] = &[
     m(async_fd::HANDLE, Kind::FdNew),
-    m(async_fd::EVENT_FLAGS, Kind::FlagsIn(async_fd::FLAG_OMIT_DATA as u64)),
+    m(
+        async_fd::EVENT_FLAGS,
+        Kind::FlagsIn(async_fd::FLAG_OMIT_DATA as u64),
+    ),
 ];
 static UAR_ALLOC: &[AttrSpec] = &[
     m(uar::HANDLE, Kind::IdrNew),
@@ -206,7 +235,7 @@ static UAR_DESTROY: &[AttrSpec] = &[m(uar::HANDLE, Kind::IdrDestroy(ObjType::Uar
 
 fn method_spec(object: u16, method: u16) -> Option<&'static [AttrSpec]> {
     Some(match (object, method) {
-        (core::UVERBS_OBJECT_DEVICE, core::UVERBS_METHOD_GET_CONTEXT) => GET_CONTEXT,
+        (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_GET_CONTEXT) => GET_CONTEXT,
         (obj::DEVX, devx::METHOD_OTHER) => OTHER,
         (obj::DEVX, devx::METHOD_QUERY_UAR) => QUERY_UAR,
         (obj::DEVX, devx::METHOD_QUERY_EQN) => QUERY_EQN,
@@ -243,17 +272,49 @@ fn classify(inbox: &[u8]) -> Option<Class> {
         0x936 if op_mod == 1 => Some(Class::Modify),
         0x827 | 0x829 => Some(Class::Create), // also modify; the method decides
         0xa00 | 0x200 | 0x400 | 0x500 | 0x600 | 0x700 | 0x705 | 0x710 | 0x717 | 0x771 | 0x782
-        | 0x800 | 0x806 | 0x80e | 0x816 | 0x900 | 0x904 | 0x908 | 0x90c | 0x912 | 0x916
-        | 0x930 | 0x933 | 0x939 | 0x93d | 0x940 => Some(Class::Create),
-        0x403 | 0x502..=0x507 | 0x50a | 0x50e | 0x703 | 0x708 | 0x714 | 0x71a | 0x726 | 0x729
-        | 0x72a | 0x785 | 0x901 | 0x905 | 0x909 | 0x90d | 0x913 | 0x917 | 0x93c | 0xa01 => {
-            Some(Class::Modify)
-        }
+        | 0x800 | 0x806 | 0x80e | 0x816 | 0x900 | 0x904 | 0x908 | 0x90c | 0x912 | 0x916 | 0x930
+        | 0x933 | 0x939 | 0x93d | 0x940 => Some(Class::Create),
+        0x403
+        | 0x502..=0x507
+        | 0x50a
+        | 0x50e
+        | 0x703
+        | 0x708
+        | 0x714
+        | 0x71a
+        | 0x726
+        | 0x729
+        | 0x72a
+        | 0x785
+        | 0x901
+        | 0x905
+        | 0x909
+        | 0x90d
+        | 0x913
+        | 0x917
+        | 0x93c
+        | 0xa01 => Some(Class::Modify),
         0x201 | 0x402 | 0x50b | 0x702 | 0x707 | 0x713 | 0x719 | 0x725 | 0x727 | 0x773 | 0x784
         | 0x82a | 0x903 | 0x907 | 0x90b | 0x90f | 0x915 | 0x919 | 0x932 | 0x935 | 0x937 | 0x93b
         | 0x93f | 0x942 | 0xa02 => Some(Class::Query),
-        0xb00..=0xcff | 0x100 | 0x101 | 0x10a | 0x740 | 0x750 | 0x752 | 0x754 | 0x760 | 0x762
-        | 0x76f | 0x770 | 0x80a | 0x80d | 0x822 | 0x824 | 0x826 | 0x842 => Some(Class::General),
+        0xb00..=0xcff
+        | 0x100
+        | 0x101
+        | 0x10a
+        | 0x740
+        | 0x750
+        | 0x752
+        | 0x754
+        | 0x760
+        | 0x762
+        | 0x76f
+        | 0x770
+        | 0x80a
+        | 0x80d
+        | 0x822
+        | 0x824
+        | 0x826
+        | 0x842 => Some(Class::General),
         _ => None,
     }
 }
@@ -293,11 +354,23 @@ struct UFile {
 
 #[derive(Debug)]
 enum FdState {
-    Uverbs { file: u32 },
+    Uverbs {
+        file: u32,
+    },
     /// The verbs async-event fd the write() GET_CONTEXT creates.
     VerbsAsync,
-    AsyncCmd { file: u32, queue: VecDeque<Vec<u8>>, bytes: usize, nonblock: bool },
-    AsyncEvent { file: u32, queue: VecDeque<(usize, Vec<u8>)>, omit_data: bool, nonblock: bool },
+    AsyncCmd {
+        file: u32,
+        queue: VecDeque<Vec<u8>>,
+        bytes: usize,
+        nonblock: bool,
+    },
+    AsyncEvent {
+        file: u32,
+        queue: VecDeque<(usize, Vec<u8>)>,
+        omit_data: bool,
+        nonblock: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -489,7 +562,10 @@ impl FakeKernel {
     /// ahead of anything queued.
     pub fn push_read(&self, fd: RawFd, answer: Result<Vec<u8>, i32>) {
         let mut s = self.lock();
-        s.raw_reads.entry(fd).or_default().push_back(answer.map_err(Errno::from_raw));
+        s.raw_reads
+            .entry(fd)
+            .or_default()
+            .push_back(answer.map_err(Errno::from_raw));
         drop(s);
         self.wake.notify_all();
     }
@@ -506,7 +582,10 @@ impl FakeKernel {
             .collect();
         let mut n = 0;
         for (id, fd, cookie) in targets {
-            if let Some(FdState::AsyncEvent { queue, omit_data, .. }) = s.fds.get_mut(&fd) {
+            if let Some(FdState::AsyncEvent {
+                queue, omit_data, ..
+            }) = s.fds.get_mut(&fd)
+            {
                 if *omit_data {
                     // Repeated events of one subscription collapse while queued.
                     if !queue.iter().any(|(sid, _)| *sid == id) {
@@ -596,7 +675,10 @@ impl FakeKernel {
     }
 
     fn take_tamper(s: &mut State, object: u16, method: u16) -> Option<Tamper> {
-        let i = s.tampers.iter().position(|(o, m, _)| *o == object && *m == method)?;
+        let i = s
+            .tampers
+            .iter()
+            .position(|(o, m, _)| *o == object && *m == method)?;
         Some(s.tampers.remove(i).2)
     }
 
@@ -619,7 +701,11 @@ impl FakeKernel {
         if class == Class::Create && outlen >= 12 {
             let id = s.next_obj_id;
             s.next_obj_id += 1;
-            let id = if opcode == 0xa00 { id } else { id & 0x00ff_ffff };
+            let id = if opcode == 0xa00 {
+                id
+            } else {
+                id & 0x00ff_ffff
+            };
             out[8..12].copy_from_slice(&id.to_be_bytes());
         }
         (out, false)
@@ -647,7 +733,10 @@ impl Ctx<'_> {
     }
 
     fn input(&self, id: u16) -> Option<&[u8]> {
-        self.inputs.iter().find(|(i, _)| *i == id).map(|(_, v)| v.as_slice())
+        self.inputs
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, v)| v.as_slice())
     }
 
     fn input_u64(&self, id: u16) -> Option<u64> {
@@ -760,7 +849,12 @@ impl FakeKernel {
             .map(|c| IoctlAttr::from_bytes(c.try_into().unwrap_or(&[0; ATTR_LEN])))
             .collect();
         call.attrs = attrs.clone();
-        let mut ctx = Ctx { attrs, decoded: Vec::new(), inputs: Vec::new(), buf };
+        let mut ctx = Ctx {
+            attrs,
+            decoded: Vec::new(),
+            inputs: Vec::new(),
+            buf,
+        };
         // SAFETY: pointer attributes are valid per the contract.
         let r = unsafe { self.run(&mut s, file, &hdr, &mut ctx) };
         ctx.flush();
@@ -776,7 +870,13 @@ impl FakeKernel {
     ///
     /// # Safety
     /// Pointer attributes in `ctx` are valid per [`Sys::ioctl`].
-    unsafe fn run(&self, s: &mut State, file: u32, hdr: &IoctlHdr, ctx: &mut Ctx<'_>) -> SysResult<i32> {
+    unsafe fn run(
+        &self,
+        s: &mut State,
+        file: u32,
+        hdr: &IoctlHdr,
+        ctx: &mut Ctx<'_>,
+    ) -> SysResult<i32> {
         if hdr.reserved1 != 0 || hdr.reserved2 != 0 {
             return Err(Errno::EPROTONOSUPPORT);
         }
@@ -790,7 +890,7 @@ impl FakeKernel {
         if devx_object && !s.cfg.devx {
             return Err(Errno::EPROTONOSUPPORT);
         }
-        if hdr.object_id == core::UVERBS_OBJECT_DEVICE && !s.cfg.ioctl_get_context {
+        if hdr.object_id == verbs::UVERBS_OBJECT_DEVICE && !s.cfg.ioctl_get_context {
             return Err(Errno::EPROTONOSUPPORT);
         }
         // Attributes: kinds, sizes, reserved fields, duplicates.
@@ -803,10 +903,15 @@ impl FakeKernel {
                 if a.flags & UVERBS_ATTR_F_MANDATORY != 0 {
                     return Err(Errno::EPROTONOSUPPORT);
                 }
-                s.violations.push(format!("attr {:#x} unknown to the method", a.attr_id));
+                s.violations
+                    .push(format!("attr {:#x} unknown to the method", a.attr_id));
                 continue;
             };
-            let want = if sp.rdma_core_mandatory { UVERBS_ATTR_F_MANDATORY } else { 0 };
+            let want = if sp.rdma_core_mandatory {
+                UVERBS_ATTR_F_MANDATORY
+            } else {
+                0
+            };
             if a.flags != want {
                 s.violations.push(format!(
                     "{} attr {:#x}: flags {:#x}, rdma-core sends {want:#x}",
@@ -828,7 +933,10 @@ impl FakeKernel {
                         return Err(Errno::EINVAL);
                     }
                     if a.data != 0 {
-                        s.violations.push(format!("attr {:#x}: NEW object with data {:#x}", a.attr_id, a.data));
+                        s.violations.push(format!(
+                            "attr {:#x}: NEW object with data {:#x}",
+                            a.attr_id, a.data
+                        ));
                     }
                 }
                 Kind::IdrRead(_) | Kind::IdrDestroy(_) | Kind::FdRead(_) | Kind::RawFd => {
@@ -848,7 +956,8 @@ impl FakeKernel {
                         }
                         // SAFETY: the contract makes a pointer PTR_IN valid
                         // for reads of its `len` bytes.
-                        unsafe { std::slice::from_raw_parts(a.data as *const u8, len as usize) }.to_vec()
+                        unsafe { std::slice::from_raw_parts(a.data as *const u8, len as usize) }
+                            .to_vec()
                     };
                     ctx.inputs.push((a.attr_id, bytes));
                 }
@@ -875,7 +984,11 @@ impl FakeKernel {
                     }
                 }
             }
-            ctx.decoded.push(Decoded { index: i, spec: sp, attr: a });
+            ctx.decoded.push(Decoded {
+                index: i,
+                spec: sp,
+                attr: a,
+            });
         }
         for sp in spec.iter().filter(|sp| sp.mandatory) {
             if ctx.find(sp.id).is_none() {
@@ -903,13 +1016,16 @@ impl FakeKernel {
                     }
                 }
                 Kind::FdRead(want) => {
-                    let ok = i32::try_from(d.attr.data).ok().and_then(|fd| s.fds.get(&fd)).is_some_and(
-                        |st| match (st, want) {
+                    let ok = i32::try_from(d.attr.data)
+                        .ok()
+                        .and_then(|fd| s.fds.get(&fd))
+                        .is_some_and(|st| match (st, want) {
                             (FdState::AsyncCmd { file: f2, .. }, FdType::AsyncCmd) => *f2 == file,
-                            (FdState::AsyncEvent { file: f2, .. }, FdType::AsyncEvent) => *f2 == file,
+                            (FdState::AsyncEvent { file: f2, .. }, FdType::AsyncEvent) => {
+                                *f2 == file
+                            }
                             _ => false,
-                        },
-                    );
+                        });
                     if !ok {
                         return Err(Errno::EBADF);
                     }
@@ -925,7 +1041,7 @@ impl FakeKernel {
         }
         // Everything but GET_CONTEXT needs the ucontext.
         let has_ctx = s.files.get(&file).is_some_and(|f| f.ctx.is_some());
-        if hdr.object_id != core::UVERBS_OBJECT_DEVICE && !has_ctx {
+        if hdr.object_id != verbs::UVERBS_OBJECT_DEVICE && !has_ctx {
             return Err(Errno::EINVAL);
         }
         let r = self.method(s, file, hdr, ctx, tamper);
@@ -961,15 +1077,21 @@ impl FakeKernel {
     ) -> SysResult<i32> {
         let devx_uid = s.files.get(&file).and_then(|f| f.ctx).unwrap_or(false);
         match (hdr.object_id, hdr.method_id) {
-            (core::UVERBS_OBJECT_DEVICE, core::UVERBS_METHOD_GET_CONTEXT) => {
+            (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_GET_CONTEXT) => {
                 if s.files.get(&file).is_some_and(|f| f.ctx.is_some()) {
                     return Err(Errno::EINVAL);
                 }
-                let blob = ctx.input(core::UVERBS_ATTR_UHW_IN).unwrap_or(&[]).to_vec();
+                let blob = ctx.input(verbs::UVERBS_ATTR_UHW_IN).unwrap_or(&[]).to_vec();
                 let (resp, devx) = alloc_ucontext(&s.cfg, &blob)?;
-                ctx.write_out(core::UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS, &s.cfg.num_comp_vectors.to_ne_bytes())?;
-                ctx.write_out(core::UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT, &1u64.to_ne_bytes())?;
-                ctx.write_out(core::UVERBS_ATTR_UHW_OUT, &resp.to_bytes())?;
+                ctx.write_out(
+                    verbs::UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS,
+                    &s.cfg.num_comp_vectors.to_ne_bytes(),
+                )?;
+                ctx.write_out(
+                    verbs::UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT,
+                    &1u64.to_ne_bytes(),
+                )?;
+                ctx.write_out(verbs::UVERBS_ATTR_UHW_OUT, &resp.to_bytes())?;
                 if let Some(f) = s.files.get_mut(&file) {
                     f.ctx = Some(devx);
                 }
@@ -980,8 +1102,12 @@ impl FakeKernel {
             | (obj::DEVX_OBJ, devx_obj::METHOD_MODIFY)
             | (obj::DEVX, devx::METHOD_OTHER) => {
                 let (class, in_id, out_id) = match (hdr.object_id, hdr.method_id) {
-                    (obj::DEVX_OBJ, devx_obj::METHOD_CREATE) => (Class::Create, devx_obj::CMD_IN, devx_obj::CMD_OUT),
-                    (obj::DEVX_OBJ, devx_obj::METHOD_QUERY) => (Class::Query, devx_obj::CMD_IN, devx_obj::CMD_OUT),
+                    (obj::DEVX_OBJ, devx_obj::METHOD_CREATE) => {
+                        (Class::Create, devx_obj::CMD_IN, devx_obj::CMD_OUT)
+                    }
+                    (obj::DEVX_OBJ, devx_obj::METHOD_QUERY) => {
+                        (Class::Query, devx_obj::CMD_IN, devx_obj::CMD_OUT)
+                    }
                     (obj::DEVX_OBJ, _) => (Class::Modify, devx_obj::CMD_IN, devx_obj::CMD_OUT),
                     _ => (Class::General, devx::OTHER_CMD_IN, devx::OTHER_CMD_OUT),
                 };
@@ -1030,7 +1156,9 @@ impl FakeKernel {
                 }
                 Ok(0)
             }
-            (obj::DEVX_OBJ, devx_obj::METHOD_DESTROY) => self.destroy(s, file, ctx, devx_obj::HANDLE),
+            (obj::DEVX_OBJ, devx_obj::METHOD_DESTROY) => {
+                self.destroy(s, file, ctx, devx_obj::HANDLE)
+            }
             (obj::DEVX_OBJ, devx_obj::METHOD_ASYNC_QUERY) => {
                 let inbox = ctx.input(devx_obj::CMD_IN).unwrap_or(&[]).to_vec();
                 if !devx_uid || !class_admits(Class::Query, &inbox) || abi::be16(&inbox, 4) != 0 {
@@ -1069,14 +1197,22 @@ impl FakeKernel {
                 if !devx_uid {
                     return Err(Errno::EINVAL);
                 }
-                let list = ctx.input(devx::SUBSCRIBE_TYPE_NUM_LIST).unwrap_or(&[]).to_vec();
+                let list = ctx
+                    .input(devx::SUBSCRIBE_TYPE_NUM_LIST)
+                    .unwrap_or(&[])
+                    .to_vec();
                 if list.len() & 1 != 0 || list.len() / 2 > 16 {
                     return Err(Errno::EINVAL);
                 }
-                if ctx.find(devx::SUBSCRIBE_FD_NUM).is_some() && ctx.find(devx::SUBSCRIBE_COOKIE).is_some() {
+                if ctx.find(devx::SUBSCRIBE_FD_NUM).is_some()
+                    && ctx.find(devx::SUBSCRIBE_COOKIE).is_some()
+                {
                     return Err(Errno::EINVAL);
                 }
-                let types: Vec<u16> = list.chunks_exact(2).map(|c| u16::from_ne_bytes([c[0], c[1]])).collect();
+                let types: Vec<u16> = list
+                    .chunks_exact(2)
+                    .map(|c| u16::from_ne_bytes([c[0], c[1]]))
+                    .collect();
                 if types.iter().any(|&t| t > 255) {
                     return Err(Errno::EINVAL);
                 }
@@ -1122,7 +1258,12 @@ impl FakeKernel {
             (obj::DEVX_ASYNC_CMD_FD, async_fd::METHOD_ALLOC) => {
                 let fd = Self::alloc_fd(
                     s,
-                    FdState::AsyncCmd { file, queue: VecDeque::new(), bytes: 0, nonblock: false },
+                    FdState::AsyncCmd {
+                        file,
+                        queue: VecDeque::new(),
+                        bytes: 0,
+                        nonblock: false,
+                    },
                 );
                 ctx.set_data(async_fd::HANDLE, fd as u64);
                 Ok(0)
@@ -1167,7 +1308,10 @@ impl FakeKernel {
     }
 
     fn destroy(&self, s: &mut State, file: u32, ctx: &Ctx<'_>, id: u16) -> SysResult<i32> {
-        let h = ctx.obj_data(id).and_then(|h| u32::try_from(h).ok()).ok_or(Errno::ENOENT)?;
+        let h = ctx
+            .obj_data(id)
+            .and_then(|h| u32::try_from(h).ok())
+            .ok_or(Errno::ENOENT)?;
         let f = s.files.get_mut(&file).ok_or(Errno::ENOENT)?;
         if let Some(FakeObj::Devx { opcode, .. }) = f.objects.get(&h) {
             if let Some(&(status, _)) = s.fw_fail.get(&destroy_opcode(*opcode)) {
@@ -1220,7 +1364,9 @@ fn alloc_ucontext(cfg: &Config, blob: &[u8]) -> SysResult<(UcontextResp, bool)> 
     if req.flags & !MLX5_IB_ALLOC_UCTX_DEVX != 0 || req.comp_mask != 0 || reserved {
         return Err(Errno::EOPNOTSUPP);
     }
-    if blob.len() > abi::ALLOC_UCONTEXT_REQ_LEN && blob[abi::ALLOC_UCONTEXT_REQ_LEN..].iter().any(|&b| b != 0) {
+    if blob.len() > abi::ALLOC_UCONTEXT_REQ_LEN
+        && blob[abi::ALLOC_UCONTEXT_REQ_LEN..].iter().any(|&b| b != 0)
+    {
         return Err(Errno::EOPNOTSUPP);
     }
     let total = req.total_num_bfregs.saturating_add(1) & !1;
@@ -1253,7 +1399,10 @@ impl Sys for FakeKernel {
             return Err(e);
         }
         if flags & libc::O_ACCMODE != libc::O_RDWR || flags & libc::O_CLOEXEC == 0 {
-            s.violations.push(format!("open({}) with flags {flags:#x}, rdma-core uses O_RDWR|O_CLOEXEC", path.display()));
+            s.violations.push(format!(
+                "open({}) with flags {flags:#x}, rdma-core uses O_RDWR|O_CLOEXEC",
+                path.display()
+            ));
         }
         let file = s.next_file;
         s.next_file += 1;
@@ -1301,7 +1450,7 @@ impl Sys for FakeKernel {
         if in_words * 4 != buf.len() {
             return Err(Errno::EINVAL);
         }
-        if command != core::IB_USER_VERBS_CMD_GET_CONTEXT {
+        if command != verbs::IB_USER_VERBS_CMD_GET_CONTEXT {
             return Err(Errno::EOPNOTSUPP);
         }
         if buf.len() < 16 || out_words * 4 < 8 {
@@ -1342,10 +1491,16 @@ impl Sys for FakeKernel {
         }
         match s.fds.get_mut(&fd) {
             None => Err(Errno::EBADF),
-            Some(FdState::AsyncCmd { queue, bytes, nonblock, .. }) => {
+            Some(FdState::AsyncCmd {
+                queue,
+                bytes,
+                nonblock,
+                ..
+            }) => {
                 let Some(head) = queue.front() else {
                     if !*nonblock {
-                        s.violations.push("blocking read of an empty async cmd fd".into());
+                        s.violations
+                            .push("blocking read of an empty async cmd fd".into());
                     }
                     return Err(Errno::EAGAIN);
                 };
@@ -1358,10 +1513,13 @@ impl Sys for FakeKernel {
                 queue.pop_front();
                 Ok(n)
             }
-            Some(FdState::AsyncEvent { queue, nonblock, .. }) => {
+            Some(FdState::AsyncEvent {
+                queue, nonblock, ..
+            }) => {
                 let Some((_, head)) = queue.front() else {
                     if !*nonblock {
-                        s.violations.push("blocking read of an empty async event fd".into());
+                        s.violations
+                            .push("blocking read of an empty async event fd".into());
                     }
                     return Err(Errno::EAGAIN);
                 };
@@ -1377,7 +1535,14 @@ impl Sys for FakeKernel {
         }
     }
 
-    fn mmap(&self, len: usize, prot: i32, flags: i32, fd: RawFd, offset: i64) -> SysResult<NonNull<u8>> {
+    fn mmap(
+        &self,
+        len: usize,
+        prot: i32,
+        flags: i32,
+        fd: RawFd,
+        offset: i64,
+    ) -> SysResult<NonNull<u8>> {
         let mut s = self.lock();
         if let Some(e) = s.mmap_error.take() {
             return Err(e);
@@ -1470,7 +1635,8 @@ impl Sys for FakeKernel {
         let mut s = self.lock();
         match s.fds.get_mut(&fd) {
             None => Err(Errno::EBADF),
-            Some(FdState::AsyncCmd { nonblock, .. }) | Some(FdState::AsyncEvent { nonblock, .. }) => {
+            Some(FdState::AsyncCmd { nonblock, .. })
+            | Some(FdState::AsyncEvent { nonblock, .. }) => {
                 *nonblock = true;
                 Ok(())
             }
@@ -1531,7 +1697,14 @@ impl Sys for InstantKernel {
         Err(Errno::EAGAIN)
     }
 
-    fn mmap(&self, _len: usize, _prot: i32, _flags: i32, _fd: RawFd, _offset: i64) -> SysResult<NonNull<u8>> {
+    fn mmap(
+        &self,
+        _len: usize,
+        _prot: i32,
+        _flags: i32,
+        _fd: RawFd,
+        _offset: i64,
+    ) -> SysResult<NonNull<u8>> {
         Err(Errno::ENODEV)
     }
 

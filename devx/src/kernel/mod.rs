@@ -23,6 +23,6 @@ pub use bench::{bench_overhead, BenchResult};
 pub use context::{AllocPath, KernelCmdChannel, KernelContext, KernelEventChannel, KernelUarPage};
 pub use discover::{
     discover, discover_in, discover_providers, discover_with, Discovery, KernelDevice, LinkLayer,
-    PortInfo, PortState, Skipped, MELLANOX_PCI_VENDOR, MLX5_UVERBS_ABI,
+    PortInfo, PortState, Skipped, MELLANOX_IEEE_VENDOR, MELLANOX_PCI_VENDOR, MLX5_UVERBS_ABI,
 };
 pub use sys::{real as real_sys, Errno, RealSys, Sys, SysResult};

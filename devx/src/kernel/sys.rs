@@ -44,8 +44,14 @@ pub trait Sys: Send + Sync {
     fn read(&self, fd: RawFd, buf: &mut [u8]) -> SysResult<usize>;
 
     /// `mmap(2)` at an address the system chooses (never `MAP_FIXED`).
-    fn mmap(&self, len: usize, prot: i32, flags: i32, fd: RawFd, offset: i64)
-        -> SysResult<NonNull<u8>>;
+    fn mmap(
+        &self,
+        len: usize,
+        prot: i32,
+        flags: i32,
+        fd: RawFd,
+        offset: i64,
+    ) -> SysResult<NonNull<u8>>;
 
     /// `munmap(2)`.
     ///
@@ -145,7 +151,14 @@ impl Sys for RealSys {
         // SAFETY: a null hint without MAP_FIXED lets the kernel pick unused
         // address space, so no existing memory is replaced.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, offset as libc::off_t)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                flags,
+                fd,
+                offset as libc::off_t,
+            )
         };
         if p == libc::MAP_FAILED {
             return Err(Errno::last());
@@ -159,7 +172,11 @@ impl Sys for RealSys {
     }
 
     fn poll(&self, fd: RawFd, events: i16, timeout_ms: i32) -> SysResult<i16> {
-        let mut p = libc::pollfd { fd, events, revents: 0 };
+        let mut p = libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd, count 1.
         let n = check(unsafe { libc::poll(&mut p, 1, timeout_ms) })?;
         Ok(if n == 0 { 0 } else { p.revents })

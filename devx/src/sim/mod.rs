@@ -1,13 +1,251 @@
-//! The embedded emulated ConnectX (placeholder until the emulator lands).
+//! The embedded emulated ConnectX ("sim" provider).
+//!
+//! Three layers, kept apart:
+//! * [`kernel`]: what the kernel's DEVX code does per context (uid, handle
+//!   table, admission, binding, inbox edits, UMEM probing, teardown, async
+//!   completion channels, UAR pages);
+//! * [`fw`]: the firmware command processor over per-device object tables,
+//!   answering every inbox with a PRM status and a [`syndrome`];
+//! * [`profile`]: the ConnectX-6 Dx capability profile every limit comes from.
+//!
+//! Devices are process-wide: `sim0` always exists, `simN` is created on
+//! first request and lives until the process ends.
 
-use std::sync::Arc;
+pub mod fw;
+pub mod identity;
+pub mod kernel;
+pub mod profile;
+pub mod syndrome;
 
-use crate::{Error, Provider, Result};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-pub fn device(name: &str) -> Result<Arc<dyn Provider>> {
-    Err(Error::unsupported(format!("emulated device {name}"), "the emulator is not built yet"))
+use crate::error::{Error, Result};
+use crate::provider::{DeviceInfo, Provider, ProviderContext};
+
+pub use fw::kind::ObjKind;
+pub use identity::Identity;
+pub use kernel::async_cmd::SimCmdChannel;
+pub use kernel::uar::{DoorbellSink, SimUarPage};
+pub use kernel::SimContext;
+pub use profile::Profile;
+
+/// Highest N of a `simN` device.
+pub const MAX_DEVICE_INDEX: u32 = 0xffff;
+
+/// What every context of one device shares.
+pub(crate) struct DeviceShared {
+    pub(crate) info: DeviceInfo,
+    pub(crate) fw: Arc<fw::Firmware>,
+    pub(crate) engine: Arc<kernel::async_cmd::AsyncEngine>,
+    pub(crate) doorbell: kernel::uar::DoorbellSlot,
+    pub(crate) next_ctx: AtomicU64,
+    pub(crate) contexts: AtomicUsize,
 }
 
+/// One emulated device, with introspection for tests.
+pub struct SimDevice {
+    index: u32,
+    profile: Profile,
+    shared: Arc<DeviceShared>,
+}
+
+impl SimDevice {
+    fn new(index: u32, profile: Profile) -> SimDevice {
+        let ident = Identity::new(index);
+        let info = DeviceInfo {
+            name: format!("sim{index}"),
+            provider: "sim".into(),
+            emulated: true,
+            location: format!("embedded emulated device, {}", profile.model),
+            node_guid: ident.node_guid,
+            fw_version: profile.fw_version.into(),
+            vendor_id: profile.vendor_id,
+            vendor_part_id: profile.vendor_part_id,
+            num_ports: profile.num_ports,
+        };
+        let fw = Arc::new(fw::Firmware::new(profile.clone(), ident));
+        let engine = Arc::new(kernel::async_cmd::AsyncEngine::new(Arc::clone(&fw)));
+        SimDevice {
+            index,
+            profile,
+            shared: Arc::new(DeviceShared {
+                info,
+                fw,
+                engine,
+                doorbell: Arc::new(RwLock::new(None)),
+                next_ctx: AtomicU64::new(1),
+                contexts: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.shared.info.name
+    }
+
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The capability profile this device answers from.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    /// MAC, GUID and GID table of the device's port.
+    pub fn identity(&self) -> Identity {
+        self.shared.fw.with(|st| st.ident.clone())
+    }
+
+    /// Firmware objects DEVX users created and still hold, all uids
+    /// (the device's own completion EQs and the user contexts are not counted).
+    pub fn live_objects(&self) -> usize {
+        self.shared.fw.with(|st| st.live_objects())
+    }
+
+    /// Live objects of one kind (EQs include the device's completion EQs).
+    pub fn count(&self, kind: ObjKind) -> usize {
+        self.shared.fw.with(|st| st.count(kind))
+    }
+
+    /// Live objects per kind, kinds with none left out.
+    pub fn counts(&self) -> BTreeMap<ObjKind, usize> {
+        self.shared.fw.with(|st| {
+            ObjKind::ALL
+                .iter()
+                .map(|k| (*k, st.count(*k)))
+                .filter(|(_, n)| *n > 0)
+                .collect()
+        })
+    }
+
+    /// Objects owned by one uid.
+    pub fn objects_of_uid(&self, uid: u16) -> usize {
+        self.shared.fw.with(|st| st.uid_objects(uid))
+    }
+
+    /// Contexts open right now.
+    pub fn open_contexts(&self) -> usize {
+        self.shared.contexts.load(Ordering::Relaxed)
+    }
+
+    /// Firmware commands run since the device was created.
+    pub fn commands_executed(&self) -> u64 {
+        self.shared.fw.commands_executed()
+    }
+
+    /// Installs (or removes) the receiver of doorbells rung on this device's UARs.
+    pub fn set_doorbell_sink(&self, sink: Option<Arc<dyn DoorbellSink>>) {
+        *self.shared.doorbell.write().unwrap_or_else(|e| e.into_inner()) = sink;
+    }
+
+    /// Holds queued async commands back (or lets them run again).
+    pub fn pause_async(&self, paused: bool) {
+        self.shared.engine.set_paused(paused);
+    }
+
+    /// Async commands queued and not yet started.
+    pub fn async_queued(&self) -> usize {
+        self.shared.engine.queued()
+    }
+
+    /// Opens a context and returns it with its concrete type (uid, handles).
+    pub fn open_sim(&self) -> Result<Arc<SimContext>> {
+        Ok(Arc::new(SimContext::open(Arc::clone(&self.shared))?))
+    }
+
+    /// The firmware, for the data-path engine and white-box tests.
+    pub fn firmware(&self) -> &Arc<fw::Firmware> {
+        &self.shared.fw
+    }
+}
+
+impl Provider for SimDevice {
+    fn info(&self) -> DeviceInfo {
+        self.shared.info.clone()
+    }
+
+    fn open(&self) -> Result<Arc<dyn ProviderContext>> {
+        Ok(self.open_sim()?)
+    }
+}
+
+fn registry() -> &'static Mutex<BTreeMap<u32, Arc<SimDevice>>> {
+    static REGISTRY: OnceLock<Mutex<BTreeMap<u32, Arc<SimDevice>>>> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut m = BTreeMap::new();
+        m.insert(0, Arc::new(SimDevice::new(0, Profile::connectx6_dx())));
+        Mutex::new(m)
+    })
+}
+
+/// The index N of a `simN` name.
+pub fn parse_name(name: &str) -> Result<u32> {
+    let bad = || {
+        Error::argument(format!(
+            "'{name}' is not an emulated device name (sim0, sim1, … sim{MAX_DEVICE_INDEX})"
+        ))
+    };
+    let digits = name.strip_prefix("sim").ok_or_else(bad)?;
+    if digits.is_empty()
+        || !digits.bytes().all(|b| b.is_ascii_digit())
+        || (digits.len() > 1 && digits.starts_with('0'))
+    {
+        return Err(bad());
+    }
+    let n: u32 = digits.parse().map_err(|_| bad())?;
+    if n > MAX_DEVICE_INDEX {
+        return Err(bad());
+    }
+    Ok(n)
+}
+
+/// The emulated device `name`, created with the ConnectX-6 Dx profile on
+/// first request.
+pub fn sim_device(name: &str) -> Result<Arc<SimDevice>> {
+    let n = parse_name(name)?;
+    let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
+    Ok(Arc::clone(
+        reg.entry(n).or_insert_with(|| Arc::new(SimDevice::new(n, Profile::connectx6_dx()))),
+    ))
+}
+
+/// Creates `name` with a custom profile (tests of limits). Fails if the
+/// device already exists.
+pub fn sim_device_with_profile(name: &str, profile: Profile) -> Result<Arc<SimDevice>> {
+    let n = parse_name(name)?;
+    let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
+    if reg.contains_key(&n) {
+        return Err(Error::argument(format!("emulated device {name} already exists")));
+    }
+    let d = Arc::new(SimDevice::new(n, profile));
+    reg.insert(n, Arc::clone(&d));
+    Ok(d)
+}
+
+/// The emulated device `name` (`simN`) as a provider.
+pub fn device(name: &str) -> Result<Arc<dyn Provider>> {
+    Ok(sim_device(name)?)
+}
+
+/// Every emulated device created so far (`sim0` always), by index.
 pub fn devices() -> Vec<Arc<dyn Provider>> {
-    Vec::new()
+    let reg = registry().lock().unwrap_or_else(|e| e.into_inner());
+    reg.values().map(|d| Arc::clone(d) as Arc<dyn Provider>).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(parse_name("sim0").unwrap(), 0);
+        assert_eq!(parse_name("sim12").unwrap(), 12);
+        for bad in ["sim", "sim01", "mlx5_0", "sim-1", "sim1x", "sim99999999999", "SIM1"] {
+            assert!(parse_name(bad).unwrap_err().is_argument(), "{bad}");
+        }
+    }
 }

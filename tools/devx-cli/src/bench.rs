@@ -14,6 +14,8 @@ pub enum BenchKind {
     Mailbox,
     /// Commands through the DEVX API on the emulated device.
     Cmd,
+    /// Kernel-provider overhead per command, against a kernel that answers at once.
+    Kernel,
 }
 
 /// One measured quantity.
@@ -27,6 +29,7 @@ pub fn run(kind: BenchKind, json: bool, iterations: Option<u64>) -> CliResult {
     let (bench, metrics) = match kind {
         BenchKind::Mailbox => ("mailbox", mailbox(iterations.unwrap_or(5_000_000))),
         BenchKind::Cmd => ("cmd", crate::bench_cmd::cmd(iterations.unwrap_or(200_000))?),
+        BenchKind::Kernel => ("kernel", kernel(iterations.unwrap_or(2_000_000))),
     };
     if json {
         let body: Vec<String> = metrics
@@ -105,8 +108,30 @@ fn mailbox(n: u64) -> Vec<Metric> {
     }
     let qp = per_iter(start, n);
     vec![
-        Metric { name: "create_cq_in_ns".into(), value: cq, unit: "ns per mailbox (13 fields)" },
-        Metric { name: "create_qp_in_ns".into(), value: qp, unit: "ns per mailbox (18 fields)" },
-        Metric { name: "iterations".into(), value: n as f64, unit: "per mailbox kind" },
+        Metric {
+            name: "create_cq_in_ns".into(),
+            value: cq,
+            unit: "ns per mailbox (13 fields)",
+        },
+        Metric {
+            name: "create_qp_in_ns".into(),
+            value: qp,
+            unit: "ns per mailbox (18 fields)",
+        },
+        Metric {
+            name: "iterations".into(),
+            value: n as f64,
+            unit: "per mailbox kind",
+        },
+    ]
+}
+
+fn kernel(n: u64) -> Vec<Metric> {
+    let r = devx::kernel::bench_overhead(n);
+    vec![
+        Metric { name: "create_ns".into(), value: r.create_ns, unit: "ns per OBJ_CREATE" },
+        Metric { name: "destroy_ns".into(), value: r.destroy_ns, unit: "ns per OBJ_DESTROY" },
+        Metric { name: "general_ns".into(), value: r.general_ns, unit: "ns per OTHER" },
+        Metric { name: "iterations".into(), value: n as f64, unit: "per method" },
     ]
 }

@@ -4,7 +4,9 @@
 use std::time::Instant;
 
 use devx::{access, Context, Device, Uar, Umem};
-use prm_layouts::{AllocPdIn, AllocPdOut, CreateCqIn, CreateCqOut, Opcode, QueryHcaCapIn, QueryHcaCapOut};
+use prm_layouts::{
+    AllocPdIn, AllocPdOut, CreateCqIn, CreateCqOut, Opcode, QueryHcaCapIn, QueryHcaCapOut,
+};
 
 use crate::bench::{per_iter, Metric};
 use crate::CliResult;
@@ -84,7 +86,11 @@ pub fn cmd(n: u64) -> CliResult<Vec<Metric>> {
                 unit: "ns per QUERY_HCA_CAP",
             });
         }
-        metrics.push(Metric { name: "iterations".into(), value: n as f64, unit: "per measurement" });
+        metrics.push(Metric {
+            name: "iterations".into(),
+            value: n as f64,
+            unit: "per measurement",
+        });
         Ok(metrics)
     };
     run().map_err(|e| e.to_string())

@@ -25,7 +25,8 @@ pub fn choose_device(name: Option<&str>) -> CliResult<Device> {
 
 pub fn open(name: Option<&str>) -> CliResult<Context> {
     let dev = choose_device(name)?;
-    dev.open().map_err(|e| format!("opening {}: {e}", dev.name()))
+    dev.open()
+        .map_err(|e| format!("opening {}: {e}", dev.name()))
 }
 
 pub fn devices(json: bool) -> CliResult {
@@ -49,7 +50,7 @@ pub fn devices(json: bool) -> CliResult {
     if real.is_empty() {
         println!("No mlx5 device found on this machine; emulated devices are available.");
     }
-    println!("{:<10} {:<9} {:<18} {:<12} {}", "device", "kind", "node_guid", "firmware", "where");
+    println!("{:<10} {:<9} {:<18} {:<12} where", "device", "kind", "node_guid", "firmware");
     for d in &all {
         let i = d.info();
         let kind = if i.emulated { "emulated" } else { "mlx5" };
@@ -101,7 +102,11 @@ pub fn cmd(device: Option<&str>, hex_arg: &str, outlen: Option<usize>, json: boo
     let out = ctx.general_cmd(&inbox, outlen).map_err(|e| e.to_string())?;
     match layouts {
         Some((_, meta)) if out.len() >= meta.size_bytes() => {
-            let fixed = if meta.tail.is_some() { &out[..] } else { &out[..meta.size_bytes()] };
+            let fixed = if meta.tail.is_some() {
+                &out[..]
+            } else {
+                &out[..meta.size_bytes()]
+            };
             print_decoded(meta, fixed, false, json)
         }
         _ => {

@@ -40,9 +40,23 @@ fn print_table(m: &LayoutMeta) {
         .tail
         .map(|t| format!(", then {}[] of {} bits each", t.name, t.elem_bits))
         .unwrap_or_default();
-    println!("{} ({} bytes, {} bits{tail})", m.name, m.size_bits / 8, m.size_bits);
-    let width = m.fields.iter().map(|f| f.name.len()).max().unwrap_or(5).max(5);
-    println!("  {:<width$}  {:>8}  {:>6}  {:>7}", "field", "bit", "width", "byte");
+    println!(
+        "{} ({} bytes, {} bits{tail})",
+        m.name,
+        m.size_bits / 8,
+        m.size_bits
+    );
+    let width = m
+        .fields
+        .iter()
+        .map(|f| f.name.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    println!(
+        "  {:<width$}  {:>8}  {:>6}  {:>7}",
+        "field", "bit", "width", "byte"
+    );
     for f in m.fields {
         println!(
             "  {:<width$}  {:>#8x}  {:>6}  {:>7}",
@@ -61,7 +75,10 @@ pub fn layouts_json(layouts: &[&LayoutMeta]) -> String {
         if i > 0 {
             s.push(',');
         }
-        s.push_str(&format!("\n  \"{}\": {{\"size_bits\": {}, \"fields\": [", m.name, m.size_bits));
+        s.push_str(&format!(
+            "\n  \"{}\": {{\"size_bits\": {}, \"fields\": [",
+            m.name, m.size_bits
+        ));
         for (j, f) in m.fields.iter().enumerate() {
             if j > 0 {
                 s.push_str(", ");
@@ -84,7 +101,9 @@ pub fn parse_field_value(m: &LayoutMeta, name: &str, text: &str) -> CliResult<Fi
         Some(FieldKind::Bytes) => parse_hex(text)
             .map(FieldValue::Bytes)
             .map_err(|e| format!("field {name}: {e}")),
-        _ => parse_number(text).map(FieldValue::Scalar).map_err(|e| format!("field {name}: {e}")),
+        _ => parse_number(text)
+            .map(FieldValue::Scalar)
+            .map_err(|e| format!("field {name}: {e}")),
     }
 }
 
@@ -94,7 +113,8 @@ pub fn build_mailbox(m: &LayoutMeta, assignments: &[String]) -> CliResult<Vec<u8
     for a in assignments {
         let (name, text) = split_assignment(a)?;
         let value = parse_field_value(m, name, text)?;
-        m.set_value(&mut buf, name, &value).map_err(|e| e.to_string())?;
+        m.set_value(&mut buf, name, &value)
+            .map_err(|e| e.to_string())?;
     }
     Ok(buf)
 }
@@ -109,8 +129,10 @@ pub fn encode(layout: &str, fields: &[String]) -> CliResult {
 /// The decoded fields of `buf`, one `name = value` per line.
 pub fn decoded_lines(m: &LayoutMeta, buf: &[u8], all: bool) -> CliResult<Vec<(String, String)>> {
     let fields = m.decode(buf, all).map_err(|e| e.to_string())?;
-    let mut out: Vec<(String, String)> =
-        fields.into_iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+    let mut out: Vec<(String, String)> = fields
+        .into_iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
     if let Some(t) = m.tail {
         let tail = m.tail_values(buf).map_err(|e| e.to_string())?;
         for (i, v) in tail.iter().enumerate() {
@@ -125,9 +147,15 @@ pub fn decoded_lines(m: &LayoutMeta, buf: &[u8], all: bool) -> CliResult<Vec<(St
 pub fn print_decoded(m: &LayoutMeta, buf: &[u8], all: bool, json: bool) -> CliResult {
     let lines = decoded_lines(m, buf, all)?;
     if json {
-        let body: Vec<String> =
-            lines.iter().map(|(n, v)| format!("\"{n}\": \"{v}\"")).collect();
-        println!("{{\"layout\": \"{}\", \"fields\": {{{}}}}}", m.name, body.join(", "));
+        let body: Vec<String> = lines
+            .iter()
+            .map(|(n, v)| format!("\"{n}\": \"{v}\""))
+            .collect();
+        println!(
+            "{{\"layout\": \"{}\", \"fields\": {{{}}}}}",
+            m.name,
+            body.join(", ")
+        );
         return Ok(());
     }
     if lines.is_empty() {

@@ -15,7 +15,11 @@ use clap::{Parser, Subcommand};
 pub type CliResult<T = ()> = Result<T, String>;
 
 #[derive(Parser)]
-#[command(name = "devx-cli", version, about = "mlx5 DEVX commands, objects and PRM layouts")]
+#[command(
+    name = "devx-cli",
+    version,
+    about = "mlx5 DEVX commands, objects and PRM layouts"
+)]
 struct Cli {
     /// Device to use; default: the first real mlx5 device, else the emulated sim0.
     #[arg(long, global = true)]
@@ -90,8 +94,17 @@ fn run(cli: Cli) -> CliResult {
         Command::Cmd { hex, outlen, json } => device_cmd::cmd(device, &hex, outlen, json),
         Command::Layout { name, json } => layout_cmd::layout(name.as_deref(), json),
         Command::Encode { layout, fields } => layout_cmd::encode(&layout, &fields),
-        Command::Decode { layout, hex, all, json } => layout_cmd::decode(&layout, &hex, all, json),
-        Command::Bench { what, json, iterations } => bench::run(what, json, iterations),
+        Command::Decode {
+            layout,
+            hex,
+            all,
+            json,
+        } => layout_cmd::decode(&layout, &hex, all, json),
+        Command::Bench {
+            what,
+            json,
+            iterations,
+        } => bench::run(what, json, iterations),
     }
 }
 

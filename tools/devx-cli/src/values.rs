@@ -40,8 +40,11 @@ pub fn parse_hex(text: &str) -> CliResult<Vec<u8>> {
     if let Some((i, c)) = clean.char_indices().find(|(_, c)| !c.is_ascii_hexdigit()) {
         return Err(format!("'{c}' at position {i} is not a hex digit"));
     }
-    if clean.len() % 2 != 0 {
-        return Err(format!("hex has an odd number of digits ({}); each byte needs two", clean.len()));
+    if !clean.len().is_multiple_of(2) {
+        return Err(format!(
+            "hex has an odd number of digits ({}); each byte needs two",
+            clean.len()
+        ));
     }
     hex::decode(&clean).map_err(|e| format!("bad hex: {e}"))
 }

@@ -4,7 +4,10 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 fn cli(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_devx-cli")).args(args).output().expect("devx-cli runs")
+    Command::new(env!("CARGO_BIN_EXE_devx-cli"))
+        .args(args)
+        .output()
+        .expect("devx-cli runs")
 }
 
 fn cli_stdin(args: &[&str], input: &str) -> Output {
@@ -15,7 +18,12 @@ fn cli_stdin(args: &[&str], input: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("devx-cli runs");
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
     child.wait_with_output().unwrap()
 }
 
@@ -25,7 +33,11 @@ fn stdout(o: &Output) -> String {
 
 /// A failed run prints exactly one error line and exits non-zero.
 fn assert_one_line_error(o: &Output, needle: &str) {
-    assert!(!o.status.success(), "expected failure, got success: {}", stdout(o));
+    assert!(
+        !o.status.success(),
+        "expected failure, got success: {}",
+        stdout(o)
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "one error line expected, got: {err}");
@@ -65,7 +77,10 @@ fn encode_then_decode_round_trips() {
 
 #[test]
 fn decode_reads_stdin() {
-    let o = cli_stdin(&["decode", "alloc_pd_out", "-"], "00000000 00000000\n00001234 00000000\n");
+    let o = cli_stdin(
+        &["decode", "alloc_pd_out", "-"],
+        "00000000 00000000\n00001234 00000000\n",
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(stdout(&o).contains("pd"));
     assert!(stdout(&o).contains("0x1234"));
@@ -86,7 +101,10 @@ fn layout_json_has_the_stable_schema() {
 
 #[test]
 fn unknown_layout_suggests_names() {
-    assert_one_line_error(&cli(&["layout", "create_cq_inn"]), "did you mean create_cq_in");
+    assert_one_line_error(
+        &cli(&["layout", "create_cq_inn"]),
+        "did you mean create_cq_in",
+    );
     assert_one_line_error(&cli(&["encode", "creat_qp_in", "opcode=1"]), "did you mean");
 }
 
@@ -104,7 +122,10 @@ fn value_too_wide_is_refused() {
 
 #[test]
 fn bad_values_are_refused() {
-    assert_one_line_error(&cli(&["encode", "alloc_pd_in", "opcode=banana"]), "not a number");
+    assert_one_line_error(
+        &cli(&["encode", "alloc_pd_in", "opcode=banana"]),
+        "not a number",
+    );
     assert_one_line_error(&cli(&["encode", "alloc_pd_in", "opcode"]), "field=value");
 }
 
@@ -119,13 +140,21 @@ fn wrong_lengths_are_refused() {
     let short = "00".repeat(15);
     assert_one_line_error(&cli(&["decode", "alloc_pd_in", &short]), "needs 16 bytes");
     let long = "00".repeat(17);
-    assert_one_line_error(&cli(&["decode", "alloc_pd_in", &long]), "longer than layout");
+    assert_one_line_error(
+        &cli(&["decode", "alloc_pd_in", &long]),
+        "longer than layout",
+    );
 }
 
 #[test]
 fn byte_fields_take_hex() {
     let gid = "fe800000000000000000000000000001";
-    let o = cli(&["encode", "attach_to_mcg_in", "opcode=0x806", &format!("multicast_gid={gid}")]);
+    let o = cli(&[
+        "encode",
+        "attach_to_mcg_in",
+        "opcode=0x806",
+        &format!("multicast_gid={gid}"),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(stdout(&o).trim().ends_with(gid));
     let bad = cli(&["encode", "attach_to_mcg_in", "multicast_gid=fe80"]);

@@ -71,8 +71,3 @@ pub fn put(out: &mut [u8], at: usize, bytes: &[u8]) -> FwResult {
         None => fail(syndrome::OUTBOX_SHORT),
     }
 }
-
-/// True when every byte in `range` of `buf` is zero (missing bytes count as zero).
-pub fn zero(buf: &[u8], range: core::ops::Range<usize>) -> bool {
-    buf.get(range).map_or(true, |b| b.iter().all(|&x| x == 0))
-}

@@ -1,0 +1,5 @@
+//! General objects.
+use crate::sim::fw::state::Holder;
+#[derive(Debug, Clone)]
+pub struct GeneralObj;
+impl Holder for GeneralObj {}

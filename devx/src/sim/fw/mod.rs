@@ -1,0 +1,158 @@
+//! The emulated firmware: a command processor over per-device state.
+//!
+//! Every mailbox goes through the same gate before its handler runs: header
+//! length, opcode known, inbox and outbox at least as long as the command's
+//! PRM layouts, op_mod allowed, reserved header bits zero, uid alive. Then
+//! the handler validates the command's own fields and references. A failure
+//! is written to the outbox as status + syndrome, exactly as firmware
+//! answers; nothing here panics on any input bytes.
+
+pub mod cmd;
+pub mod cq;
+pub mod dispatch;
+pub mod eq;
+pub mod ext;
+pub mod general;
+pub mod kind;
+pub mod mkey;
+pub mod pd;
+pub mod qp;
+pub mod qp_state;
+pub mod state;
+pub mod table;
+pub mod uar;
+pub mod umem;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use cmd::{fail, Cmd, FwError, FwResult};
+use state::State;
+
+use super::identity::Identity;
+use super::profile::Profile;
+use super::syndrome;
+
+/// One device's firmware. All state sits behind one lock: commands from
+/// many threads serialize as they do on the device's command queue.
+pub struct Firmware {
+    state: Mutex<State>,
+    commands: AtomicU64,
+}
+
+impl Firmware {
+    pub fn new(profile: Profile, ident: Identity) -> Firmware {
+        let mut st = State::new(profile, ident);
+        // The EQ table is sized from the profile, so this cannot fail for a
+        // sane profile; a nonsense one just gets fewer vectors.
+        let _ = eq::create_completion_eqs(&mut st);
+        Firmware { state: Mutex::new(st), commands: AtomicU64::new(0) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A handler never panics by design; if one did, the state it left is
+        // still the best there is.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs one command. The outbox is zeroed, then filled by the handler or
+    /// with status and syndrome (as far as it reaches) on failure.
+    pub fn execute(&self, inbox: &[u8], outbox: &mut [u8]) -> FwResult {
+        self.commands.fetch_add(1, Ordering::Relaxed);
+        outbox.fill(0);
+        let r = self.run(inbox, outbox);
+        if let Err(e) = r {
+            write_status(outbox, e);
+        }
+        r
+    }
+
+    fn run(&self, inbox: &[u8], outbox: &mut [u8]) -> FwResult {
+        if inbox.len() < 16 {
+            return fail(syndrome::INBOX_SHORT);
+        }
+        if outbox.len() < 16 {
+            return fail(syndrome::OUTBOX_SHORT);
+        }
+        let be16 = |at: usize| u16::from_be_bytes([inbox[at], inbox[at + 1]]);
+        let (opcode, uid, op_mod) = (be16(0), be16(2), be16(6));
+        let Some(def) = dispatch::lookup(opcode) else {
+            return fail(syndrome::UNKNOWN_OPCODE);
+        };
+        if inbox.len() < def.in_len {
+            return fail(syndrome::INBOX_SHORT);
+        }
+        if outbox.len() < def.out_len {
+            return fail(syndrome::OUTBOX_SHORT);
+        }
+        if !def.op_mods.allows(op_mod) {
+            return fail(syndrome::BAD_OP_MOD);
+        }
+        if !def.general_header && be16(4) != 0 {
+            return fail(syndrome::HEADER_RESERVED);
+        }
+        let mut st = self.lock();
+        if uid != 0 && !st.uctx.contains(u32::from(uid)) {
+            return fail(syndrome::BAD_UID);
+        }
+        let cmd = Cmd { inbox, opcode, op_mod, uid };
+        (def.handler)(&mut st, &cmd, outbox)
+    }
+
+    /// CREATE_UCTX: a new DEVX uid.
+    pub fn create_uctx(&self) -> FwResult<u16> {
+        let n = self.lock().uctx.insert(0, ())?;
+        // Numbers come from 1..=0xfffe, so they fit.
+        Ok(n as u16)
+    }
+
+    /// DESTROY_UCTX: refused while the uid still owns objects.
+    pub fn destroy_uctx(&self, uid: u16) -> FwResult {
+        let mut st = self.lock();
+        if st.uid_objects(uid) > 0 {
+            return fail(syndrome::UCTX_HAS_OBJECTS);
+        }
+        st.uctx.remove(u32::from(uid), 0).map(|_| ())
+    }
+
+    /// Removes whatever `uid` still owns; returns how many objects went.
+    pub fn purge_uid(&self, uid: u16) -> usize {
+        self.lock().purge_uid(uid)
+    }
+
+    /// CREATE_UMEM for a range the kernel layer has checked.
+    pub fn create_umem(&self, uid: u16, region: umem::UmemObj) -> FwResult<u32> {
+        let mut st = self.lock();
+        if !st.uctx.contains(u32::from(uid)) {
+            return fail(syndrome::BAD_UID);
+        }
+        umem::create(&mut st, uid, region)
+    }
+
+    /// Reads the state (introspection, data path).
+    pub fn with<R>(&self, f: impl FnOnce(&State) -> R) -> R {
+        f(&self.lock())
+    }
+
+    /// Changes the state outside a command (data path events).
+    pub fn with_mut<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        f(&mut self.lock())
+    }
+
+    /// Commands executed since the device started.
+    pub fn commands_executed(&self) -> u64 {
+        self.commands.load(Ordering::Relaxed)
+    }
+}
+
+/// Writes status (byte 0) and syndrome (bytes 4..8) as far as the outbox reaches.
+pub fn write_status(outbox: &mut [u8], e: FwError) {
+    if let Some(b) = outbox.first_mut() {
+        *b = e.status;
+    }
+    for (i, b) in e.syndrome.to_be_bytes().iter().enumerate() {
+        if let Some(o) = outbox.get_mut(4 + i) {
+            *o = *b;
+        }
+    }
+}

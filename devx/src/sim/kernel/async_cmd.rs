@@ -1,0 +1,249 @@
+//! Asynchronous queries: completion channels (a pollable eventfd plus a
+//! queue) and the per-device worker that runs queued commands in order.
+//!
+//! A context that goes away cancels its queued commands: each completes
+//! with `Error::Cancelled` on its channel, after any command of that context
+//! already running has finished.
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
+
+use crate::error::{Error, Result};
+use crate::provider::{AsyncCompletion, CmdChannel};
+use crate::sim::fw::Firmware;
+
+/// Outstanding output bytes a channel may hold (the kernel's per-fd cap).
+pub const MAX_OUTSTANDING_BYTES: usize = 1 << 20;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct ChanQ {
+    /// Finished completions with the output bytes they hold.
+    done: VecDeque<(AsyncCompletion, usize)>,
+    /// Submitted, not yet finished.
+    pending: usize,
+    /// Output bytes of pending and unread completions.
+    bytes: usize,
+}
+
+pub(crate) struct ChanInner {
+    pub(crate) ctx_id: u64,
+    q: Mutex<ChanQ>,
+    cv: Condvar,
+    efd: EventFd,
+}
+
+impl ChanInner {
+    /// Accounts for a new command of `outlen` output bytes.
+    fn reserve(&self, outlen: usize) -> Result<()> {
+        let mut q = lock(&self.q);
+        if q.bytes + outlen > MAX_OUTSTANDING_BYTES {
+            return Err(Error::os("async query: channel has 1 MiB of output outstanding", libc::EAGAIN));
+        }
+        q.bytes += outlen;
+        q.pending += 1;
+        Ok(())
+    }
+
+    fn complete(&self, c: AsyncCompletion, outlen: usize) {
+        let mut q = lock(&self.q);
+        q.pending = q.pending.saturating_sub(1);
+        if q.done.is_empty() {
+            // Readable while anything is queued; an eventfd write only fails
+            // on counter overflow, which one pending unit never reaches.
+            let _ = self.efd.write(1);
+        }
+        q.done.push_back((c, outlen));
+        self.cv.notify_all();
+    }
+
+    fn pop(&self, block: bool) -> Result<Option<AsyncCompletion>> {
+        let mut q = lock(&self.q);
+        loop {
+            if let Some((c, outlen)) = q.done.pop_front() {
+                q.bytes = q.bytes.saturating_sub(outlen);
+                if q.done.is_empty() {
+                    // Drain the counter: the fd stops polling readable.
+                    let _ = self.efd.read();
+                }
+                return Ok(Some(c));
+            }
+            if !block {
+                return Ok(None);
+            }
+            if q.pending == 0 {
+                return Err(Error::argument(
+                    "no asynchronous command is outstanding on this channel",
+                ));
+            }
+            q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// A completion channel of the emulated device.
+pub struct SimCmdChannel {
+    pub(crate) inner: Arc<ChanInner>,
+}
+
+impl SimCmdChannel {
+    pub(crate) fn new(ctx_id: u64) -> Result<SimCmdChannel> {
+        let efd = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+            .map_err(|e| Error::os("eventfd", e as i32))?;
+        Ok(SimCmdChannel {
+            inner: Arc::new(ChanInner {
+                ctx_id,
+                q: Mutex::new(ChanQ { done: VecDeque::new(), pending: 0, bytes: 0 }),
+                cv: Condvar::new(),
+                efd,
+            }),
+        })
+    }
+
+    /// Commands submitted and not yet completed.
+    pub fn pending(&self) -> usize {
+        lock(&self.inner.q).pending
+    }
+}
+
+impl CmdChannel for SimCmdChannel {
+    fn fd(&self) -> RawFd {
+        self.inner.efd.as_raw_fd()
+    }
+
+    fn try_get(&self) -> Result<Option<AsyncCompletion>> {
+        self.inner.pop(false)
+    }
+
+    fn get(&self) -> Result<AsyncCompletion> {
+        self.inner.pop(true).and_then(|c| c.ok_or_else(|| Error::argument("no completion")))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+struct Job {
+    ctx: u64,
+    inbox: Vec<u8>,
+    outlen: usize,
+    wr_id: u64,
+    chan: Arc<ChanInner>,
+}
+
+struct EngineQ {
+    jobs: VecDeque<Job>,
+    paused: bool,
+    started: bool,
+    /// Context of the job being executed, if any.
+    running: Option<u64>,
+}
+
+/// The device's asynchronous command worker.
+pub(crate) struct AsyncEngine {
+    fw: Arc<Firmware>,
+    q: Mutex<EngineQ>,
+    cv: Condvar,
+}
+
+impl AsyncEngine {
+    pub(crate) fn new(fw: Arc<Firmware>) -> AsyncEngine {
+        AsyncEngine {
+            fw,
+            q: Mutex::new(EngineQ { jobs: VecDeque::new(), paused: false, started: false, running: None }),
+            cv: Condvar::new(),
+        }
+    }
+
+    /// Queues `inbox` (already admitted and stamped) for `chan`.
+    pub(crate) fn submit(
+        self: &Arc<Self>,
+        ctx: u64,
+        inbox: Vec<u8>,
+        outlen: usize,
+        wr_id: u64,
+        chan: &Arc<ChanInner>,
+    ) -> Result<()> {
+        chan.reserve(outlen)?;
+        let mut q = lock(&self.q);
+        if !q.started {
+            let me = Arc::clone(self);
+            let spawned = std::thread::Builder::new()
+                .name("sim-async".into())
+                .spawn(move || me.run());
+            if let Err(e) = spawned {
+                drop(q);
+                chan.complete((wr_id, Err(Error::os("spawn async worker", e.raw_os_error().unwrap_or(libc::EAGAIN)))), outlen);
+                return Ok(());
+            }
+            q.started = true;
+        }
+        q.jobs.push_back(Job { ctx, inbox, outlen, wr_id, chan: Arc::clone(chan) });
+        self.cv.notify_all();
+        Ok(())
+    }
+
+    fn run(&self) {
+        loop {
+            let job = {
+                let mut q = lock(&self.q);
+                while q.paused || q.jobs.is_empty() {
+                    q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+                let Some(job) = q.jobs.pop_front() else { continue };
+                q.running = Some(job.ctx);
+                job
+            };
+            let mut out = vec![0u8; job.outlen];
+            let result = match self.fw.execute(&job.inbox, &mut out) {
+                Ok(()) => Ok(out),
+                Err(_) => Err(Error::from_outbox(&job.inbox, &out)),
+            };
+            job.chan.complete((job.wr_id, result), job.outlen);
+            let mut q = lock(&self.q);
+            q.running = None;
+            self.cv.notify_all();
+        }
+    }
+
+    /// Cancels every queued command of context `ctx` and waits for one of
+    /// its commands that is running right now.
+    pub(crate) fn cancel_ctx(&self, ctx: u64) {
+        let cancelled: Vec<Job> = {
+            let mut q = lock(&self.q);
+            let (mine, rest): (VecDeque<Job>, VecDeque<Job>) =
+                std::mem::take(&mut q.jobs).into_iter().partition(|j| j.ctx == ctx);
+            q.jobs = rest;
+            while q.running == Some(ctx) {
+                q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+            mine.into_iter().collect()
+        };
+        for j in cancelled {
+            let what = format!(
+                "{} (wr_id {})",
+                prm_layouts::enums::opcode_name(crate::admission::opcode_of(&j.inbox)),
+                j.wr_id
+            );
+            j.chan.complete((j.wr_id, Err(Error::Cancelled(what))), j.outlen);
+        }
+    }
+
+    /// Holds queued commands back (tests use it to make cancellation certain).
+    pub(crate) fn set_paused(&self, paused: bool) {
+        lock(&self.q).paused = paused;
+        self.cv.notify_all();
+    }
+
+    /// Commands queued and not yet started.
+    pub(crate) fn queued(&self) -> usize {
+        lock(&self.q).jobs.len()
+    }
+}

@@ -1,0 +1,118 @@
+//! UAR pages of the emulated device: an owned, page-aligned 4 KiB block
+//! standing in for the mmapped doorbell page. A 64-bit store is kept in the
+//! page and handed to the device's doorbell sink (the data-path engine).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use crate::provider::{UarKind, UarPage};
+
+/// Receives every doorbell written to an emulated UAR page.
+pub trait DoorbellSink: Send + Sync {
+    /// `value` was stored at `offset` of UAR page `page_id` (bytes as in memory).
+    fn doorbell(&self, page_id: u32, offset: usize, value: u64);
+}
+
+/// A device's doorbell sink slot, shared by all its UAR pages.
+pub type DoorbellSlot = Arc<RwLock<Option<Arc<dyn DoorbellSink>>>>;
+
+pub const UAR_PAGE_SIZE: usize = 4096;
+
+#[repr(C, align(4096))]
+struct PageWords([AtomicU64; UAR_PAGE_SIZE / 8]);
+
+/// One emulated UAR page.
+pub struct SimUarPage {
+    words: Box<PageWords>,
+    page_id: u32,
+    kind: UarKind,
+    freed: AtomicBool,
+    sink: DoorbellSlot,
+}
+
+impl SimUarPage {
+    pub fn new(page_id: u32, kind: UarKind, sink: DoorbellSlot) -> SimUarPage {
+        SimUarPage {
+            words: Box::new(PageWords(std::array::from_fn(|_| AtomicU64::new(0)))),
+            page_id,
+            kind,
+            freed: AtomicBool::new(false),
+            sink,
+        }
+    }
+
+    pub fn page_id(&self) -> u32 {
+        self.page_id
+    }
+
+    pub fn kind(&self) -> UarKind {
+        self.kind
+    }
+
+    /// The last value stored at `offset` (8-byte aligned), for the data path.
+    pub fn read64(&self, offset: usize) -> Option<u64> {
+        if offset % 8 != 0 {
+            return None;
+        }
+        self.words.0.get(offset / 8).map(|w| w.load(Ordering::Acquire))
+    }
+
+    /// After UAR free the page stays allocated (a stale mapping must not
+    /// fault) but doorbells through it reach nobody.
+    pub(crate) fn mark_freed(&self) {
+        self.freed.store(true, Ordering::Release);
+    }
+}
+
+impl UarPage for SimUarPage {
+    fn base(&self) -> *mut u8 {
+        self.words.0.as_ptr() as *mut u8
+    }
+
+    fn write64(&self, offset: usize, value: u64) {
+        // Unaligned or out-of-page stores are dropped, as a PCIe write
+        // outside the BAR page would be.
+        if offset % 8 != 0 {
+            return;
+        }
+        let Some(word) = self.words.0.get(offset / 8) else { return };
+        word.store(value, Ordering::Release);
+        if self.freed.load(Ordering::Acquire) {
+            return;
+        }
+        let sink = self.sink.read().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(s) = sink {
+            s.doorbell(self.page_id, offset, value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    struct Log(Mutex<Vec<(u32, usize, u64)>>);
+    impl DoorbellSink for Log {
+        fn doorbell(&self, page_id: u32, offset: usize, value: u64) {
+            self.0.lock().unwrap().push((page_id, offset, value));
+        }
+    }
+
+    #[test]
+    fn stores_land_in_the_page_and_reach_the_sink() {
+        let slot: DoorbellSlot = Arc::new(RwLock::new(None));
+        let log = Arc::new(Log(Mutex::new(Vec::new())));
+        *slot.write().unwrap() = Some(log.clone());
+        let p = SimUarPage::new(3, UarKind::BlueFlame, slot);
+        assert_eq!(p.base() as usize % 4096, 0);
+        p.write64(0x20, 0x1122_3344_5566_7788);
+        p.write64(0x21, 1);
+        p.write64(4096, 1);
+        assert_eq!(p.read64(0x20), Some(0x1122_3344_5566_7788));
+        assert_eq!(log.0.lock().unwrap().as_slice(), &[(3, 0x20, 0x1122_3344_5566_7788)]);
+        p.mark_freed();
+        p.write64(0x800, 5);
+        assert_eq!(log.0.lock().unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,336 @@
+//! Memory regions as UMEM-backed MKEYs (access mode MTT, `mkey_umem_id`),
+//! the way DEVX users register memory (prm-guide §3.4).
+//!
+//! DEVX has no MODIFY_MKEY, so re-registration creates a new MKEY (and, for
+//! new memory, a new UMEM) first and destroys the old one only once the new
+//! one exists: on failure the old registration stays untouched; on success
+//! the region answers with new keys, exactly as `ibv_rereg_mr` may.
+
+use std::fmt;
+use std::sync::Arc;
+
+use devx::{StableMemory, Umem};
+use prm_layouts::enums::Opcode;
+use prm_layouts::{CreateMkeyIn, CreateMkeyOut, QueryMkeyIn, QueryMkeyOut};
+
+use crate::access::AccessFlags;
+use crate::error::{DestroyError, Error, Result, VerbResult};
+use crate::pd::Pd;
+use crate::util::Owned;
+
+/// `mkc.access_mode`: MTT (pages), KLMs (indirect, used by windows).
+pub(crate) const ACCESS_MODE_MTT: u8 = 1;
+pub(crate) const ACCESS_MODE_KLMS: u8 = 2;
+/// `mkc.qpn` of an MKEY not bound to a QP.
+pub(crate) const QPN_UNBOUND: u32 = 0xff_ffff;
+/// MTT page size of UMEM-backed keys (absolute log2).
+const LOG_PAGE: u32 = 12;
+
+/// An MKEY's verbs key: `mkey_index << 8 | mkey_7_0`.
+pub(crate) fn key(mkey_index: u32, variant: u8) -> u32 {
+    (mkey_index << 8) | u32::from(variant)
+}
+
+/// What QUERY_MKEY reports (`ibv_mr` fields plus the key's state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MrAttr {
+    pub addr: u64,
+    pub length: u64,
+    pub access: AccessFlags,
+    pub pd: u32,
+    pub lkey: u32,
+    pub rkey: u32,
+    /// `mkc.free`: the key is not usable (a window not yet bound).
+    pub free: bool,
+    /// `mkc.qpn`; 0xffffff when not bound to a QP.
+    pub qpn: u32,
+    /// `mkc.access_mode` (1 MTT, 2 KLMs).
+    pub access_mode: u8,
+}
+
+struct MrDeps<M: StableMemory> {
+    umem: Arc<Umem<M>>,
+    pd: Pd,
+}
+
+/// A registered memory region (`ibv_mr`) over memory it owns or borrows.
+pub struct Mr<M: StableMemory> {
+    owned: Owned<MrDeps<M>>,
+    access: AccessFlags,
+    key: u32,
+}
+
+impl<M: StableMemory> fmt::Debug for Mr<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Mr(key {:#x}, {} bytes at {:#x}, {:?})", self.key, self.len(), self.addr(), self.access)
+    }
+}
+
+/// UMEM access a region with `a` needs: write pinning only when the device may write.
+fn umem_access(a: AccessFlags) -> u32 {
+    let mut u = 0;
+    if a.any_write() {
+        u |= devx::access::LOCAL_WRITE;
+    }
+    if a.contains(AccessFlags::REMOTE_WRITE) || a.contains(AccessFlags::REMOTE_ATOMIC) {
+        u |= devx::access::REMOTE_WRITE;
+    }
+    if a.contains(AccessFlags::REMOTE_READ) || a.contains(AccessFlags::REMOTE_ATOMIC) {
+        u |= devx::access::REMOTE_READ;
+    }
+    u
+}
+
+fn check_access(verb: &'static str, pd: &Pd, a: AccessFlags) -> Result<()> {
+    if a.needs_local_write() {
+        return Err(Error::argument(verb, "remote write or atomic access needs local write as well"));
+    }
+    if a.contains(AccessFlags::MW_BIND) && pd.context().caps().imaicl() == 0 {
+        return Err(Error::unsupported(verb, "MW_BIND: the device has no memory windows (imaicl = 0)"));
+    }
+    if a.contains(AccessFlags::REMOTE_ATOMIC) && pd.context().caps().atomic() == 0 {
+        return Err(Error::unsupported(verb, "remote atomic access: the device reports no atomic support"));
+    }
+    Ok(())
+}
+
+/// CREATE_MKEY over `umem`, covering it from its first byte.
+fn create_mkey<M: StableMemory>(
+    verb: &'static str,
+    pd: &Pd,
+    umem: &Umem<M>,
+    access: AccessFlags,
+) -> Result<(devx::Obj, u32)> {
+    let ctx = pd.context();
+    let addr = umem.addr() as u64;
+    let len = umem.len() as u64;
+    let page = 1u64 << LOG_PAGE;
+    let pages = (addr % page + len).div_ceil(page);
+    let variant = ctx.next_key_variant();
+    let mut inbox = CreateMkeyIn::new();
+    inbox.set_opcode(Opcode::CreateMkey.raw());
+    let mkc = inbox.memory_key_mkey_entry_mut();
+    mkc.set_access_mode_1_0(ACCESS_MODE_MTT);
+    mkc.set_access_mode_4_2(0);
+    // Local read is implied by every registration.
+    mkc.set_lr(1);
+    mkc.set_lw(u8::from(access.contains(AccessFlags::LOCAL_WRITE)));
+    mkc.set_rr(u8::from(access.contains(AccessFlags::REMOTE_READ)));
+    mkc.set_rw(u8::from(access.contains(AccessFlags::REMOTE_WRITE)));
+    mkc.set_a(u8::from(access.contains(AccessFlags::REMOTE_ATOMIC)));
+    mkc.set_umr_en(0);
+    mkc.set_qpn(QPN_UNBOUND);
+    mkc.set_mkey_7_0(variant);
+    mkc.set_pd(pd.pdn());
+    mkc.set_start_addr(addr);
+    mkc.set_len(len);
+    mkc.set_log_page_size(LOG_PAGE as u8);
+    mkc.set_translations_octword_size(pages.div_ceil(2).min(u64::from(u32::MAX)) as u32);
+    inbox.set_mkey_umem_valid(1);
+    inbox.set_mkey_umem_id(umem.id());
+    inbox.set_mkey_umem_offset(0);
+    let obj = ctx.devx().create(inbox.as_bytes(), CreateMkeyOut::SIZE_BYTES).verb(verb)?;
+    let k = key(obj.id(), variant);
+    Ok((obj, k))
+}
+
+/// QUERY_MKEY, shared by regions and windows.
+pub(crate) fn query_mkey(verb: &'static str, obj: &devx::Obj, variant_key: u32) -> Result<MrAttr> {
+    let mut inbox = QueryMkeyIn::new();
+    inbox.set_opcode(Opcode::QueryMkey.raw());
+    inbox.set_mkey_index(variant_key >> 8);
+    let out = obj.query(inbox.as_bytes(), QueryMkeyOut::SIZE_BYTES).verb(verb)?;
+    let out = QueryMkeyOut::from_slice(&out).ok_or_else(|| Error::Device {
+        verb,
+        source: devx::Error::argument("QUERY_MKEY returned a short outbox"),
+    })?;
+    let m = out.memory_key_mkey_entry();
+    let mut access = AccessFlags::NONE;
+    for (bit, flag) in [
+        (m.lw(), AccessFlags::LOCAL_WRITE),
+        (m.rr(), AccessFlags::REMOTE_READ),
+        (m.rw(), AccessFlags::REMOTE_WRITE),
+        (m.a(), AccessFlags::REMOTE_ATOMIC),
+    ] {
+        if bit != 0 {
+            access |= flag;
+        }
+    }
+    let k = key(variant_key >> 8, m.mkey_7_0());
+    Ok(MrAttr {
+        addr: m.start_addr(),
+        length: m.len(),
+        access,
+        pd: m.pd(),
+        lkey: k,
+        rkey: k,
+        free: m.free() != 0,
+        qpn: m.qpn(),
+        access_mode: (m.access_mode_4_2() << 2) | m.access_mode_1_0(),
+    })
+}
+
+impl<M: StableMemory> Mr<M> {
+    /// `ibv_reg_mr`: UMEM_REG of `memory`, then CREATE_MKEY over it. The MR
+    /// owns `memory` (or the borrow, for `&[u8]`) until deregistered.
+    pub fn register(pd: &Pd, memory: M, access: AccessFlags) -> Result<Mr<M>> {
+        const VERB: &str = "reg_mr";
+        check_access(VERB, pd, access)?;
+        let umem = Umem::register(pd.context().devx(), memory, umem_access(access)).verb(VERB)?;
+        Mr::over(VERB, pd, Arc::new(umem), access)
+    }
+
+    fn over(verb: &'static str, pd: &Pd, umem: Arc<Umem<M>>, access: AccessFlags) -> Result<Mr<M>> {
+        let (obj, key) = create_mkey(verb, pd, &umem, access)?;
+        Ok(Mr { owned: Owned::new(obj, MrDeps { umem, pd: pd.clone() }), access, key })
+    }
+
+    /// `ibv_reg_mr` over the same memory again (`register_smr`): a second
+    /// MKEY on this region's UMEM, possibly in another PD and with other rights.
+    pub fn register_shared(&self, pd: &Pd, access: AccessFlags) -> Result<Mr<M>> {
+        const VERB: &str = "register_smr";
+        check_access(VERB, pd, access)?;
+        if !pd.context().same_as(self.pd().context()) {
+            return Err(Error::argument(VERB, "the PD belongs to another context"));
+        }
+        self.check_umem_allows(VERB, access)?;
+        Mr::over(VERB, pd, self.owned.deps().umem.clone(), access)
+    }
+
+    fn check_umem_allows(&self, verb: &'static str, access: AccessFlags) -> Result<()> {
+        let have = self.owned.deps().umem.access();
+        let need = umem_access(access);
+        if need & !have != 0 {
+            return Err(Error::argument(
+                verb,
+                format!(
+                    "{access:?} needs the memory pinned for writing; it was registered read-only \
+                     (re-register it with `rereg_memory`)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn lkey(&self) -> u32 {
+        self.key
+    }
+
+    pub fn rkey(&self) -> u32 {
+        self.key
+    }
+
+    pub fn access(&self) -> AccessFlags {
+        self.access
+    }
+
+    /// Start address (the MKEY's `start_addr`).
+    pub fn addr(&self) -> usize {
+        self.owned.deps().umem.addr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.owned.deps().umem.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn memory(&self) -> &M {
+        self.owned.deps().umem.memory()
+    }
+
+    pub fn pd(&self) -> &Pd {
+        &self.owned.deps().pd
+    }
+
+    pub fn umem_id(&self) -> u32 {
+        self.owned.deps().umem.id()
+    }
+
+    pub fn obj(&self) -> &devx::Obj {
+        self.owned.obj()
+    }
+
+    /// `ibv_query_mr`: QUERY_MKEY.
+    pub fn query(&self) -> Result<MrAttr> {
+        query_mkey("query_mr", self.obj(), self.key)
+    }
+
+    /// `ibv_rereg_mr` with new access rights and/or PD over the same memory:
+    /// CREATE_MKEY of the new key, then DESTROY_MKEY of the old one.
+    pub fn rereg(&mut self, access: Option<AccessFlags>, pd: Option<&Pd>) -> Result<()> {
+        const VERB: &str = "rereg_mr";
+        let access = access.unwrap_or(self.access);
+        let pd = pd.cloned().unwrap_or_else(|| self.pd().clone());
+        check_access(VERB, &pd, access)?;
+        if !pd.context().same_as(self.pd().context()) {
+            return Err(Error::argument(VERB, "the PD belongs to another context"));
+        }
+        self.check_umem_allows(VERB, access)?;
+        let new = Mr::over(VERB, &pd, self.owned.deps().umem.clone(), access)?;
+        self.replace(new);
+        Ok(())
+    }
+
+    /// `ibv_rereg_mr(IBV_REREG_MR_CHANGE_TRANSLATION)`: registers `memory`
+    /// (UMEM_REG + CREATE_MKEY), then releases the old key and UMEM. Returns
+    /// the old memory unless another region still shares it.
+    pub fn rereg_memory(&mut self, memory: M, access: Option<AccessFlags>) -> Result<Option<M>> {
+        const VERB: &str = "rereg_mr";
+        let access = access.unwrap_or(self.access);
+        let pd = self.pd().clone();
+        check_access(VERB, &pd, access)?;
+        let umem = Umem::register(pd.context().devx(), memory, umem_access(access)).verb(VERB)?;
+        let new = Mr::over(VERB, &pd, Arc::new(umem), access)?;
+        let old = self.replace(new);
+        Ok(release(old))
+    }
+
+    /// Swaps in `new`, destroys the old MKEY, and hands back the old UMEM.
+    fn replace(&mut self, new: Mr<M>) -> Arc<Umem<M>> {
+        let Mr { owned, access, key } = new;
+        let old = std::mem::replace(&mut self.owned, owned);
+        self.access = access;
+        self.key = key;
+        let umem = old.deps().umem.clone();
+        // A refused destroy leaks the old key and its memory (see `Owned`).
+        drop(old);
+        umem
+    }
+
+    /// `ibv_dereg_mr`: DESTROY_MKEY, then the UMEM is deregistered unless a
+    /// shared region still uses it. Returns the memory when it came free.
+    pub fn deregister(self) -> Result<Option<M>, DestroyError<Mr<M>>> {
+        let Mr { owned, access, key } = self;
+        let umem = owned.deps().umem.clone();
+        match owned.destroy() {
+            Ok(()) => Ok(release(umem)),
+            Err((owned, source)) => Err(DestroyError::new(
+                Mr { owned, access, key },
+                Error::Device { verb: "dereg_mr", source },
+            )),
+        }
+    }
+}
+
+/// Deregisters a UMEM no region uses any more and returns its memory. `None`
+/// while another region shares it, or if the device still uses it (then the
+/// memory is leaked rather than freed under the device).
+fn release<M: StableMemory>(umem: Arc<Umem<M>>) -> Option<M> {
+    match Arc::try_unwrap(umem).ok()?.deregister() {
+        Ok(m) => Some(m),
+        Err((umem, _)) => {
+            std::mem::forget(umem);
+            None
+        }
+    }
+}
+
+impl Pd {
+    /// `ibv_reg_mr`.
+    pub fn reg_mr<M: StableMemory>(&self, memory: M, access: AccessFlags) -> Result<Mr<M>> {
+        Mr::register(self, memory, access)
+    }
+}

@@ -1,0 +1,103 @@
+//! Memory windows: MKEYs created free (`free` = 1) and UMR-enabled in KLM
+//! mode, bound later by a UMR work request (a data-path operation).
+
+use std::fmt;
+
+use prm_layouts::enums::Opcode;
+use prm_layouts::{CreateMkeyIn, CreateMkeyOut};
+
+use crate::error::{DestroyError, Error, Result, VerbResult};
+use crate::mr::{key, query_mkey, MrAttr, ACCESS_MODE_KLMS, QPN_UNBOUND};
+use crate::pd::Pd;
+use crate::util::Owned;
+
+/// Window type (`ibv_mw_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MwType {
+    /// Bound through `ibv_bind_mw`; any QP of the PD may use it.
+    Type1,
+    /// Bound by a send WR to one QP, invalidated remotely (`en_rinval`).
+    Type2,
+}
+
+/// KLM entries reserved for a window (the kernel's default of one, rounded to 4).
+const MW_KLMS: u32 = 4;
+
+/// A memory window (`ibv_mw`).
+pub struct Mw {
+    owned: Owned<Pd>,
+    mw_type: MwType,
+    rkey: u32,
+}
+
+impl fmt::Debug for Mw {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Mw({:?}, rkey {:#x})", self.mw_type, self.rkey)
+    }
+}
+
+impl Mw {
+    /// `ibv_alloc_mw`: CREATE_MKEY with `free`, `umr_en`, KLM access mode, no
+    /// QP (type 2 windows are tied to a QP by the bind), no UMEM.
+    pub fn alloc(pd: &Pd, mw_type: MwType) -> Result<Mw> {
+        const VERB: &str = "alloc_mw";
+        let ctx = pd.context();
+        if ctx.caps().imaicl() == 0 {
+            return Err(Error::unsupported(VERB, "the device has no memory windows (imaicl = 0)"));
+        }
+        let variant = ctx.next_key_variant();
+        let mut inbox = CreateMkeyIn::new();
+        inbox.set_opcode(Opcode::CreateMkey.raw());
+        let mkc = inbox.memory_key_mkey_entry_mut();
+        mkc.set_free(1);
+        mkc.set_umr_en(1);
+        mkc.set_lr(1);
+        mkc.set_access_mode_1_0(ACCESS_MODE_KLMS);
+        mkc.set_access_mode_4_2(0);
+        mkc.set_en_rinval(u8::from(mw_type == MwType::Type2));
+        mkc.set_qpn(QPN_UNBOUND);
+        mkc.set_mkey_7_0(variant);
+        mkc.set_pd(pd.pdn());
+        mkc.set_translations_octword_size(MW_KLMS);
+        let obj = ctx.devx().create(inbox.as_bytes(), CreateMkeyOut::SIZE_BYTES).verb(VERB)?;
+        let rkey = key(obj.id(), variant);
+        Ok(Mw { owned: Owned::new(obj, pd.clone()), mw_type, rkey })
+    }
+
+    /// The R_Key the window has now (a bind assigns a new variant).
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    pub fn mw_type(&self) -> MwType {
+        self.mw_type
+    }
+
+    pub fn pd(&self) -> &Pd {
+        self.owned.deps()
+    }
+
+    pub fn obj(&self) -> &devx::Obj {
+        self.owned.obj()
+    }
+
+    /// `ci_query_mw`: QUERY_MKEY (its PD, key, and whether it is bound).
+    pub fn query(&self) -> Result<MrAttr> {
+        query_mkey("query_mw", self.obj(), self.rkey)
+    }
+
+    /// `ibv_dealloc_mw`: DESTROY_MKEY.
+    pub fn dealloc(self) -> Result<(), DestroyError<Mw>> {
+        let Mw { owned, mw_type, rkey } = self;
+        owned.destroy().map_err(|(owned, source)| {
+            DestroyError::new(Mw { owned, mw_type, rkey }, Error::Device { verb: "dealloc_mw", source })
+        })
+    }
+}
+
+impl Pd {
+    /// `ibv_alloc_mw`.
+    pub fn alloc_mw(&self, mw_type: MwType) -> Result<Mw> {
+        Mw::alloc(self, mw_type)
+    }
+}

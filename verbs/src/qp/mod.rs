@@ -1,0 +1,327 @@
+//! Queue pairs (RC, UC, UD) as DEVX QPs: one UMEM holding the RQ then the SQ,
+//! a doorbell record UMEM, a UAR, and the PD/CQs/SRQ kept alive by the QP.
+
+mod create;
+mod geometry;
+mod modify;
+mod path;
+mod query;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+use devx::{Uar, Umem};
+use memmap2::MmapMut;
+pub use prm_layouts::enums::{QpServiceType, QpState};
+
+use crate::context::Context;
+use crate::cq::{Cq, CqShared};
+use crate::error::{DestroyError, Error, Result};
+use crate::pd::Pd;
+use crate::srq::{Srq, SrqShared};
+use crate::util::{DoorbellRecord, Owned};
+
+pub(crate) use geometry::Queue;
+pub use modify::{InitAttr, RtrAttr, RtsAttr, RtsModify};
+pub use query::QpAttr;
+
+/// Transport service of a QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpType {
+    Rc,
+    Uc,
+    Ud,
+}
+
+impl QpType {
+    /// The PRM `qpc.st` value.
+    pub fn service_type(self) -> QpServiceType {
+        match self {
+            QpType::Rc => QpServiceType::Rc,
+            QpType::Uc => QpServiceType::Uc,
+            QpType::Ud => QpServiceType::Ud,
+        }
+    }
+
+    pub(crate) fn from_st(st: u8) -> Option<QpType> {
+        match QpServiceType::from_raw(st)? {
+            QpServiceType::Rc => Some(QpType::Rc),
+            QpServiceType::Uc => Some(QpType::Uc),
+            QpServiceType::Ud => Some(QpType::Ud),
+            _ => None,
+        }
+    }
+}
+
+/// Queue capacities (`ibv_qp_cap`): requested at create, actual afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QpCap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+/// Attributes of a new QP (`ibv_qp_init_attr`). Holds the CQs and SRQ it
+/// names, so it has no lifetime of its own.
+#[derive(Clone)]
+pub struct QpInit {
+    pub(crate) qp_type: QpType,
+    pub(crate) send_cq: Arc<CqShared>,
+    pub(crate) recv_cq: Arc<CqShared>,
+    pub(crate) srq: Option<Arc<SrqShared>>,
+    pub(crate) cap: QpCap,
+    pub(crate) sq_sig_all: bool,
+    pub(crate) uar: Option<Arc<Uar>>,
+}
+
+impl fmt::Debug for QpInit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QpInit")
+            .field("qp_type", &self.qp_type)
+            .field("send_cq", &self.send_cq.cqn())
+            .field("recv_cq", &self.recv_cq.cqn())
+            .field("srq", &self.srq.as_ref().map(|s| s.srqn()))
+            .field("cap", &self.cap)
+            .field("sq_sig_all", &self.sq_sig_all)
+            .finish()
+    }
+}
+
+impl QpInit {
+    /// A QP of `qp_type` completing sends into `send_cq` and receives into
+    /// `recv_cq`, with one send and one receive request of one SGE each.
+    pub fn new(qp_type: QpType, send_cq: &Cq, recv_cq: &Cq) -> QpInit {
+        QpInit {
+            qp_type,
+            send_cq: send_cq.shared().clone(),
+            recv_cq: recv_cq.shared().clone(),
+            srq: None,
+            cap: QpCap { max_send_wr: 1, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
+            sq_sig_all: false,
+            uar: None,
+        }
+    }
+
+    pub fn cap(mut self, cap: QpCap) -> QpInit {
+        self.cap = cap;
+        self
+    }
+
+    pub fn max_send_wr(mut self, n: u32) -> QpInit {
+        self.cap.max_send_wr = n;
+        self
+    }
+
+    /// 0 without an SRQ makes a send-only QP (zero-length RQ).
+    pub fn max_recv_wr(mut self, n: u32) -> QpInit {
+        self.cap.max_recv_wr = n;
+        self
+    }
+
+    pub fn max_send_sge(mut self, n: u32) -> QpInit {
+        self.cap.max_send_sge = n;
+        self
+    }
+
+    pub fn max_recv_sge(mut self, n: u32) -> QpInit {
+        self.cap.max_recv_sge = n;
+        self
+    }
+
+    pub fn max_inline_data(mut self, n: u32) -> QpInit {
+        self.cap.max_inline_data = n;
+        self
+    }
+
+    /// Receive from a shared receive queue instead of an own RQ.
+    pub fn srq(mut self, srq: &Srq) -> QpInit {
+        self.srq = Some(srq.shared().clone());
+        self
+    }
+
+    /// Signal every send request (`sq_sig_all`).
+    pub fn sq_sig_all(mut self, all: bool) -> QpInit {
+        self.sq_sig_all = all;
+        self
+    }
+
+    /// Ring doorbells through this UAR instead of one of the QP's own.
+    pub fn uar(mut self, uar: Arc<Uar>) -> QpInit {
+        self.uar = Some(uar);
+        self
+    }
+}
+
+pub(crate) struct QpDeps {
+    buf: Umem<MmapMut>,
+    dbr: DoorbellRecord,
+    uar: Arc<Uar>,
+    pd: Pd,
+    send_cq: Arc<CqShared>,
+    recv_cq: Arc<CqShared>,
+    srq: Option<Arc<SrqShared>>,
+}
+
+pub(crate) struct QpShared {
+    owned: Owned<QpDeps>,
+    qp_type: QpType,
+}
+
+impl QpShared {
+    pub(crate) fn qpn(&self) -> u32 {
+        self.owned.id()
+    }
+
+    pub(crate) fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    pub(crate) fn context(&self) -> &Context {
+        self.owned.deps().pd.context()
+    }
+
+    pub(crate) fn obj(&self) -> &devx::Obj {
+        self.owned.obj()
+    }
+}
+
+/// A queue pair (`ibv_qp`). Dropping it destroys the QP and then releases its
+/// buffers, UAR, PD, CQs and SRQ (unless something else still holds them).
+pub struct Qp {
+    shared: Arc<QpShared>,
+    cap: QpCap,
+    sq_sig_all: bool,
+    /// Last state a transition reached (the device's is in `query`).
+    state: AtomicU8,
+    /// Port set by the RST→INIT transition.
+    port: AtomicU8,
+    /// QP buffer start in this process.
+    pub(crate) buf_addr: usize,
+    pub(crate) rq: Queue,
+    pub(crate) sq: Queue,
+    /// Bytes one send request reserves in the SQ.
+    pub(crate) sq_wqe_size: u32,
+    /// Next free WQEBB (free running), for the data path.
+    pub(crate) sq_cur_post: u32,
+    /// Receive WQEs posted (free running), for the data path.
+    pub(crate) rq_head: u32,
+}
+
+impl fmt::Debug for Qp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Qp({:?} {:#x}, {})", self.qp_type(), self.qpn(), self.state())
+    }
+}
+
+impl Qp {
+    /// The QP number, usable by raw DEVX objects and peers.
+    pub fn qpn(&self) -> u32 {
+        self.shared.qpn()
+    }
+
+    pub fn qp_type(&self) -> QpType {
+        self.shared.qp_type
+    }
+
+    /// Capacities actually provided (at least what was asked).
+    pub fn cap(&self) -> QpCap {
+        self.cap
+    }
+
+    pub fn sq_sig_all(&self) -> bool {
+        self.sq_sig_all
+    }
+
+    /// The state the last successful transition reached.
+    pub fn state(&self) -> QpState {
+        QpState::from_raw(self.state.load(Ordering::Relaxed)).unwrap_or(QpState::Rst)
+    }
+
+    pub(crate) fn set_state(&self, s: QpState) {
+        self.state.store(s.raw(), Ordering::Relaxed);
+    }
+
+    /// The port chosen at RST→INIT (0 before).
+    pub fn port(&self) -> u8 {
+        self.port.load(Ordering::Relaxed)
+    }
+
+    pub fn pd(&self) -> &Pd {
+        &self.shared.owned.deps().pd
+    }
+
+    pub fn context(&self) -> &Context {
+        self.pd().context()
+    }
+
+    pub fn obj(&self) -> &devx::Obj {
+        self.shared.owned.obj()
+    }
+
+    pub fn send_cqn(&self) -> u32 {
+        self.shared.owned.deps().send_cq.cqn()
+    }
+
+    pub fn recv_cqn(&self) -> u32 {
+        self.shared.owned.deps().recv_cq.cqn()
+    }
+
+    pub fn srqn(&self) -> Option<u32> {
+        self.shared.owned.deps().srq.as_ref().map(|s| s.srqn())
+    }
+
+    /// The UAR this QP's send doorbells go through.
+    pub fn uar(&self) -> &Arc<Uar> {
+        &self.shared.owned.deps().uar
+    }
+
+    /// The doorbell record: `[0]` RCV counter, `[1]` SND counter (be32 each).
+    pub(crate) fn dbr_ptr(&self) -> *mut u8 {
+        self.shared.owned.deps().dbr.ptr()
+    }
+
+    /// Bytes of the whole QP buffer (RQ then SQ).
+    pub(crate) fn buf_len(&self) -> usize {
+        self.shared.owned.deps().buf.len()
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<QpShared> {
+        &self.shared
+    }
+
+    /// `ibv_destroy_qp`: fails with `Busy` while multicast attachments hold it,
+    /// or with the device's refusal; the QP comes back alive.
+    pub fn destroy(self) -> Result<(), DestroyError<Qp>> {
+        const VERB: &str = "destroy_qp";
+        let Qp { shared, cap, sq_sig_all, state, port, buf_addr, rq, sq, sq_wqe_size, sq_cur_post, rq_head } =
+            self;
+        let rebuild = |shared| Qp {
+            shared,
+            cap,
+            sq_sig_all,
+            state,
+            port,
+            buf_addr,
+            rq,
+            sq,
+            sq_wqe_size,
+            sq_cur_post,
+            rq_head,
+        };
+        let inner = match Arc::try_unwrap(shared) {
+            Ok(inner) => inner,
+            Err(shared) => {
+                let users = Arc::strong_count(&shared) - 1;
+                let err = Error::Busy { verb: VERB, what: "queue pair", users };
+                return Err(DestroyError::new(rebuild(shared), err));
+            }
+        };
+        let QpShared { owned, qp_type } = inner;
+        owned.destroy().map_err(|(owned, source)| {
+            DestroyError::new(rebuild(Arc::new(QpShared { owned, qp_type })), Error::Device { verb: VERB, source })
+        })
+    }
+}

@@ -1,0 +1,272 @@
+//! Shared receive queues as RMPs. Legacy CREATE_SRQ has no UMEM fields, so
+//! DEVX users (and the mlx5 kernel driver at ISSI 1) build basic SRQs from
+//! RMP objects: a linked-list WQ in a UMEM, with a doorbell record UMEM.
+
+use std::fmt;
+use std::sync::Arc;
+
+use devx::Umem;
+use memmap2::MmapMut;
+use prm_layouts::enums::Opcode;
+use prm_layouts::{
+    CreateRmpIn, CreateRmpOut, ModifyRmpIn, ModifyRmpOut, QueryRmpIn, QueryRmpOut, WqeSrqNextSeg,
+};
+
+use crate::context::Context;
+use crate::error::{DestroyError, Error, Result, VerbResult};
+use crate::pd::Pd;
+use crate::util::{log2, pow2_at_least, queue_memory, DoorbellRecord, Owned};
+
+/// `rmpc.state` RDY.
+const RMP_STATE_RDY: u8 = 1;
+/// `wq.wq_type`: linked list (SRQ WQEs chain through their next segment).
+const WQ_TYPE_LINKED_LIST: u8 = 0;
+/// SRQ WQEs are at least 32 bytes: next segment plus one data segment.
+const MIN_WQE: u32 = 32;
+
+/// Attributes of a new SRQ (`ibv_srq_init_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrqInit {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    /// Limit event threshold (LWM); 0 disarms it.
+    pub srq_limit: u32,
+}
+
+impl SrqInit {
+    pub fn new(max_wr: u32, max_sge: u32) -> SrqInit {
+        SrqInit { max_wr, max_sge, srq_limit: 0 }
+    }
+}
+
+/// What QUERY_RMP reports (`ibv_srq_attr` plus the state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrqAttr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+    /// `rmpc.state`: 1 ready, 3 error.
+    pub state: u8,
+}
+
+pub(crate) struct SrqDeps {
+    buf: Umem<MmapMut>,
+    dbr: DoorbellRecord,
+    pd: Pd,
+}
+
+pub(crate) struct SrqShared {
+    owned: Owned<SrqDeps>,
+}
+
+impl SrqShared {
+    pub(crate) fn srqn(&self) -> u32 {
+        self.owned.id()
+    }
+
+    pub(crate) fn context(&self) -> &Context {
+        self.owned.deps().pd.context()
+    }
+}
+
+/// A shared receive queue (`ibv_srq`). QPs that receive from it keep it alive.
+pub struct Srq {
+    shared: Arc<SrqShared>,
+    max_wr: u32,
+    max_sge: u32,
+    /// Ring start, stride and size for the data path.
+    pub(crate) buf_addr: usize,
+    pub(crate) wqe_shift: u32,
+    pub(crate) wqe_cnt: u32,
+    /// Posted WQEs (free running) and the free-list head, for the data path.
+    pub(crate) head: u32,
+    pub(crate) counter: u32,
+}
+
+impl fmt::Debug for Srq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Srq({:#x}, {} WRs)", self.srqn(), self.max_wr)
+    }
+}
+
+impl Srq {
+    /// `ibv_create_srq`: UMEM_REG (ring), UMEM_REG (doorbell record),
+    /// CREATE_RMP; a failure at any step releases what the earlier steps made.
+    pub fn create(pd: &Pd, init: &SrqInit) -> Result<Srq> {
+        const VERB: &str = "create_srq";
+        let ctx = pd.context();
+        let l = ctx.limits();
+        if init.max_wr == 0 {
+            return Err(Error::argument(VERB, "max_wr must be at least 1"));
+        }
+        if init.max_wr > l.max_srq_wr {
+            return Err(Error::argument(VERB, format!("max_wr {} exceeds the device's {}", init.max_wr, l.max_srq_wr)));
+        }
+        if init.max_sge > l.max_srq_sge {
+            return Err(Error::argument(
+                VERB,
+                format!("max_sge {} exceeds the device's {}", init.max_sge, l.max_srq_sge),
+            ));
+        }
+        if init.srq_limit > init.max_wr || init.srq_limit > 0xffff {
+            return Err(Error::argument(VERB, format!("srq_limit {} exceeds max_wr", init.srq_limit)));
+        }
+        let wqe = pow2_at_least((16 + init.max_sge.max(1) * 16).max(MIN_WQE))
+            .ok_or_else(|| Error::argument(VERB, "WQE size overflows"))?;
+        if wqe > l.max_wqe_sz_rq.max(MIN_WQE) {
+            return Err(Error::argument(VERB, format!("{wqe}-byte WQEs exceed the device's {}", l.max_wqe_sz_rq)));
+        }
+        // The linked list keeps one WQE unused.
+        let n = pow2_at_least(init.max_wr + 1).ok_or_else(|| Error::argument(VERB, "max_wr overflows"))?;
+
+        let mut mem = queue_memory(VERB, n as usize * wqe as usize)?;
+        for (i, w) in mem.chunks_exact_mut(wqe as usize).enumerate() {
+            if let Some(next) = WqeSrqNextSeg::from_slice_mut(w) {
+                next.set_next_wqe_index(((i as u32 + 1) & (n - 1)) as u16);
+            }
+        }
+        let buf = Umem::register(ctx.devx(), mem, devx::access::LOCAL_WRITE).verb(VERB)?;
+        let dbr = DoorbellRecord::new(VERB, ctx.devx())?;
+
+        let mut inbox = CreateRmpIn::new();
+        inbox.set_opcode(Opcode::CreateRmp.raw());
+        let rmpc = inbox.ctx_mut();
+        rmpc.set_state(RMP_STATE_RDY);
+        let wq = rmpc.wq_mut();
+        wq.set_wq_type(WQ_TYPE_LINKED_LIST);
+        wq.set_pd(pd.pdn());
+        wq.set_log_wq_stride(log2(wqe) as u8);
+        wq.set_log_wq_sz(log2(n) as u8);
+        wq.set_log_wq_pg_sz(0);
+        wq.set_lwm(init.srq_limit as u16);
+        wq.set_dbr_umem_valid(1);
+        wq.set_wq_umem_valid(1);
+        wq.set_dbr_umem_id(dbr.umem_id());
+        wq.set_dbr_addr(0);
+        wq.set_wq_umem_id(buf.id());
+        wq.set_wq_umem_offset(0);
+        let obj = ctx.devx().create(inbox.as_bytes(), CreateRmpOut::SIZE_BYTES).verb(VERB)?;
+
+        let buf_addr = buf.addr();
+        let deps = SrqDeps { buf, dbr, pd: pd.clone() };
+        Ok(Srq {
+            shared: Arc::new(SrqShared { owned: Owned::new(obj, deps) }),
+            max_wr: n - 1,
+            max_sge: (wqe - 16) / 16,
+            buf_addr,
+            wqe_shift: log2(wqe),
+            wqe_cnt: n,
+            head: 0,
+            counter: 0,
+        })
+    }
+
+    /// The RMP number; QPs name it in `srqn_rmpn_xrqn`.
+    pub fn srqn(&self) -> u32 {
+        self.shared.srqn()
+    }
+
+    /// Receive requests that fit (at least what was asked).
+    pub fn max_wr(&self) -> u32 {
+        self.max_wr
+    }
+
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
+    }
+
+    pub fn pd(&self) -> &Pd {
+        &self.shared.owned.deps().pd
+    }
+
+    pub fn obj(&self) -> &devx::Obj {
+        self.shared.owned.obj()
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<SrqShared> {
+        &self.shared
+    }
+
+    /// The doorbell record: one be32 counter of posted WQEs.
+    pub(crate) fn dbr_ptr(&self) -> *mut u8 {
+        self.shared.owned.deps().dbr.ptr()
+    }
+
+    pub(crate) fn buf_len(&self) -> usize {
+        self.shared.owned.deps().buf.len()
+    }
+
+    /// `ibv_query_srq`: QUERY_RMP.
+    pub fn query(&self) -> Result<SrqAttr> {
+        const VERB: &str = "query_srq";
+        let mut inbox = QueryRmpIn::new();
+        inbox.set_opcode(Opcode::QueryRmp.raw());
+        inbox.set_rmpn(self.srqn());
+        let out = self.obj().query(inbox.as_bytes(), QueryRmpOut::SIZE_BYTES).verb(VERB)?;
+        let out = QueryRmpOut::from_slice(&out).ok_or_else(|| Error::Device {
+            verb: VERB,
+            source: devx::Error::argument("QUERY_RMP returned a short outbox"),
+        })?;
+        let rmpc = out.rmp_context();
+        let wq = rmpc.wq();
+        let stride = 1u32 << wq.log_wq_stride().min(31);
+        Ok(SrqAttr {
+            max_wr: (1u32 << wq.log_wq_sz().min(31)) - 1,
+            max_sge: stride.saturating_sub(16) / 16,
+            srq_limit: u32::from(wq.lwm()),
+            state: rmpc.state(),
+        })
+    }
+
+    /// `ibv_modify_srq(IBV_SRQ_LIMIT)`: MODIFY_RMP with the LWM bit selected.
+    pub fn modify_limit(&self, srq_limit: u32) -> Result<()> {
+        const VERB: &str = "modify_srq";
+        if srq_limit > self.max_wr {
+            return Err(Error::argument(VERB, format!("srq_limit {srq_limit} exceeds max_wr {}", self.max_wr)));
+        }
+        let mut inbox = ModifyRmpIn::new();
+        inbox.set_opcode(Opcode::ModifyRmp.raw());
+        inbox.set_rmp_state(RMP_STATE_RDY);
+        inbox.set_rmpn(self.srqn());
+        inbox.bitmask_mut().set_lwm(1);
+        let rmpc = inbox.ctx_mut();
+        rmpc.set_state(RMP_STATE_RDY);
+        rmpc.wq_mut().set_lwm(srq_limit as u16);
+        self.obj().modify(inbox.as_bytes(), ModifyRmpOut::SIZE_BYTES).verb(VERB)?;
+        Ok(())
+    }
+
+    /// `ibv_modify_srq(IBV_SRQ_MAX_WR)`: mlx5 SRQs cannot be resized.
+    pub fn resize(&self, _max_wr: u32) -> Result<()> {
+        Err(Error::unsupported(
+            "modify_srq",
+            "mlx5 SRQs (RMPs) have no resize; create a larger SRQ instead",
+        ))
+    }
+
+    /// `ibv_destroy_srq`: fails with `Busy` while QPs receive from it, or with
+    /// the device's refusal; the SRQ comes back alive.
+    pub fn destroy(self) -> Result<(), DestroyError<Srq>> {
+        const VERB: &str = "destroy_srq";
+        let Srq { shared, max_wr, max_sge, buf_addr, wqe_shift, wqe_cnt, head, counter } = self;
+        let rebuild = |shared| Srq { shared, max_wr, max_sge, buf_addr, wqe_shift, wqe_cnt, head, counter };
+        let inner = match Arc::try_unwrap(shared) {
+            Ok(inner) => inner,
+            Err(shared) => {
+                let users = Arc::strong_count(&shared) - 1;
+                let err = Error::Busy { verb: VERB, what: "shared receive queue", users };
+                return Err(DestroyError::new(rebuild(shared), err));
+            }
+        };
+        inner.owned.destroy().map_err(|(owned, source)| {
+            DestroyError::new(rebuild(Arc::new(SrqShared { owned })), Error::Device { verb: VERB, source })
+        })
+    }
+}
+
+impl Pd {
+    /// `ibv_create_srq`.
+    pub fn create_srq(&self, init: &SrqInit) -> Result<Srq> {
+        Srq::create(self, init)
+    }
+}
