@@ -44,7 +44,10 @@ fn truncation_is_reported_at_the_end_of_the_file() {
     let row = line_of(&text, "0020..0100 zero");
     let cut = lines[..row - 1].join("\n") + "\n";
     let e = parse_err(&cut);
-    assert!(e.contains("fixture ends inside stanza") && e.contains("truncated"), "{e}");
+    assert!(
+        e.contains("fixture ends inside stanza") && e.contains("truncated"),
+        "{e}"
+    );
     // Every possible cut is an error with a line number, never a panic.
     for n in 0..lines.len() {
         let cut = lines[..n].join("\n");
@@ -57,14 +60,30 @@ fn truncation_is_reported_at_the_end_of_the_file() {
 fn malformed_lines_name_their_line() {
     let text = toy::sample_fixture();
     let first_row = line_of(&text, "    0000  08000000");
-    let e = parse_err(&replace_line(&text, first_row, "    0000  0800zz00 00000000 00000000 00000000"));
+    let e = parse_err(&replace_line(
+        &text,
+        first_row,
+        "    0000  0800zz00 00000000 00000000 00000000",
+    ));
     assert_eq!(e, format!("line {first_row}: '0800zz00' is not hex bytes"));
 
-    let e = parse_err(&replace_line(&text, first_row, "    0010  08000000 00000000 00000000 00000000"));
-    assert!(e.contains(&format!("line {first_row}: hex row starts at 0x0010, expected 0x0000")), "{e}");
+    let e = parse_err(&replace_line(
+        &text,
+        first_row,
+        "    0010  08000000 00000000 00000000 00000000",
+    ));
+    assert!(
+        e.contains(&format!(
+            "line {first_row}: hex row starts at 0x0010, expected 0x0000"
+        )),
+        "{e}"
+    );
 
     let e = parse_err(&replace_line(&text, 1, "devx-fixture 2"));
-    assert_eq!(e, "line 1: fixture format version 2 is not supported (this library reads version 1)");
+    assert_eq!(
+        e,
+        "line 1: fixture format version 2 is not supported (this library reads version 1)"
+    );
 
     let e = parse_err("hello\n");
     assert!(e.contains("not a devx fixture"), "{e}");
@@ -73,12 +92,22 @@ fn malformed_lines_name_their_line() {
     let e = parse_err(&replace_line(&text, pd, "@5 frobnicate $ctx0"));
     assert_eq!(e, format!("line {pd}: unknown method 'frobnicate'"));
 
-    let e = parse_err(&replace_line(&text, pd, "@5 create $ctx9 ALLOC_PD -> $obj0=0x13"));
-    assert_eq!(e, format!("line {pd}: $ctx9 is used before any stanza defines it"));
+    let e = parse_err(&replace_line(
+        &text,
+        pd,
+        "@5 create $ctx9 ALLOC_PD -> $obj0=0x13",
+    ));
+    assert_eq!(
+        e,
+        format!("line {pd}: $ctx9 is used before any stanza defines it")
+    );
 
     let q = line_of(&text, "sym cqn");
     let e = parse_err(&replace_line(&text, q, "    sym cqn @0x48/24 = $obj7"));
-    assert!(e.contains("uses $obj7, which no earlier stanza defines"), "{e}");
+    assert!(
+        e.contains("uses $obj7, which no earlier stanza defines"),
+        "{e}"
+    );
 
     let end = text.lines().count();
     let e = parse_err(&replace_line(&text, end, "end 3"));
@@ -110,7 +139,13 @@ fn malformed_fixtures_fail_replay_with_the_file_name() {
     let path = dir.join(format!("devx-fixture-bad-{}.fixture", std::process::id()));
     std::fs::write(&path, "devx-fixture 1\ndevice \"x\"\n@1 open\n").unwrap();
     let e = fixture::replay(&path).unwrap_err().to_string();
-    assert!(e.contains(&format!("{}: line 4: fixture ends inside stanza 1", path.display())), "{e}");
+    assert!(
+        e.contains(&format!(
+            "{}: line 4: fixture ends inside stanza 1",
+            path.display()
+        )),
+        "{e}"
+    );
     let _ = std::fs::remove_file(&path);
     let e = fixture::replay(&path).unwrap_err().to_string();
     assert!(e.contains("reading fixture"), "{e}");

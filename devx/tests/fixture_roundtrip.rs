@@ -47,7 +47,10 @@ fn app(dev: &Device, v: Variant) -> devx::Result<()> {
             &[
                 ("opcode", 0x200),
                 ("memory_key_mkey_entry.pd", u64::from(pd.id())),
-                ("memory_key_mkey_entry.start_addr", umem.addr() as u64 + 0x40),
+                (
+                    "memory_key_mkey_entry.start_addr",
+                    umem.addr() as u64 + 0x40,
+                ),
                 ("memory_key_mkey_entry.len", 0x100),
                 ("memory_key_mkey_entry.qpn", 0xff_ffff),
                 ("mkey_umem_id", u64::from(umem.id())),
@@ -56,9 +59,14 @@ fn app(dev: &Device, v: Variant) -> devx::Result<()> {
         ),
         16,
     )?;
-    let query_cq = mailbox("query_cq_in", &[("opcode", 0x402), ("cqn", u64::from(cq.id()))]);
-    let query_mkey =
-        mailbox("query_mkey_in", &[("opcode", 0x201), ("mkey_index", u64::from(mkey.id()))]);
+    let query_cq = mailbox(
+        "query_cq_in",
+        &[("opcode", 0x402), ("cqn", u64::from(cq.id()))],
+    );
+    let query_mkey = mailbox(
+        "query_mkey_in",
+        &[("opcode", 0x201), ("mkey_index", u64::from(mkey.id()))],
+    );
     if v == Variant::SwapQueries {
         mkey.query(&query_mkey, 304)?;
         cq.query(&query_cq, 272)?;
@@ -149,11 +157,17 @@ fn recorded_commands_replay_and_name_their_symbols() {
 fn recording_twice_gives_the_same_text() {
     let a = record_app("same-a");
     let b = record_app("same-b");
-    let (ta, tb) = (std::fs::read_to_string(&a).unwrap(), std::fs::read_to_string(&b).unwrap());
+    let (ta, tb) = (
+        std::fs::read_to_string(&a).unwrap(),
+        std::fs::read_to_string(&b).unwrap(),
+    );
     // The toy numbers objects from a shared counter, so only the symbols
     // and shapes must agree; strip the values to compare the structure.
     let shape = |t: &str| -> Vec<String> {
-        t.lines().filter(|l| l.trim_start().starts_with('@')).map(|l| l.split(" -> ").next().unwrap().to_string()).collect()
+        t.lines()
+            .filter(|l| l.trim_start().starts_with('@'))
+            .map(|l| l.split(" -> ").next().unwrap().to_string())
+            .collect()
     };
     assert_eq!(shape(&ta), shape(&tb));
     let _ = std::fs::remove_file(a);
@@ -166,7 +180,9 @@ fn a_changed_field_is_named_with_both_values() {
     let dev = fixture::replay(&path).unwrap();
     let e = app(&dev, Variant::BiggerCq).unwrap_err().to_string();
     assert!(
-        e.contains("CREATE_CQ inbox differs at create_cq_in.cq_context.log_cq_size: recorded 5, got 6"),
+        e.contains(
+            "CREATE_CQ inbox differs at create_cq_in.cq_context.log_cq_size: recorded 5, got 6"
+        ),
         "{e}"
     );
     assert!(e.starts_with("replay: "), "{e}");
@@ -181,8 +197,15 @@ fn a_tampered_fixture_fails_at_that_field() {
     let path = record_app("tamper-file");
     let text = std::fs::read_to_string(&path).unwrap();
     let mut lines: Vec<String> = text.lines().map(String::from).collect();
-    let head = lines.iter().position(|l| l.contains("CREATE_CQ -> ")).unwrap();
-    let row = head + lines[head..].iter().position(|l| l.starts_with("    0000 ")).unwrap();
+    let head = lines
+        .iter()
+        .position(|l| l.contains("CREATE_CQ -> "))
+        .unwrap();
+    let row = head
+        + lines[head..]
+            .iter()
+            .position(|l| l.starts_with("    0000 "))
+            .unwrap();
     // log_cq_size is the low 5 bits of byte 0x1c: the first byte of the
     // eighth dword of row 0 (after the offset column).
     let mut groups: Vec<String> = lines[row].split_whitespace().map(String::from).collect();
@@ -192,12 +215,19 @@ fn a_tampered_fixture_fails_at_that_field() {
     let tampered = lines.join("\n") + "\n";
     // The application is unchanged, so it now differs from the fixture.
     let rep = Replayer::from_text(&tampered, "tampered.fixture").unwrap();
-    let err = app(&rep.device(), Variant::AsRecorded).unwrap_err().to_string();
+    let err = app(&rep.device(), Variant::AsRecorded)
+        .unwrap_err()
+        .to_string();
     assert!(
-        err.contains("CREATE_CQ inbox differs at create_cq_in.cq_context.log_cq_size: recorded 7, got 5"),
+        err.contains(
+            "CREATE_CQ inbox differs at create_cq_in.cq_context.log_cq_size: recorded 7, got 5"
+        ),
         "{err}"
     );
-    assert!(err.contains(&format!("tampered.fixture stanza 6 (line {})", head + 1)), "{err}");
+    assert!(
+        err.contains(&format!("tampered.fixture stanza 6 (line {})", head + 1)),
+        "{err}"
+    );
     // Replaying the fixture on its own is consistent: both sides read 7.
     let rep = Replayer::from_text(&tampered, "tampered.fixture").unwrap();
     assert!(drive::run(&rep).passed());
@@ -210,18 +240,27 @@ fn reordered_missing_and_extra_commands_are_named() {
 
     let dev = fixture::replay(&path).unwrap();
     let e = app(&dev, Variant::SwapQueries).unwrap_err().to_string();
-    assert!(e.contains("recorded query $ctx0 $obj1 QUERY_CQ, got query $ctx0 QUERY_MKEY"), "{e}");
+    assert!(
+        e.contains("recorded query $ctx0 $obj1 QUERY_CQ, got query $ctx0 QUERY_MKEY"),
+        "{e}"
+    );
 
     let dev = fixture::replay(&path).unwrap();
     app(&dev, Variant::StopEarly).unwrap();
     // Dropping the objects early destroys them where the recording queued
     // an async query; finish() names the first departure.
     let e = fixture::finish(&dev).unwrap_err().to_string();
-    assert!(e.contains("recorded cmd_channel $ctx0, got destroy $ctx0 DESTROY_MKEY"), "{e}");
+    assert!(
+        e.contains("recorded cmd_channel $ctx0, got destroy $ctx0 DESTROY_MKEY"),
+        "{e}"
+    );
 
     let dev = fixture::replay(&path).unwrap();
     let e = app(&dev, Variant::OneMore).unwrap_err().to_string();
-    assert!(e.contains("got general $ctx0 QUERY_HCA_CAP after the last recorded command"), "{e}");
+    assert!(
+        e.contains("got general $ctx0 QUERY_HCA_CAP after the last recorded command"),
+        "{e}"
+    );
     let _ = std::fs::remove_file(path);
 }
 
@@ -232,7 +271,10 @@ fn unfinished_replays_name_the_next_stanza() {
     let ctx = dev.open().unwrap();
     let _ = ctx.query_eqn(0).unwrap();
     let e = fixture::finish(&dev).unwrap_err().to_string();
-    assert!(e.contains("recorded commands were not replayed; the next is stanza 3 (line "), "{e}");
+    assert!(
+        e.contains("recorded commands were not replayed; the next is stanza 3 (line "),
+        "{e}"
+    );
     assert!(e.contains("uar_alloc $ctx0"), "{e}");
     let _ = std::fs::remove_file(path);
 }

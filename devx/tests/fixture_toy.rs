@@ -21,7 +21,9 @@ pub const BAD_OPCODE: u16 = 0xb42;
 pub const BAD_SYNDROME: u32 = 0x00c0_ffee;
 
 pub fn toy() -> Arc<dyn Provider> {
-    Arc::new(Toy { next: Arc::new(Mutex::new(0x10)) })
+    Arc::new(Toy {
+        next: Arc::new(Mutex::new(0x10)),
+    })
 }
 
 pub fn toy_info() -> DeviceInfo {
@@ -64,7 +66,9 @@ struct ToyCtx {
 }
 
 fn be16(b: &[u8], at: usize) -> u16 {
-    b.get(at..at + 2).map(|x| u16::from_be_bytes([x[0], x[1]])).unwrap_or(0)
+    b.get(at..at + 2)
+        .map(|x| u16::from_be_bytes([x[0], x[1]]))
+        .unwrap_or(0)
 }
 
 fn fw_fail(inbox: &[u8], outbox: &mut [u8], status: u8, syndrome: u32) -> Error {
@@ -143,7 +147,11 @@ impl ProviderContext for ToyCtx {
 
     fn create_cmd_channel(&self) -> devx::Result<Arc<dyn CmdChannel>> {
         let (a, b) = UnixStream::pair().map_err(|_| Error::os("socketpair", libc::EIO))?;
-        Ok(Arc::new(ToyChannel { queue: Mutex::new(VecDeque::new()), _a: a, b }))
+        Ok(Arc::new(ToyChannel {
+            queue: Mutex::new(VecDeque::new()),
+            _a: a,
+            b,
+        }))
     }
 
     fn query_async(
@@ -208,7 +216,8 @@ impl CmdChannel for ToyChannel {
     }
 
     fn get(&self) -> devx::Result<AsyncCompletion> {
-        self.try_get()?.ok_or_else(|| Error::os("get", libc::EAGAIN))
+        self.try_get()?
+            .ok_or_else(|| Error::os("get", libc::EAGAIN))
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -234,7 +243,10 @@ impl UarPage for ToyPage {
 pub fn temp_path(tag: &str) -> std::path::PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);
-    std::env::temp_dir().join(format!("devx-fixture-{tag}-{}-{n}.fixture", std::process::id()))
+    std::env::temp_dir().join(format!(
+        "devx-fixture-{tag}-{}-{n}.fixture",
+        std::process::id()
+    ))
 }
 
 /// An inbox for `layout` with `fields` set by name (opcode from the caller).
@@ -242,7 +254,8 @@ pub fn mailbox(layout: &str, fields: &[(&str, u64)]) -> Vec<u8> {
     let meta = prm_layouts::find(layout).unwrap_or_else(|| panic!("no layout {layout}"));
     let mut b = vec![0u8; meta.size_bytes()];
     for (f, v) in fields {
-        meta.set(&mut b, f, *v).unwrap_or_else(|e| panic!("{layout}.{f}: {e}"));
+        meta.set(&mut b, f, *v)
+            .unwrap_or_else(|e| panic!("{layout}.{f}: {e}"));
     }
     b
 }
@@ -269,7 +282,9 @@ pub fn sample_fixture() -> String {
         let eqn = ctx.query_eqn(0).unwrap();
         let uar = devx::Uar::alloc(&ctx).unwrap();
         let umem = devx::Umem::register(&ctx, vec![0u8; 4096], devx::access::LOCAL_WRITE).unwrap();
-        let pd = ctx.create(&mailbox("alloc_pd_in", &[("opcode", 0x800)]), 16).unwrap();
+        let pd = ctx
+            .create(&mailbox("alloc_pd_in", &[("opcode", 0x800)]), 16)
+            .unwrap();
         let cq = ctx
             .create(
                 &mailbox(
@@ -285,7 +300,10 @@ pub fn sample_fixture() -> String {
                 16,
             )
             .unwrap();
-        let q = mailbox("query_cq_in", &[("opcode", 0x402), ("cqn", u64::from(cq.id()))]);
+        let q = mailbox(
+            "query_cq_in",
+            &[("opcode", 0x402), ("cqn", u64::from(cq.id()))],
+        );
         cq.query(&q, 272).unwrap();
         let mut bad = vec![0u8; 16];
         bad[0..2].copy_from_slice(&BAD_OPCODE.to_be_bytes());

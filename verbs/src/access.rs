@@ -69,8 +69,11 @@ impl fmt::Debug for AccessFlags {
             (AccessFlags::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
             (AccessFlags::MW_BIND, "MW_BIND"),
         ];
-        let names: Vec<&str> =
-            NAMES.iter().filter(|(b, _)| self.contains(*b)).map(|(_, n)| *n).collect();
+        let names: Vec<&str> = NAMES
+            .iter()
+            .filter(|(b, _)| self.contains(*b))
+            .map(|(_, n)| *n)
+            .collect();
         if names.is_empty() {
             f.write_str("NONE")
         } else {

@@ -46,7 +46,12 @@ impl AhAttr {
     pub fn roce(port_num: u8, dgid: Gid, sgid_index: u8, dmac: Option<[u8; 6]>) -> AhAttr {
         AhAttr {
             port_num,
-            grh: Some(GlobalRoute { dgid, sgid_index, hop_limit: 64, ..GlobalRoute::default() }),
+            grh: Some(GlobalRoute {
+                dgid,
+                sgid_index,
+                hop_limit: 64,
+                ..GlobalRoute::default()
+            }),
             dmac,
             ..AhAttr::default()
         }
@@ -54,7 +59,11 @@ impl AhAttr {
 
     /// An InfiniBand destination by LID, without GRH.
     pub fn ib(port_num: u8, dlid: u16) -> AhAttr {
-        AhAttr { port_num, dlid, ..AhAttr::default() }
+        AhAttr {
+            port_num,
+            dlid,
+            ..AhAttr::default()
+        }
     }
 }
 
@@ -105,7 +114,10 @@ impl AhAttr {
             return Err(Error::argument(verb, "src_path_bits exceeds 7 bits"));
         }
         if self.static_rate > 15 {
-            return Err(Error::argument(verb, "static_rate exceeds the 4-bit mlx5 encoding"));
+            return Err(Error::argument(
+                verb,
+                "static_rate exceeds the 4-bit mlx5 encoding",
+            ));
         }
         if let Some(g) = &self.grh {
             if g.flow_label > 0xfffff {
@@ -115,17 +127,29 @@ impl AhAttr {
         let eth = ctx.link_layer() == LinkLayer::Ethernet;
         let Some(grh) = &self.grh else {
             if eth {
-                return Err(Error::argument(verb, "RoCE paths need a GRH (grh: Some(..))"));
+                return Err(Error::argument(
+                    verb,
+                    "RoCE paths need a GRH (grh: Some(..))",
+                ));
             }
             if self.dlid == 0 {
-                return Err(Error::argument(verb, "an InfiniBand path without GRH needs a dlid"));
+                return Err(Error::argument(
+                    verb,
+                    "an InfiniBand path without GRH needs a dlid",
+                ));
             }
-            return Ok(Resolved { eth, gid_type: None, dmac: None });
+            return Ok(Resolved {
+                eth,
+                gid_type: None,
+                dmac: None,
+            });
         };
-        let sgid = ctx.query_gid(self.port_num, u16::from(grh.sgid_index)).map_err(|e| match e {
-            Error::Device { source, .. } => Error::Device { verb, source },
-            other => other,
-        })?;
+        let sgid = ctx
+            .query_gid(self.port_num, u16::from(grh.sgid_index))
+            .map_err(|e| match e {
+                Error::Device { source, .. } => Error::Device { verb, source },
+                other => other,
+            })?;
         if sgid.gid.is_zero() {
             return Err(Error::argument(
                 verb,
@@ -136,18 +160,25 @@ impl AhAttr {
             ));
         }
         if !eth {
-            return Ok(Resolved { eth, gid_type: Some(sgid.gid_type), dmac: None });
+            return Ok(Resolved {
+                eth,
+                gid_type: Some(sgid.gid_type),
+                dmac: None,
+            });
         }
-        let dmac = match self.dmac.or_else(|| mac_from_gid(&grh.dgid)) {
-            Some(m) => m,
-            None => {
-                return Err(Error::argument(
+        let dmac =
+            match self.dmac.or_else(|| mac_from_gid(&grh.dgid)) {
+                Some(m) => m,
+                None => return Err(Error::argument(
                     verb,
                     "a unicast RoCE destination needs dmac (neighbour resolution is the caller's)",
-                ))
-            }
-        };
-        Ok(Resolved { eth, gid_type: Some(sgid.gid_type), dmac: Some(dmac) })
+                )),
+            };
+        Ok(Resolved {
+            eth,
+            gid_type: Some(sgid.gid_type),
+            dmac: Some(dmac),
+        })
     }
 
     /// The UDP source port for a RoCE v2 path; `salt` spreads paths without a
@@ -211,7 +242,11 @@ impl Ah {
     /// QUERY_ROCE_ADDRESS or QUERY_HCA_VPORT_GID) when the address has a GRH.
     pub fn create(pd: &Pd, attr: &AhAttr) -> Result<Ah> {
         let r = attr.resolve(pd.context(), "create_ah")?;
-        Ok(Ah { pd: pd.clone(), attr: resolved_attr(attr, &r), av: attr.address_vector(&r) })
+        Ok(Ah {
+            pd: pd.clone(),
+            attr: resolved_attr(attr, &r),
+            av: attr.address_vector(&r),
+        })
     }
 
     /// `ibv_query_ah`: the attributes, with the derived MAC filled in.
@@ -244,7 +279,10 @@ impl Ah {
 }
 
 fn resolved_attr(attr: &AhAttr, r: &Resolved) -> AhAttr {
-    AhAttr { dmac: attr.dmac.or(r.dmac), ..*attr }
+    AhAttr {
+        dmac: attr.dmac.or(r.dmac),
+        ..*attr
+    }
 }
 
 impl Pd {
@@ -270,8 +308,14 @@ mod tests {
         ll[0] = 0xfe;
         ll[1] = 0x80;
         ll[8..].copy_from_slice(&[0x02, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55]);
-        assert_eq!(mac_from_gid(&Gid(ll)), Some([0x00, 0x11, 0x22, 0x33, 0x44, 0x55]));
-        assert_eq!(mac_from_gid(&Gid::from_ipv4("10.0.0.1".parse().unwrap())), None);
+        assert_eq!(
+            mac_from_gid(&Gid(ll)),
+            Some([0x00, 0x11, 0x22, 0x33, 0x44, 0x55])
+        );
+        assert_eq!(
+            mac_from_gid(&Gid::from_ipv4("10.0.0.1".parse().unwrap())),
+            None
+        );
     }
 
     #[test]

@@ -47,7 +47,9 @@ pub struct Context {
 
 impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Context").field("device", &self.device().name()).finish()
+        f.debug_struct("Context")
+            .field("device", &self.device().name())
+            .finish()
     }
 }
 
@@ -65,7 +67,11 @@ impl Context {
         let page = query_cap_page(&devx, HcaCapType::General, true, "open_device")?;
         let caps = *page.cmd_hca_cap();
         Ok(Context {
-            inner: Arc::new(ContextInner { devx, caps, key_variant: AtomicU8::new(0) }),
+            inner: Arc::new(ContextInner {
+                devx,
+                caps,
+                key_variant: AtomicU8::new(0),
+            }),
         })
     }
 
@@ -115,7 +121,10 @@ impl Context {
         if port == 0 || port > self.num_ports() {
             return Err(Error::argument(
                 verb,
-                format!("port {port} does not exist (the device has {} port(s), numbered from 1)", self.num_ports()),
+                format!(
+                    "port {port} does not exist (the device has {} port(s), numbered from 1)",
+                    self.num_ports()
+                ),
             ));
         }
         Ok(())
@@ -131,7 +140,9 @@ fn query_cap_page(
     let mut inbox = QueryHcaCapIn::new();
     inbox.set_opcode(Opcode::QueryHcaCap.raw());
     inbox.set_op_mod(page.op_mod(current));
-    let out = devx.general_cmd(inbox.as_bytes(), QueryHcaCapOut::SIZE_BYTES).verb(verb)?;
+    let out = devx
+        .general_cmd(inbox.as_bytes(), QueryHcaCapOut::SIZE_BYTES)
+        .verb(verb)?;
     let out = QueryHcaCapOut::from_slice(&out).ok_or_else(|| Error::Device {
         verb,
         source: devx::Error::argument("QUERY_HCA_CAP returned a short outbox"),

@@ -12,7 +12,7 @@ use prm_layouts::{CreateCqIn, CreateCqOut, ModifyCqIn, ModifyCqOut, QueryCqIn, Q
 
 use crate::context::Context;
 use crate::error::{DestroyError, Error, Result, VerbResult};
-use crate::util::{log2, pow2_at_least, queue_memory, DoorbellRecord, Owned};
+use crate::util::{log2, pow2_at_least, queue_memory, DoorbellRecord, Owned, QueueMemory};
 
 /// Bytes per CQE (`cqe_sz` 0).
 pub const CQE_SIZE: usize = 64;
@@ -83,7 +83,12 @@ pub struct CqInit {
 
 impl CqInit {
     pub fn new(entries: u32) -> CqInit {
-        CqInit { entries, comp_vector: 0, channel: None, uar: None }
+        CqInit {
+            entries,
+            comp_vector: 0,
+            channel: None,
+            uar: None,
+        }
     }
 
     pub fn comp_vector(mut self, v: u32) -> CqInit {
@@ -122,10 +127,18 @@ pub struct CqAttr {
 }
 
 pub(crate) struct CqDeps {
-    /// Replaced on resize; locked only then and on drop, never by the data path.
-    ring: Mutex<Umem<MmapMut>>,
+    /// Replaced on resize; locked only then, never by the data path.
+    ring: Mutex<Rings>,
     dbr: DoorbellRecord,
     uar: Arc<Uar>,
+}
+
+/// The CQE ring in use, and rings a resize replaced that the device still
+/// referenced (their UMEM deregistration was refused): those stay mapped until
+/// the CQ is destroyed, so the device never writes freed memory.
+struct Rings {
+    current: Umem<MmapMut>,
+    retired: Vec<Umem<MmapMut>>,
 }
 
 pub(crate) struct CqShared {
@@ -170,7 +183,10 @@ fn ring_entries(verb: &'static str, ctx: &Context, entries: u32) -> Result<u32> 
         return Err(Error::argument(verb, "a CQ needs at least 1 entry"));
     }
     if entries > max {
-        return Err(Error::argument(verb, format!("{entries} entries exceed the device's max_cqe {max}")));
+        return Err(Error::argument(
+            verb,
+            format!("{entries} entries exceed the device's max_cqe {max}"),
+        ));
     }
     // One slot stays free so a full ring is distinguishable from an empty one.
     pow2_at_least(entries + 1).ok_or_else(|| Error::argument(verb, "CQ size overflows"))
@@ -213,17 +229,33 @@ impl Cq {
         inbox.set_cq_umem_id(ring.id());
         inbox.set_cq_umem_offset(0);
         inbox.set_cq_umem_valid(1);
-        let obj = ctx.devx().create(inbox.as_bytes(), CreateCqOut::SIZE_BYTES).verb(VERB)?;
+        let obj = ctx
+            .devx()
+            .create(inbox.as_bytes(), CreateCqOut::SIZE_BYTES)
+            .verb(VERB)?;
 
         let ring_addr = ring.addr();
-        let deps = CqDeps { ring: Mutex::new(ring), dbr, uar };
+        let deps = CqDeps {
+            ring: Mutex::new(Rings {
+                current: ring,
+                retired: Vec::new(),
+            }),
+            dbr,
+            uar,
+        };
         let shared = CqShared {
             owned: Owned::new(obj, deps),
             ctx: ctx.clone(),
             channel: init.channel.clone(),
             eqn,
         };
-        Ok(Cq { shared: Arc::new(shared), ring_addr, log_size: log2(n), ci: 0, arm_sn: 0 })
+        Ok(Cq {
+            shared: Arc::new(shared),
+            ring_addr,
+            log_size: log2(n),
+            ci: 0,
+            arm_sn: 0,
+        })
     }
 
     /// The CQ number, usable in raw DEVX objects (`cqn_snd`, `cqn_rcv`, `cqn`).
@@ -262,9 +294,16 @@ impl Cq {
         &self.shared.owned.deps().uar
     }
 
-    /// The doorbell record: `[0]` set_ci, `[1]` arm (big-endian u32 each).
-    pub(crate) fn dbr_ptr(&self) -> *mut u8 {
-        self.shared.owned.deps().dbr.ptr()
+    /// The CQE ring and doorbell record (`[0]` set_ci, `[1]` arm, big-endian
+    /// u32 each). The ring moves on `resize`.
+    pub fn memory(&self) -> QueueMemory {
+        QueueMemory {
+            addr: self.ring_addr,
+            len: (CQE_SIZE << self.log_size),
+            entries: 1 << self.log_size,
+            stride: CQE_SIZE as u32,
+            doorbell_record: self.shared.owned.deps().dbr.addr(),
+        }
     }
 
     pub(crate) fn shared(&self) -> &Arc<CqShared> {
@@ -277,7 +316,10 @@ impl Cq {
         let mut inbox = QueryCqIn::new();
         inbox.set_opcode(Opcode::QueryCq.raw());
         inbox.set_cqn(self.cqn());
-        let out = self.obj().query(inbox.as_bytes(), QueryCqOut::SIZE_BYTES).verb(VERB)?;
+        let out = self
+            .obj()
+            .query(inbox.as_bytes(), QueryCqOut::SIZE_BYTES)
+            .verb(VERB)?;
         let out = QueryCqOut::from_slice(&out).ok_or_else(|| Error::Device {
             verb: VERB,
             source: devx::Error::argument("QUERY_CQ returned a short outbox"),
@@ -306,7 +348,10 @@ impl Cq {
         const VERB: &str = "resize_cq";
         let ctx = self.shared.ctx.clone();
         if ctx.caps().cq_resize() == 0 {
-            return Err(Error::unsupported(VERB, "the device does not report cq_resize"));
+            return Err(Error::unsupported(
+                VERB,
+                "the device does not report cq_resize",
+            ));
         }
         let n = ring_entries(VERB, &ctx, entries)?;
         let ring = new_ring(VERB, &ctx, n)?;
@@ -328,14 +373,30 @@ impl Cq {
         let bytes = inbox.as_mut_bytes();
         set_bits(bytes, MODIFY_CQ_UMEM_OFFSET_BIT, 64, 0);
         set_bits(bytes, MODIFY_CQ_UMEM_ID_BIT, 32, u64::from(ring.id()));
-        self.obj().modify(inbox.as_bytes(), ModifyCqOut::SIZE_BYTES).verb(VERB)?;
+        self.obj()
+            .modify(inbox.as_bytes(), ModifyCqOut::SIZE_BYTES)
+            .verb(VERB)?;
 
-        let mut slot = self.shared.owned.deps().ring.lock().unwrap_or_else(|p| p.into_inner());
-        carry_unpolled(slot.memory(), self.log_size, &ring, log2(n), self.ci);
+        let mut rings = self
+            .shared
+            .owned
+            .deps()
+            .ring
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        carry_unpolled(
+            rings.current.memory(),
+            self.log_size,
+            &ring,
+            log2(n),
+            self.ci,
+        );
         self.ring_addr = ring.addr();
         self.log_size = log2(n);
-        // The old ring's UMEM is deregistered here; firmware switched rings.
-        drop(std::mem::replace(&mut *slot, ring));
+        let old = std::mem::replace(&mut rings.current, ring);
+        if let Err((old, _)) = old.deregister() {
+            rings.retired.push(old);
+        }
         Ok(self.cqe())
     }
 
@@ -343,10 +404,16 @@ impl Cq {
     pub fn modify_moderation(&self, max_count: u16, period: u16) -> Result<()> {
         const VERB: &str = "modify_cq";
         if self.shared.ctx.caps().cq_moderation() == 0 {
-            return Err(Error::unsupported(VERB, "the device does not report cq_moderation"));
+            return Err(Error::unsupported(
+                VERB,
+                "the device does not report cq_moderation",
+            ));
         }
         if period > 0xfff {
-            return Err(Error::argument(VERB, format!("cq_period {period} exceeds its 12-bit field")));
+            return Err(Error::argument(
+                VERB,
+                format!("cq_period {period} exceeds its 12-bit field"),
+            ));
         }
         let mut inbox = ModifyCqIn::new();
         inbox.set_opcode(Opcode::ModifyCq.raw());
@@ -358,7 +425,9 @@ impl Cq {
         let cqc = inbox.cq_context_mut();
         cqc.set_cq_max_count(max_count);
         cqc.set_cq_period(period);
-        self.obj().modify(inbox.as_bytes(), ModifyCqOut::SIZE_BYTES).verb(VERB)?;
+        self.obj()
+            .modify(inbox.as_bytes(), ModifyCqOut::SIZE_BYTES)
+            .verb(VERB)?;
         Ok(())
     }
 
@@ -366,19 +435,46 @@ impl Cq {
     /// device's refusal; either way the CQ comes back.
     pub fn destroy(self) -> Result<(), DestroyError<Cq>> {
         const VERB: &str = "destroy_cq";
-        let Cq { shared, ring_addr, log_size, ci, arm_sn } = self;
-        let rebuild = |shared| Cq { shared, ring_addr, log_size, ci, arm_sn };
+        let Cq {
+            shared,
+            ring_addr,
+            log_size,
+            ci,
+            arm_sn,
+        } = self;
+        let rebuild = |shared| Cq {
+            shared,
+            ring_addr,
+            log_size,
+            ci,
+            arm_sn,
+        };
         let inner = match Arc::try_unwrap(shared) {
             Ok(inner) => inner,
             Err(shared) => {
                 let users = Arc::strong_count(&shared) - 1;
-                let err = Error::Busy { verb: VERB, what: "completion queue", users };
+                let err = Error::Busy {
+                    verb: VERB,
+                    what: "completion queue",
+                    users,
+                };
                 return Err(DestroyError::new(rebuild(shared), err));
             }
         };
-        let CqShared { owned, ctx, channel, eqn } = inner;
-        owned.destroy().map_err(|(owned, source)| {
-            let shared = Arc::new(CqShared { owned, ctx, channel, eqn });
+        let CqShared {
+            owned,
+            ctx,
+            channel,
+            eqn,
+        } = inner;
+        owned.destroy().map_err(|refused| {
+            let (owned, source) = *refused;
+            let shared = Arc::new(CqShared {
+                owned,
+                ctx,
+                channel,
+                eqn,
+            });
             DestroyError::new(rebuild(shared), Error::Device { verb: VERB, source })
         })
     }
@@ -405,7 +501,9 @@ fn carry_unpolled(old: &[u8], old_log: u32, new: &Umem<MmapMut>, new_log: u32, c
     for k in 0..old_n.min(new_n - 1) {
         let idx = ci.wrapping_add(k);
         let src_at = (idx & (old_n - 1)) as usize * CQE_SIZE;
-        let Some(src) = old.get(src_at..src_at + CQE_SIZE) else { return };
+        let Some(src) = old.get(src_at..src_at + CQE_SIZE) else {
+            return;
+        };
         let op_own = src[CQE_SIZE - 1];
         let opcode = op_own >> 4;
         let sw_owned = opcode != 0xf && u32::from(op_own & 1) == (idx >> old_log) & 1;

@@ -129,7 +129,10 @@ impl Limits {
         let max_recv_sge = max_wqe_sz_rq / 16;
         Limits {
             max_qp_wr: pow2(u32::from(c.log_max_qp_sz())),
-            max_send_sge: max_wqe_sz_sq.min(SQ_WQE_SGE_CAP).saturating_sub(SQ_SGE_OVERHEAD) / 16,
+            max_send_sge: max_wqe_sz_sq
+                .min(SQ_WQE_SGE_CAP)
+                .saturating_sub(SQ_SGE_OVERHEAD)
+                / 16,
             max_recv_sge,
             max_cqe: pow2(u32::from(c.log_max_cq_sz())).saturating_sub(1),
             max_srq_wr: pow2(u32::from(c.log_max_srq_sz())).saturating_sub(1),
@@ -185,7 +188,11 @@ impl Context {
         let log_pg_sz = u32::from(c.log_pg_sz()).min(63);
         Ok(DeviceAttr {
             fw_ver: info.fw_version,
-            node_guid: if vport.node_guid != 0 { vport.node_guid } else { info.node_guid },
+            node_guid: if vport.node_guid != 0 {
+                vport.node_guid
+            } else {
+                info.node_guid
+            },
             sys_image_guid: if vport.sys_image_guid != 0 {
                 vport.sys_image_guid
             } else {
@@ -214,7 +221,11 @@ impl Context {
             atomic_cap,
             max_ee: 0,
             max_rdd: 0,
-            max_mw: if mem_window { pow2(u32::from(c.log_max_mkey())) } else { 0 },
+            max_mw: if mem_window {
+                pow2(u32::from(c.log_max_mkey()))
+            } else {
+                0
+            },
             max_raw_ipv6_qp: 0,
             max_raw_ethy_qp: 0,
             max_mcast_grp,
@@ -246,10 +257,12 @@ impl Context {
         let a = page.atomic_caps();
         let standard = a.atomic_operations() & ATOMIC_OPS_STANDARD == ATOMIC_OPS_STANDARD;
         let size_8b = a.atomic_size_qp() & ATOMIC_SIZE_QP_8B != 0;
-        Ok(if standard && size_8b && a.atomic_req_8B_endianness_mode() != 0 {
-            AtomicCap::Hca
-        } else {
-            AtomicCap::None
-        })
+        Ok(
+            if standard && size_8b && a.atomic_req_8B_endianness_mode() != 0 {
+                AtomicCap::Hca
+            } else {
+                AtomicCap::None
+            },
+        )
     }
 }

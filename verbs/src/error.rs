@@ -32,11 +32,17 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn argument(verb: &'static str, msg: impl Into<String>) -> Error {
-        Error::Argument { verb, msg: msg.into() }
+        Error::Argument {
+            verb,
+            msg: msg.into(),
+        }
     }
 
     pub(crate) fn unsupported(verb: &'static str, why: impl Into<String>) -> Error {
-        Error::Unsupported { verb, why: why.into() }
+        Error::Unsupported {
+            verb,
+            why: why.into(),
+        }
     }
 
     /// The verb that failed (`create_cq`, `modify_qp`…).
@@ -117,13 +123,16 @@ impl<T> VerbResult<T> for std::result::Result<T, devx::Error> {
 /// An explicit destroy the device (or a remaining user) refused. The object
 /// comes back alive, so the caller can release what still uses it and retry.
 pub struct DestroyError<T> {
-    pub object: T,
+    pub object: Box<T>,
     pub error: Error,
 }
 
 impl<T> DestroyError<T> {
     pub(crate) fn new(object: T, error: Error) -> DestroyError<T> {
-        DestroyError { object, error }
+        DestroyError {
+            object: Box::new(object),
+            error,
+        }
     }
 
     /// Drops the object (its drop retries the destroy) and keeps the error.

@@ -50,3 +50,4 @@ pub use qp::{
 pub use report::{DeviceReport, PortReport};
 pub use srq::{Srq, SrqAttr, SrqInit};
 pub use unsupported::{Eec, PhysBuf, PortModify, Rdd, SpecialQp};
+pub use util::QueueMemory;

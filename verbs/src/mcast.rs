@@ -47,10 +47,14 @@ impl McastAttachment {
     /// `ibv_detach_mcast`: DETACH_FROM_MCG now, with its result.
     pub fn detach(self) -> Result<(), DestroyError<McastAttachment>> {
         let McastAttachment { owned, gid, lid } = self;
-        owned.destroy().map_err(|(owned, source)| {
+        owned.destroy().map_err(|refused| {
+            let (owned, source) = *refused;
             DestroyError::new(
                 McastAttachment { owned, gid, lid },
-                Error::Device { verb: "detach_mcast", source },
+                Error::Device {
+                    verb: "detach_mcast",
+                    source,
+                },
             )
         })
     }
@@ -64,7 +68,10 @@ impl Qp {
             return Err(Error::argument(VERB, "only UD QPs join multicast groups"));
         }
         if !gid.is_multicast() {
-            return Err(Error::argument(VERB, format!("{gid} is not a multicast GID (ff00::/8)")));
+            return Err(Error::argument(
+                VERB,
+                format!("{gid} is not a multicast GID (ff00::/8)"),
+            ));
         }
         let mut inbox = AttachToMcgIn::new();
         inbox.set_opcode(Opcode::AttachToMcg.raw());
@@ -75,6 +82,10 @@ impl Qp {
             .devx()
             .create(inbox.as_bytes(), AttachToMcgOut::SIZE_BYTES)
             .verb(VERB)?;
-        Ok(McastAttachment { owned: Owned::new(obj, self.shared().clone()), gid: *gid, lid })
+        Ok(McastAttachment {
+            owned: Owned::new(obj, self.shared().clone()),
+            gid: *gid,
+            lid,
+        })
     }
 }

@@ -62,34 +62,41 @@ pub struct Mr<M: StableMemory> {
 
 impl<M: StableMemory> fmt::Debug for Mr<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Mr(key {:#x}, {} bytes at {:#x}, {:?})", self.key, self.len(), self.addr(), self.access)
+        write!(
+            f,
+            "Mr(key {:#x}, {} bytes at {:#x}, {:?})",
+            self.key,
+            self.len(),
+            self.addr(),
+            self.access
+        )
     }
 }
 
-/// UMEM access a region with `a` needs: write pinning only when the device may write.
+/// UMEM access for a region with rights `a`. The UMEM only decides how the
+/// pages are pinned (writable or not); the MKEY enforces the rights. Writable
+/// memory is pinned for every use so a re-registration can widen the rights
+/// on the same UMEM; read-only memory stays pinned read-only.
 fn umem_access(a: AccessFlags) -> u32 {
-    let mut u = 0;
     if a.any_write() {
-        u |= devx::access::LOCAL_WRITE;
+        devx::access::LOCAL_WRITE | devx::access::REMOTE_WRITE | devx::access::REMOTE_READ
+    } else {
+        devx::access::REMOTE_READ
     }
-    if a.contains(AccessFlags::REMOTE_WRITE) || a.contains(AccessFlags::REMOTE_ATOMIC) {
-        u |= devx::access::REMOTE_WRITE;
-    }
-    if a.contains(AccessFlags::REMOTE_READ) || a.contains(AccessFlags::REMOTE_ATOMIC) {
-        u |= devx::access::REMOTE_READ;
-    }
-    u
 }
 
 fn check_access(verb: &'static str, pd: &Pd, a: AccessFlags) -> Result<()> {
     if a.needs_local_write() {
-        return Err(Error::argument(verb, "remote write or atomic access needs local write as well"));
-    }
-    if a.contains(AccessFlags::MW_BIND) && pd.context().caps().imaicl() == 0 {
-        return Err(Error::unsupported(verb, "MW_BIND: the device has no memory windows (imaicl = 0)"));
+        return Err(Error::argument(
+            verb,
+            "remote write or atomic access needs local write as well",
+        ));
     }
     if a.contains(AccessFlags::REMOTE_ATOMIC) && pd.context().caps().atomic() == 0 {
-        return Err(Error::unsupported(verb, "remote atomic access: the device reports no atomic support"));
+        return Err(Error::unsupported(
+            verb,
+            "remote atomic access: the device reports no atomic support",
+        ));
     }
     Ok(())
 }
@@ -129,7 +136,10 @@ fn create_mkey<M: StableMemory>(
     inbox.set_mkey_umem_valid(1);
     inbox.set_mkey_umem_id(umem.id());
     inbox.set_mkey_umem_offset(0);
-    let obj = ctx.devx().create(inbox.as_bytes(), CreateMkeyOut::SIZE_BYTES).verb(verb)?;
+    let obj = ctx
+        .devx()
+        .create(inbox.as_bytes(), CreateMkeyOut::SIZE_BYTES)
+        .verb(verb)?;
     let k = key(obj.id(), variant);
     Ok((obj, k))
 }
@@ -139,7 +149,9 @@ pub(crate) fn query_mkey(verb: &'static str, obj: &devx::Obj, variant_key: u32) 
     let mut inbox = QueryMkeyIn::new();
     inbox.set_opcode(Opcode::QueryMkey.raw());
     inbox.set_mkey_index(variant_key >> 8);
-    let out = obj.query(inbox.as_bytes(), QueryMkeyOut::SIZE_BYTES).verb(verb)?;
+    let out = obj
+        .query(inbox.as_bytes(), QueryMkeyOut::SIZE_BYTES)
+        .verb(verb)?;
     let out = QueryMkeyOut::from_slice(&out).ok_or_else(|| Error::Device {
         verb,
         source: devx::Error::argument("QUERY_MKEY returned a short outbox"),
@@ -182,7 +194,17 @@ impl<M: StableMemory> Mr<M> {
 
     fn over(verb: &'static str, pd: &Pd, umem: Arc<Umem<M>>, access: AccessFlags) -> Result<Mr<M>> {
         let (obj, key) = create_mkey(verb, pd, &umem, access)?;
-        Ok(Mr { owned: Owned::new(obj, MrDeps { umem, pd: pd.clone() }), access, key })
+        Ok(Mr {
+            owned: Owned::new(
+                obj,
+                MrDeps {
+                    umem,
+                    pd: pd.clone(),
+                },
+            ),
+            access,
+            key,
+        })
     }
 
     /// `ibv_reg_mr` over the same memory again (`register_smr`): a second
@@ -307,10 +329,16 @@ impl<M: StableMemory> Mr<M> {
         let umem = owned.deps().umem.clone();
         match owned.destroy() {
             Ok(()) => Ok(release(umem)),
-            Err((owned, source)) => Err(DestroyError::new(
-                Mr { owned, access, key },
-                Error::Device { verb: "dereg_mr", source },
-            )),
+            Err(refused) => {
+                let (owned, source) = *refused;
+                Err(DestroyError::new(
+                    Mr { owned, access, key },
+                    Error::Device {
+                        verb: "dereg_mr",
+                        source,
+                    },
+                ))
+            }
         }
     }
 }

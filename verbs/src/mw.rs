@@ -38,13 +38,11 @@ impl fmt::Debug for Mw {
 
 impl Mw {
     /// `ibv_alloc_mw`: CREATE_MKEY with `free`, `umr_en`, KLM access mode, no
-    /// QP (type 2 windows are tied to a QP by the bind), no UMEM.
+    /// QP (type 2 windows are tied to a QP by the bind), no UMEM. Whether the
+    /// device takes windows is its answer (`query_device` reports `imaicl`).
     pub fn alloc(pd: &Pd, mw_type: MwType) -> Result<Mw> {
         const VERB: &str = "alloc_mw";
         let ctx = pd.context();
-        if ctx.caps().imaicl() == 0 {
-            return Err(Error::unsupported(VERB, "the device has no memory windows (imaicl = 0)"));
-        }
         let variant = ctx.next_key_variant();
         let mut inbox = CreateMkeyIn::new();
         inbox.set_opcode(Opcode::CreateMkey.raw());
@@ -59,9 +57,16 @@ impl Mw {
         mkc.set_mkey_7_0(variant);
         mkc.set_pd(pd.pdn());
         mkc.set_translations_octword_size(MW_KLMS);
-        let obj = ctx.devx().create(inbox.as_bytes(), CreateMkeyOut::SIZE_BYTES).verb(VERB)?;
+        let obj = ctx
+            .devx()
+            .create(inbox.as_bytes(), CreateMkeyOut::SIZE_BYTES)
+            .verb(VERB)?;
         let rkey = key(obj.id(), variant);
-        Ok(Mw { owned: Owned::new(obj, pd.clone()), mw_type, rkey })
+        Ok(Mw {
+            owned: Owned::new(obj, pd.clone()),
+            mw_type,
+            rkey,
+        })
     }
 
     /// The R_Key the window has now (a bind assigns a new variant).
@@ -88,9 +93,24 @@ impl Mw {
 
     /// `ibv_dealloc_mw`: DESTROY_MKEY.
     pub fn dealloc(self) -> Result<(), DestroyError<Mw>> {
-        let Mw { owned, mw_type, rkey } = self;
-        owned.destroy().map_err(|(owned, source)| {
-            DestroyError::new(Mw { owned, mw_type, rkey }, Error::Device { verb: "dealloc_mw", source })
+        let Mw {
+            owned,
+            mw_type,
+            rkey,
+        } = self;
+        owned.destroy().map_err(|refused| {
+            let (owned, source) = *refused;
+            DestroyError::new(
+                Mw {
+                    owned,
+                    mw_type,
+                    rkey,
+                },
+                Error::Device {
+                    verb: "dealloc_mw",
+                    source,
+                },
+            )
         })
     }
 }

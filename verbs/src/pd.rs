@@ -33,8 +33,16 @@ impl Pd {
     pub fn alloc(ctx: &Context) -> Result<Pd> {
         let mut inbox = AllocPdIn::new();
         inbox.set_opcode(Opcode::AllocPd.raw());
-        let obj = ctx.devx().create(inbox.as_bytes(), AllocPdOut::SIZE_BYTES).verb("alloc_pd")?;
-        Ok(Pd { inner: Arc::new(PdInner { owned: Owned::new(obj, ()), ctx: ctx.clone() }) })
+        let obj = ctx
+            .devx()
+            .create(inbox.as_bytes(), AllocPdOut::SIZE_BYTES)
+            .verb("alloc_pd")?;
+        Ok(Pd {
+            inner: Arc::new(PdInner {
+                owned: Owned::new(obj, ()),
+                ctx: ctx.clone(),
+            }),
+        })
     }
 
     /// The PD number that `pd` fields of QP, MKEY and WQ contexts take.
@@ -58,14 +66,27 @@ impl Pd {
             Ok(inner) => inner,
             Err(inner) => {
                 let users = Arc::strong_count(&inner) - 1;
-                let err = Error::Busy { verb: "dealloc_pd", what: "protection domain", users };
+                let err = Error::Busy {
+                    verb: "dealloc_pd",
+                    what: "protection domain",
+                    users,
+                };
                 return Err(DestroyError::new(Pd { inner }, err));
             }
         };
         let PdInner { owned, ctx } = inner;
-        owned.destroy().map_err(|(owned, source)| {
-            let err = Error::Device { verb: "dealloc_pd", source };
-            DestroyError::new(Pd { inner: Arc::new(PdInner { owned, ctx }) }, err)
+        owned.destroy().map_err(|refused| {
+            let (owned, source) = *refused;
+            let err = Error::Device {
+                verb: "dealloc_pd",
+                source,
+            };
+            DestroyError::new(
+                Pd {
+                    inner: Arc::new(PdInner { owned, ctx }),
+                },
+                err,
+            )
         })
     }
 }
@@ -103,7 +124,10 @@ impl Td {
             .devx()
             .create(inbox.as_bytes(), AllocTransportDomainOut::SIZE_BYTES)
             .verb("alloc_td")?;
-        Ok(Td { owned: Owned::new(obj, ()), ctx: ctx.clone() })
+        Ok(Td {
+            owned: Owned::new(obj, ()),
+            ctx: ctx.clone(),
+        })
     }
 
     /// The number `transport_domain` fields take.
@@ -121,8 +145,15 @@ impl Td {
 
     pub fn dealloc(self) -> Result<(), DestroyError<Td>> {
         let Td { owned, ctx } = self;
-        owned.destroy().map_err(|(owned, source)| {
-            DestroyError::new(Td { owned, ctx }, Error::Device { verb: "dealloc_td", source })
+        owned.destroy().map_err(|refused| {
+            let (owned, source) = *refused;
+            DestroyError::new(
+                Td { owned, ctx },
+                Error::Device {
+                    verb: "dealloc_td",
+                    source,
+                },
+            )
         })
     }
 }

@@ -212,7 +212,10 @@ pub(crate) struct VportGuids {
 }
 
 fn short_outbox(verb: &'static str, what: &str) -> Error {
-    Error::Device { verb, source: devx::Error::argument(format!("{what} returned a short outbox")) }
+    Error::Device {
+        verb,
+        source: devx::Error::argument(format!("{what} returned a short outbox")),
+    }
 }
 
 impl Context {
@@ -237,7 +240,11 @@ impl Context {
                 let pa = ctx.permanent_address();
                 let mac = mac_bytes(pa.mac_addr_47_32(), pa.mac_addr_31_0());
                 Ok(PortAttr {
-                    state: if up { PortState::Active } else { PortState::Down },
+                    state: if up {
+                        PortState::Active
+                    } else {
+                        PortState::Down
+                    },
                     max_mtu: Mtu::Mtu4096,
                     active_mtu,
                     gid_tbl_len: u32::from(roce.roce_cap().roce_address_table_size()),
@@ -309,7 +316,11 @@ impl Context {
                     port,
                     gid: Gid(*a.source_l3_address()),
                     // MLX5_ROCE_VERSION_2 = 2; 0 is v1.
-                    gid_type: if a.roce_version() == 2 { GidType::RoceV2 } else { GidType::RoceV1 },
+                    gid_type: if a.roce_version() == 2 {
+                        GidType::RoceV2
+                    } else {
+                        GidType::RoceV1
+                    },
                     mac: Some(mac_bytes(a.source_mac_47_32(), a.source_mac_31_0())),
                     vlan: (a.vlan_valid() != 0).then(|| a.vlan_id()),
                 })
@@ -322,7 +333,10 @@ impl Context {
                     inbox.set_port_num(port);
                 }
                 let outlen = QueryHcaVportGidOut::SIZE_BYTES + 16;
-                let out = self.devx().general_cmd(inbox.as_bytes(), outlen).verb(VERB)?;
+                let out = self
+                    .devx()
+                    .general_cmd(inbox.as_bytes(), outlen)
+                    .verb(VERB)?;
                 let gid = QueryHcaVportGidOut::gid_in(&out, 0)
                     .ok_or_else(|| short_outbox(VERB, "QUERY_HCA_VPORT_GID"))?;
                 Ok(GidEntry {
@@ -374,7 +388,11 @@ impl Context {
             .ok_or_else(|| short_outbox(verb, "QUERY_NIC_VPORT_CONTEXT"))
     }
 
-    fn query_hca_vport(&self, verb: &'static str, port: u8) -> Result<Box<QueryHcaVportContextOut>> {
+    fn query_hca_vport(
+        &self,
+        verb: &'static str,
+        port: u8,
+    ) -> Result<Box<QueryHcaVportContextOut>> {
         let mut inbox = QueryHcaVportContextIn::new();
         inbox.set_opcode(Opcode::QueryHcaVportContext.raw());
         if self.num_ports() > 1 {
@@ -394,12 +412,18 @@ impl Context {
             LinkLayer::Ethernet => {
                 let out = self.query_nic_vport(verb)?;
                 let v = out.nic_vport_context();
-                Ok(VportGuids { node_guid: v.node_guid(), sys_image_guid: v.system_image_guid() })
+                Ok(VportGuids {
+                    node_guid: v.node_guid(),
+                    sys_image_guid: v.system_image_guid(),
+                })
             }
             LinkLayer::InfiniBand => {
                 let out = self.query_hca_vport(verb, 1)?;
                 let v = out.hca_vport_context();
-                Ok(VportGuids { node_guid: v.node_guid(), sys_image_guid: v.system_image_guid() })
+                Ok(VportGuids {
+                    node_guid: v.node_guid(),
+                    sys_image_guid: v.system_image_guid(),
+                })
             }
         }
     }
@@ -412,7 +436,10 @@ pub(crate) fn mac_bytes(hi: u16, lo: u32) -> [u8; 6] {
 }
 
 pub(crate) fn mac_split(mac: &[u8; 6]) -> (u16, u32) {
-    (u16::from_be_bytes([mac[0], mac[1]]), u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]))
+    (
+        u16::from_be_bytes([mac[0], mac[1]]),
+        u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]),
+    )
 }
 
 #[cfg(test)]
@@ -435,7 +462,10 @@ mod tests {
         g[0] = 0xfe;
         g[1] = 0x80;
         g[15] = 1;
-        assert_eq!(Gid(g).to_string(), "fe80:0000:0000:0000:0000:0000:0000:0001");
+        assert_eq!(
+            Gid(g).to_string(),
+            "fe80:0000:0000:0000:0000:0000:0000:0001"
+        );
         let mac = [0x02, 0x11, 0x22, 0x33, 0x44, 0x55];
         let (hi, lo) = mac_split(&mac);
         assert_eq!(mac_bytes(hi, lo), mac);

@@ -15,7 +15,7 @@ use prm_layouts::{
 use crate::context::Context;
 use crate::error::{DestroyError, Error, Result, VerbResult};
 use crate::pd::Pd;
-use crate::util::{log2, pow2_at_least, queue_memory, DoorbellRecord, Owned};
+use crate::util::{log2, pow2_at_least, queue_memory, DoorbellRecord, Owned, QueueMemory};
 
 /// `rmpc.state` RDY.
 const RMP_STATE_RDY: u8 = 1;
@@ -35,7 +35,11 @@ pub struct SrqInit {
 
 impl SrqInit {
     pub fn new(max_wr: u32, max_sge: u32) -> SrqInit {
-        SrqInit { max_wr, max_sge, srq_limit: 0 }
+        SrqInit {
+            max_wr,
+            max_sge,
+            srq_limit: 0,
+        }
     }
 }
 
@@ -100,24 +104,40 @@ impl Srq {
             return Err(Error::argument(VERB, "max_wr must be at least 1"));
         }
         if init.max_wr > l.max_srq_wr {
-            return Err(Error::argument(VERB, format!("max_wr {} exceeds the device's {}", init.max_wr, l.max_srq_wr)));
+            return Err(Error::argument(
+                VERB,
+                format!(
+                    "max_wr {} exceeds the device's {}",
+                    init.max_wr, l.max_srq_wr
+                ),
+            ));
         }
         if init.max_sge > l.max_srq_sge {
             return Err(Error::argument(
                 VERB,
-                format!("max_sge {} exceeds the device's {}", init.max_sge, l.max_srq_sge),
+                format!(
+                    "max_sge {} exceeds the device's {}",
+                    init.max_sge, l.max_srq_sge
+                ),
             ));
         }
         if init.srq_limit > init.max_wr || init.srq_limit > 0xffff {
-            return Err(Error::argument(VERB, format!("srq_limit {} exceeds max_wr", init.srq_limit)));
+            return Err(Error::argument(
+                VERB,
+                format!("srq_limit {} exceeds max_wr", init.srq_limit),
+            ));
         }
         let wqe = pow2_at_least((16 + init.max_sge.max(1) * 16).max(MIN_WQE))
             .ok_or_else(|| Error::argument(VERB, "WQE size overflows"))?;
         if wqe > l.max_wqe_sz_rq.max(MIN_WQE) {
-            return Err(Error::argument(VERB, format!("{wqe}-byte WQEs exceed the device's {}", l.max_wqe_sz_rq)));
+            return Err(Error::argument(
+                VERB,
+                format!("{wqe}-byte WQEs exceed the device's {}", l.max_wqe_sz_rq),
+            ));
         }
         // The linked list keeps one WQE unused.
-        let n = pow2_at_least(init.max_wr + 1).ok_or_else(|| Error::argument(VERB, "max_wr overflows"))?;
+        let n = pow2_at_least(init.max_wr + 1)
+            .ok_or_else(|| Error::argument(VERB, "max_wr overflows"))?;
 
         let mut mem = queue_memory(VERB, n as usize * wqe as usize)?;
         for (i, w) in mem.chunks_exact_mut(wqe as usize).enumerate() {
@@ -145,12 +165,21 @@ impl Srq {
         wq.set_dbr_addr(0);
         wq.set_wq_umem_id(buf.id());
         wq.set_wq_umem_offset(0);
-        let obj = ctx.devx().create(inbox.as_bytes(), CreateRmpOut::SIZE_BYTES).verb(VERB)?;
+        let obj = ctx
+            .devx()
+            .create(inbox.as_bytes(), CreateRmpOut::SIZE_BYTES)
+            .verb(VERB)?;
 
         let buf_addr = buf.addr();
-        let deps = SrqDeps { buf, dbr, pd: pd.clone() };
+        let deps = SrqDeps {
+            buf,
+            dbr,
+            pd: pd.clone(),
+        };
         Ok(Srq {
-            shared: Arc::new(SrqShared { owned: Owned::new(obj, deps) }),
+            shared: Arc::new(SrqShared {
+                owned: Owned::new(obj, deps),
+            }),
             max_wr: n - 1,
             max_sge: (wqe - 16) / 16,
             buf_addr,
@@ -187,13 +216,17 @@ impl Srq {
         &self.shared
     }
 
-    /// The doorbell record: one be32 counter of posted WQEs.
-    pub(crate) fn dbr_ptr(&self) -> *mut u8 {
-        self.shared.owned.deps().dbr.ptr()
-    }
-
-    pub(crate) fn buf_len(&self) -> usize {
-        self.shared.owned.deps().buf.len()
+    /// The linked-list WQE ring; the doorbell record's first be32 counts
+    /// posted WQEs.
+    pub fn memory(&self) -> QueueMemory {
+        let deps = self.shared.owned.deps();
+        QueueMemory {
+            addr: deps.buf.addr(),
+            len: deps.buf.len(),
+            entries: self.wqe_cnt,
+            stride: 1 << self.wqe_shift,
+            doorbell_record: deps.dbr.addr(),
+        }
     }
 
     /// `ibv_query_srq`: QUERY_RMP.
@@ -202,7 +235,10 @@ impl Srq {
         let mut inbox = QueryRmpIn::new();
         inbox.set_opcode(Opcode::QueryRmp.raw());
         inbox.set_rmpn(self.srqn());
-        let out = self.obj().query(inbox.as_bytes(), QueryRmpOut::SIZE_BYTES).verb(VERB)?;
+        let out = self
+            .obj()
+            .query(inbox.as_bytes(), QueryRmpOut::SIZE_BYTES)
+            .verb(VERB)?;
         let out = QueryRmpOut::from_slice(&out).ok_or_else(|| Error::Device {
             verb: VERB,
             source: devx::Error::argument("QUERY_RMP returned a short outbox"),
@@ -222,7 +258,10 @@ impl Srq {
     pub fn modify_limit(&self, srq_limit: u32) -> Result<()> {
         const VERB: &str = "modify_srq";
         if srq_limit > self.max_wr {
-            return Err(Error::argument(VERB, format!("srq_limit {srq_limit} exceeds max_wr {}", self.max_wr)));
+            return Err(Error::argument(
+                VERB,
+                format!("srq_limit {srq_limit} exceeds max_wr {}", self.max_wr),
+            ));
         }
         let mut inbox = ModifyRmpIn::new();
         inbox.set_opcode(Opcode::ModifyRmp.raw());
@@ -232,7 +271,9 @@ impl Srq {
         let rmpc = inbox.ctx_mut();
         rmpc.set_state(RMP_STATE_RDY);
         rmpc.wq_mut().set_lwm(srq_limit as u16);
-        self.obj().modify(inbox.as_bytes(), ModifyRmpOut::SIZE_BYTES).verb(VERB)?;
+        self.obj()
+            .modify(inbox.as_bytes(), ModifyRmpOut::SIZE_BYTES)
+            .verb(VERB)?;
         Ok(())
     }
 
@@ -248,18 +289,44 @@ impl Srq {
     /// the device's refusal; the SRQ comes back alive.
     pub fn destroy(self) -> Result<(), DestroyError<Srq>> {
         const VERB: &str = "destroy_srq";
-        let Srq { shared, max_wr, max_sge, buf_addr, wqe_shift, wqe_cnt, head, counter } = self;
-        let rebuild = |shared| Srq { shared, max_wr, max_sge, buf_addr, wqe_shift, wqe_cnt, head, counter };
+        let Srq {
+            shared,
+            max_wr,
+            max_sge,
+            buf_addr,
+            wqe_shift,
+            wqe_cnt,
+            head,
+            counter,
+        } = self;
+        let rebuild = |shared| Srq {
+            shared,
+            max_wr,
+            max_sge,
+            buf_addr,
+            wqe_shift,
+            wqe_cnt,
+            head,
+            counter,
+        };
         let inner = match Arc::try_unwrap(shared) {
             Ok(inner) => inner,
             Err(shared) => {
                 let users = Arc::strong_count(&shared) - 1;
-                let err = Error::Busy { verb: VERB, what: "shared receive queue", users };
+                let err = Error::Busy {
+                    verb: VERB,
+                    what: "shared receive queue",
+                    users,
+                };
                 return Err(DestroyError::new(rebuild(shared), err));
             }
         };
-        inner.owned.destroy().map_err(|(owned, source)| {
-            DestroyError::new(rebuild(Arc::new(SrqShared { owned })), Error::Device { verb: VERB, source })
+        inner.owned.destroy().map_err(|refused| {
+            let (owned, source) = *refused;
+            DestroyError::new(
+                rebuild(Arc::new(SrqShared { owned })),
+                Error::Device { verb: VERB, source },
+            )
         })
     }
 }

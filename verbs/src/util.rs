@@ -29,8 +29,27 @@ pub(crate) fn log2_ceil(n: u32) -> u32 {
 pub(crate) fn queue_memory(verb: &'static str, len: usize) -> Result<MmapMut> {
     MmapMut::map_anon(len.max(1)).map_err(|e| Error::Device {
         verb,
-        source: devx::Error::os("mmap queue memory", e.raw_os_error().unwrap_or(libc::ENOMEM)),
+        source: devx::Error::os(
+            "mmap queue memory",
+            e.raw_os_error().unwrap_or(libc::ENOMEM),
+        ),
     })
+}
+
+/// Where a queue lives in this process, for code that writes WQEs or reads
+/// CQEs itself (the data path, or a caller mixing in raw DEVX work).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueMemory {
+    /// First byte of the ring.
+    pub addr: usize,
+    /// Ring bytes (`entries * stride`).
+    pub len: usize,
+    /// Entries in the ring (a power of two; 0 if the queue is absent).
+    pub entries: u32,
+    /// Bytes per entry (CQE, RQ WQE, SQ WQEBB, SRQ WQE).
+    pub stride: u32,
+    /// Address of the doorbell record (8 bytes, big-endian counters).
+    pub doorbell_record: usize,
 }
 
 /// A doorbell record: 8 bytes (64 reserved, page aligned) in a UMEM of its own,
@@ -54,10 +73,13 @@ impl DoorbellRecord {
     }
 
     /// Where the record lives in this process.
-    pub(crate) fn ptr(&self) -> *mut u8 {
-        self.umem.memory().as_ptr() as *mut u8
+    pub(crate) fn addr(&self) -> usize {
+        self.umem.addr()
     }
 }
+
+/// A destroy the device refused: the holder, intact, and why.
+pub(crate) type Refused<R> = Box<(Owned<R>, devx::Error)>;
 
 /// A firmware object together with what it uses (queue memory, UMEMs, UAR,
 /// parent objects). The object is destroyed first; only then is the rest
@@ -70,7 +92,10 @@ pub(crate) struct Owned<R> {
 
 impl<R> Owned<R> {
     pub(crate) fn new(obj: Obj, deps: R) -> Owned<R> {
-        Owned { obj: Some(obj), deps: Some(deps) }
+        Owned {
+            obj: Some(obj),
+            deps: Some(deps),
+        }
     }
 
     pub(crate) fn obj(&self) -> &Obj {
@@ -79,11 +104,9 @@ impl<R> Owned<R> {
     }
 
     pub(crate) fn deps(&self) -> &R {
-        self.deps.as_ref().expect("dependencies present while owned")
-    }
-
-    pub(crate) fn deps_mut(&mut self) -> &mut R {
-        self.deps.as_mut().expect("dependencies present while owned")
+        self.deps
+            .as_ref()
+            .expect("dependencies present while owned")
     }
 
     /// The PRM object number.
@@ -94,7 +117,9 @@ impl<R> Owned<R> {
     /// Destroys the object now, then releases its dependencies. On refusal the
     /// holder comes back intact.
     pub(crate) fn destroy(mut self) -> std::result::Result<(), (Owned<R>, devx::Error)> {
-        let Some(obj) = self.obj.take() else { return Ok(()) };
+        let Some(obj) = self.obj.take() else {
+            return Ok(());
+        };
         match obj.destroy() {
             Ok(()) => Ok(()),
             Err(failed) => {

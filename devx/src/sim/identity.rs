@@ -61,10 +61,26 @@ impl Identity {
         v4[11] = 0xff;
         v4[12..].copy_from_slice(&self.ipv4);
         [
-            GidEntry { gid: ll, version: 0, l3_type: 1 },
-            GidEntry { gid: ll, version: 2, l3_type: 1 },
-            GidEntry { gid: v4, version: 0, l3_type: 0 },
-            GidEntry { gid: v4, version: 2, l3_type: 0 },
+            GidEntry {
+                gid: ll,
+                version: 0,
+                l3_type: 1,
+            },
+            GidEntry {
+                gid: ll,
+                version: 2,
+                l3_type: 1,
+            },
+            GidEntry {
+                gid: v4,
+                version: 0,
+                l3_type: 0,
+            },
+            GidEntry {
+                gid: v4,
+                version: 2,
+                l3_type: 0,
+            },
         ]
     }
 

@@ -138,7 +138,11 @@ impl SimDevice {
 
     /// Installs (or removes) the receiver of doorbells rung on this device's UARs.
     pub fn set_doorbell_sink(&self, sink: Option<Arc<dyn DoorbellSink>>) {
-        *self.shared.doorbell.write().unwrap_or_else(|e| e.into_inner()) = sink;
+        *self
+            .shared
+            .doorbell
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = sink;
     }
 
     /// Holds queued async commands back (or lets them run again).
@@ -207,9 +211,9 @@ pub fn parse_name(name: &str) -> Result<u32> {
 pub fn sim_device(name: &str) -> Result<Arc<SimDevice>> {
     let n = parse_name(name)?;
     let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
-    Ok(Arc::clone(
-        reg.entry(n).or_insert_with(|| Arc::new(SimDevice::new(n, Profile::connectx6_dx()))),
-    ))
+    Ok(Arc::clone(reg.entry(n).or_insert_with(|| {
+        Arc::new(SimDevice::new(n, Profile::connectx6_dx()))
+    })))
 }
 
 /// Creates `name` with a custom profile (tests of limits). Fails if the
@@ -218,7 +222,9 @@ pub fn sim_device_with_profile(name: &str, profile: Profile) -> Result<Arc<SimDe
     let n = parse_name(name)?;
     let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
     if reg.contains_key(&n) {
-        return Err(Error::argument(format!("emulated device {name} already exists")));
+        return Err(Error::argument(format!(
+            "emulated device {name} already exists"
+        )));
     }
     let d = Arc::new(SimDevice::new(n, profile));
     reg.insert(n, Arc::clone(&d));
@@ -233,7 +239,9 @@ pub fn device(name: &str) -> Result<Arc<dyn Provider>> {
 /// Every emulated device created so far (`sim0` always), by index.
 pub fn devices() -> Vec<Arc<dyn Provider>> {
     let reg = registry().lock().unwrap_or_else(|e| e.into_inner());
-    reg.values().map(|d| Arc::clone(d) as Arc<dyn Provider>).collect()
+    reg.values()
+        .map(|d| Arc::clone(d) as Arc<dyn Provider>)
+        .collect()
 }
 
 #[cfg(test)]
@@ -244,7 +252,15 @@ mod tests {
     fn names() {
         assert_eq!(parse_name("sim0").unwrap(), 0);
         assert_eq!(parse_name("sim12").unwrap(), 12);
-        for bad in ["sim", "sim01", "mlx5_0", "sim-1", "sim1x", "sim99999999999", "SIM1"] {
+        for bad in [
+            "sim",
+            "sim01",
+            "mlx5_0",
+            "sim-1",
+            "sim1x",
+            "sim99999999999",
+            "SIM1",
+        ] {
             assert!(parse_name(bad).unwrap_err().is_argument(), "{bad}");
         }
     }

@@ -80,7 +80,6 @@ checks! {
     UNKNOWN_CAP_TYPE = BAD_PARAM, 0x1000_0009, "QUERY_HCA_CAP for a capability type this device lacks";
     BAD_PORT = BAD_PARAM, 0x1000_000a, "port number is not a port of this device";
     BAD_GID_INDEX = BAD_PARAM, 0x1000_000b, "GID index beyond the RoCE address table";
-    UCTX_LIMIT = LIM, 0x1000_000c, "2^log_max_uctx user contexts already exist";
     UCTX_HAS_OBJECTS = RES_BUSY, 0x1000_000d, "user context still owns objects";
 
     // Sizes beyond capabilities.
@@ -197,8 +196,17 @@ mod tests {
     fn syndromes_are_unique_and_statuses_are_prm_values() {
         let mut seen = HashSet::new();
         for c in ALL {
-            assert!(seen.insert(c.syndrome), "{} reuses {:#x}", c.name, c.syndrome);
-            assert!(prm_layouts::enums::CmdStatus::from_raw(c.status).is_some(), "{}", c.name);
+            assert!(
+                seen.insert(c.syndrome),
+                "{} reuses {:#x}",
+                c.name,
+                c.syndrome
+            );
+            assert!(
+                prm_layouts::enums::CmdStatus::from_raw(c.status).is_some(),
+                "{}",
+                c.name
+            );
             assert_ne!(c.status, status::OK);
         }
     }

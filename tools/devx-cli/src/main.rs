@@ -5,6 +5,9 @@ mod bench;
 mod bench_cmd;
 mod device_cmd;
 mod layout_cmd;
+mod obj_cmd;
+mod replay_cmd;
+mod session;
 mod values;
 
 use std::process::ExitCode;
@@ -24,6 +27,9 @@ struct Cli {
     /// Device to use; default: the first real mlx5 device, else the emulated sim0.
     #[arg(long, global = true)]
     device: Option<String>,
+    /// Record every command sent to the device into this fixture file.
+    #[arg(long, global = true, value_name = "FILE")]
+    record: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -75,6 +81,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Create, query, modify and destroy firmware objects by layout and field name.
+    Obj(obj_cmd::ObjArgs),
+    /// Run devx-cli commands line by line from stdin, sharing one device and
+    /// its objects (a prompt appears when stdin is a terminal).
+    #[command(after_help = session::HELP)]
+    Shell,
+    /// Run the lines of FILE (`-`: stdin) as `shell` does, stopping at the first error.
+    #[command(after_help = session::HELP)]
+    Script { file: String },
+    /// Replay a fixture through the devx API and report each command; fails on any mismatch.
+    Replay {
+        file: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Measure the library: `mailbox`, `cmd`, `kernel`.
     Bench {
         what: bench::BenchKind,
@@ -87,8 +108,17 @@ enum Command {
 }
 
 fn run(cli: Cli) -> CliResult {
-    let device = cli.device.as_deref();
-    match cli.command {
+    session::configure(cli.device.as_deref(), cli.record.as_deref());
+    if cli.record.is_some() && matches!(cli.command, Command::Replay { .. }) {
+        return Err("--record cannot be used with replay".into());
+    }
+    let result = dispatch(cli.command, cli.device.as_deref());
+    session::close(result)
+}
+
+/// Runs one command (also each line of a shell or script).
+fn dispatch(command: Command, device: Option<&str>) -> CliResult {
+    match command {
         Command::Devices { json } => device_cmd::devices(json),
         Command::Caps { json, all } => device_cmd::caps(device, json, all),
         Command::Cmd { hex, outlen, json } => device_cmd::cmd(device, &hex, outlen, json),
@@ -105,6 +135,10 @@ fn run(cli: Cli) -> CliResult {
             json,
             iterations,
         } => bench::run(what, json, iterations),
+        Command::Obj(args) => obj_cmd::run(args),
+        Command::Shell => session::shell(),
+        Command::Script { file } => session::script(&file),
+        Command::Replay { file, json } => replay_cmd::run(&file, json),
     }
 }
 

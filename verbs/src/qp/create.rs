@@ -28,7 +28,10 @@ impl Qp {
         let ctx = pd.context();
         for (what, c) in [("send CQ", &init.send_cq), ("receive CQ", &init.recv_cq)] {
             if !c.context().same_as(ctx) {
-                return Err(Error::argument(VERB, format!("the {what} belongs to another context")));
+                return Err(Error::argument(
+                    VERB,
+                    format!("the {what} belongs to another context"),
+                ));
             }
         }
         if let Some(srq) = &init.srq {
@@ -43,14 +46,18 @@ impl Qp {
             super::QpType::Ud => caps.ud(),
         };
         if supported == 0 {
-            return Err(Error::unsupported(VERB, format!("the device does not offer {:?} QPs", init.qp_type)));
+            return Err(Error::unsupported(
+                VERB,
+                format!("the device does not offer {:?} QPs", init.qp_type),
+            ));
         }
         let rq_kind = match (&init.srq, init.cap.max_recv_wr) {
             (Some(_), _) => RqKind::Srq,
             (None, 0) => RqKind::None,
             (None, _) => RqKind::Own,
         };
-        let geo = compute(init.qp_type, &init.cap, rq_kind, &ctx.limits()).map_err(|m| Error::argument(VERB, m))?;
+        let geo = compute(init.qp_type, &init.cap, rq_kind, &ctx.limits())
+            .map_err(|m| Error::argument(VERB, m))?;
 
         let mem = queue_memory(VERB, geo.buf_len())?;
         let buf = Umem::register(ctx.devx(), mem, devx::access::LOCAL_WRITE).verb(VERB)?;
@@ -88,7 +95,10 @@ impl Qp {
         inbox.set_wq_umem_id(buf.id());
         inbox.set_wq_umem_offset(0);
         inbox.set_wq_umem_valid(1);
-        let obj = ctx.devx().create(inbox.as_bytes(), CreateQpOut::SIZE_BYTES).verb(VERB)?;
+        let obj = ctx
+            .devx()
+            .create(inbox.as_bytes(), CreateQpOut::SIZE_BYTES)
+            .verb(VERB)?;
 
         let buf_addr = buf.addr();
         let deps = QpDeps {
@@ -101,7 +111,10 @@ impl Qp {
             srq: init.srq.clone(),
         };
         Ok(Qp {
-            shared: Arc::new(QpShared { owned: Owned::new(obj, deps), qp_type: init.qp_type }),
+            shared: Arc::new(QpShared {
+                owned: Owned::new(obj, deps),
+                qp_type: init.qp_type,
+            }),
             cap: geo.cap(),
             sq_sig_all: init.sq_sig_all,
             state: AtomicU8::new(QpState::Rst.raw()),

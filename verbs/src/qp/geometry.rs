@@ -104,19 +104,33 @@ fn align(v: u32, to: u32) -> u32 {
     v.div_ceil(to) * to
 }
 
-pub(crate) fn compute(t: QpType, cap: &QpCap, rq_kind: RqKind, l: &Limits) -> Result<Geometry, String> {
+pub(crate) fn compute(
+    t: QpType,
+    cap: &QpCap,
+    rq_kind: RqKind,
+    l: &Limits,
+) -> Result<Geometry, String> {
     let rq = match rq_kind {
         RqKind::Own => recv_queue(cap, l)?,
         RqKind::Srq | RqKind::None => Queue::default(),
     };
     let (mut sq, sq_wqe_size, max_inline) = send_queue(t, cap, l)?;
     sq.offset = rq.bytes();
-    Ok(Geometry { rq_kind, rq, sq, sq_wqe_size, max_inline })
+    Ok(Geometry {
+        rq_kind,
+        rq,
+        sq,
+        sq_wqe_size,
+        max_inline,
+    })
 }
 
 fn recv_queue(cap: &QpCap, l: &Limits) -> Result<Queue, String> {
     if cap.max_recv_wr > l.max_qp_wr {
-        return Err(format!("max_recv_wr {} exceeds the device's {}", cap.max_recv_wr, l.max_qp_wr));
+        return Err(format!(
+            "max_recv_wr {} exceeds the device's {}",
+            cap.max_recv_wr, l.max_qp_wr
+        ));
     }
     if cap.max_recv_sge > l.max_recv_sge {
         return Err(format!(
@@ -138,9 +152,17 @@ fn recv_queue(cap: &QpCap, l: &Limits) -> Result<Queue, String> {
         cnt *= 2;
     }
     if log2(cnt) > MAX_LOG_QUEUE || cnt > l.max_qp_wr.max(WQEBB / wqe_size) {
-        return Err(format!("a receive queue of {cnt} WQEs exceeds the device's limit"));
+        return Err(format!(
+            "a receive queue of {cnt} WQEs exceeds the device's limit"
+        ));
     }
-    Ok(Queue { offset: 0, wqe_cnt: cnt, wqe_shift: log2(wqe_size), max_post: cnt, max_gs: wqe_size / SEG })
+    Ok(Queue {
+        offset: 0,
+        wqe_cnt: cnt,
+        wqe_shift: log2(wqe_size),
+        max_post: cnt,
+        max_gs: wqe_size / SEG,
+    })
 }
 
 fn send_queue(t: QpType, cap: &QpCap, l: &Limits) -> Result<(Queue, u32, u32), String> {
@@ -148,7 +170,10 @@ fn send_queue(t: QpType, cap: &QpCap, l: &Limits) -> Result<(Queue, u32, u32), S
         return Err("max_send_wr must be at least 1".into());
     }
     if cap.max_send_wr > l.max_qp_wr {
-        return Err(format!("max_send_wr {} exceeds the device's {}", cap.max_send_wr, l.max_qp_wr));
+        return Err(format!(
+            "max_send_wr {} exceeds the device's {}",
+            cap.max_send_wr, l.max_qp_wr
+        ));
     }
     if cap.max_send_sge > l.max_send_sge {
         return Err(format!(
@@ -216,7 +241,13 @@ mod tests {
     }
 
     fn cap(sw: u32, rw: u32, ss: u32, rs: u32, inl: u32) -> QpCap {
-        QpCap { max_send_wr: sw, max_recv_wr: rw, max_send_sge: ss, max_recv_sge: rs, max_inline_data: inl }
+        QpCap {
+            max_send_wr: sw,
+            max_recv_wr: rw,
+            max_send_sge: ss,
+            max_recv_sge: rs,
+            max_inline_data: inl,
+        }
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::cq::{Cq, CqShared};
 use crate::error::{DestroyError, Error, Result};
 use crate::pd::Pd;
 use crate::srq::{Srq, SrqShared};
-use crate::util::{DoorbellRecord, Owned};
+use crate::util::{DoorbellRecord, Owned, QueueMemory};
 
 pub(crate) use geometry::Queue;
 pub use modify::{InitAttr, RtrAttr, RtsAttr, RtsModify};
@@ -99,7 +99,13 @@ impl QpInit {
             send_cq: send_cq.shared().clone(),
             recv_cq: recv_cq.shared().clone(),
             srq: None,
-            cap: QpCap { max_send_wr: 1, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
+            cap: QpCap {
+                max_send_wr: 1,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
             sq_sig_all: false,
             uar: None,
         }
@@ -174,18 +180,6 @@ impl QpShared {
     pub(crate) fn qpn(&self) -> u32 {
         self.owned.id()
     }
-
-    pub(crate) fn qp_type(&self) -> QpType {
-        self.qp_type
-    }
-
-    pub(crate) fn context(&self) -> &Context {
-        self.owned.deps().pd.context()
-    }
-
-    pub(crate) fn obj(&self) -> &devx::Obj {
-        self.owned.obj()
-    }
 }
 
 /// A queue pair (`ibv_qp`). Dropping it destroys the QP and then releases its
@@ -212,7 +206,13 @@ pub struct Qp {
 
 impl fmt::Debug for Qp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Qp({:?} {:#x}, {})", self.qp_type(), self.qpn(), self.state())
+        write!(
+            f,
+            "Qp({:?} {:#x}, {})",
+            self.qp_type(),
+            self.qpn(),
+            self.state()
+        )
     }
 }
 
@@ -278,14 +278,27 @@ impl Qp {
         &self.shared.owned.deps().uar
     }
 
-    /// The doorbell record: `[0]` RCV counter, `[1]` SND counter (be32 each).
-    pub(crate) fn dbr_ptr(&self) -> *mut u8 {
-        self.shared.owned.deps().dbr.ptr()
+    fn queue_memory(&self, q: &Queue) -> QueueMemory {
+        let deps = self.shared.owned.deps();
+        QueueMemory {
+            addr: deps.buf.addr() + q.offset,
+            len: q.bytes(),
+            entries: q.wqe_cnt,
+            stride: 1 << q.wqe_shift,
+            doorbell_record: deps.dbr.addr(),
+        }
     }
 
-    /// Bytes of the whole QP buffer (RQ then SQ).
-    pub(crate) fn buf_len(&self) -> usize {
-        self.shared.owned.deps().buf.len()
+    /// The send queue: WQEBBs of 64 bytes after the RQ in the QP buffer. The
+    /// doorbell record's second be32 is the SND counter.
+    pub fn send_queue_memory(&self) -> QueueMemory {
+        self.queue_memory(&self.sq)
+    }
+
+    /// The receive queue at the start of the QP buffer (empty with an SRQ or
+    /// without receives). The doorbell record's first be32 is the RCV counter.
+    pub fn recv_queue_memory(&self) -> QueueMemory {
+        self.queue_memory(&self.rq)
     }
 
     pub(crate) fn shared(&self) -> &Arc<QpShared> {
@@ -296,8 +309,19 @@ impl Qp {
     /// or with the device's refusal; the QP comes back alive.
     pub fn destroy(self) -> Result<(), DestroyError<Qp>> {
         const VERB: &str = "destroy_qp";
-        let Qp { shared, cap, sq_sig_all, state, port, buf_addr, rq, sq, sq_wqe_size, sq_cur_post, rq_head } =
-            self;
+        let Qp {
+            shared,
+            cap,
+            sq_sig_all,
+            state,
+            port,
+            buf_addr,
+            rq,
+            sq,
+            sq_wqe_size,
+            sq_cur_post,
+            rq_head,
+        } = self;
         let rebuild = |shared| Qp {
             shared,
             cap,
@@ -315,13 +339,21 @@ impl Qp {
             Ok(inner) => inner,
             Err(shared) => {
                 let users = Arc::strong_count(&shared) - 1;
-                let err = Error::Busy { verb: VERB, what: "queue pair", users };
+                let err = Error::Busy {
+                    verb: VERB,
+                    what: "queue pair",
+                    users,
+                };
                 return Err(DestroyError::new(rebuild(shared), err));
             }
         };
         let QpShared { owned, qp_type } = inner;
-        owned.destroy().map_err(|(owned, source)| {
-            DestroyError::new(rebuild(Arc::new(QpShared { owned, qp_type })), Error::Device { verb: VERB, source })
+        owned.destroy().map_err(|refused| {
+            let (owned, source) = *refused;
+            DestroyError::new(
+                rebuild(Arc::new(QpShared { owned, qp_type })),
+                Error::Device { verb: VERB, source },
+            )
         })
     }
 }

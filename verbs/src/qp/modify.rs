@@ -5,9 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use prm_layouts::enums::{Opcode, QpState};
-use prm_layouts::{
-    Init2rtrQpIn, Qp2errIn, Qp2rstIn, Qpc, Rst2initQpIn, Rtr2rtsQpIn, Rts2rtsQpIn,
-};
+use prm_layouts::{Init2rtrQpIn, Qp2errIn, Qp2rstIn, Qpc, Rst2initQpIn, Rtr2rtsQpIn, Rts2rtsQpIn};
 
 use super::create::PM_STATE_MIGRATED;
 use super::path;
@@ -46,7 +44,12 @@ pub struct InitAttr {
 
 impl InitAttr {
     pub fn new(port_num: u8) -> InitAttr {
-        InitAttr { port_num, pkey_index: 0, access: AccessFlags::NONE, qkey: 0 }
+        InitAttr {
+            port_num,
+            pkey_index: 0,
+            access: AccessFlags::NONE,
+            qkey: 0,
+        }
     }
 
     pub fn access(mut self, access: AccessFlags) -> InitAttr {
@@ -216,18 +219,25 @@ impl Qp {
 
     /// Access rights into `qpc`; the opt_param_mask bits they need.
     fn set_access(&self, verb: &'static str, qpc: &mut Qpc, a: AccessFlags) -> Result<u32> {
-        let remote = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+        let remote =
+            AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
         match self.qp_type() {
             QpType::Ud if a.bits() & remote.bits() != 0 => {
                 return Err(Error::argument(verb, "UD QPs have no remote access rights"));
             }
-            QpType::Uc if a.contains(AccessFlags::REMOTE_READ) || a.contains(AccessFlags::REMOTE_ATOMIC) => {
+            QpType::Uc
+                if a.contains(AccessFlags::REMOTE_READ)
+                    || a.contains(AccessFlags::REMOTE_ATOMIC) =>
+            {
                 return Err(Error::argument(verb, "UC QPs allow remote write only"));
             }
             _ => {}
         }
         if a.contains(AccessFlags::REMOTE_ATOMIC) && self.context().caps().atomic() == 0 {
-            return Err(Error::unsupported(verb, "remote atomic access: the device reports no atomic support"));
+            return Err(Error::unsupported(
+                verb,
+                "remote atomic access: the device reports no atomic support",
+            ));
         }
         qpc.set_rre(u8::from(a.contains(AccessFlags::REMOTE_READ)));
         qpc.set_rwe(u8::from(a.contains(AccessFlags::REMOTE_WRITE)));
@@ -298,21 +308,27 @@ impl Qp {
         }
         check_max(VERB, "dest_qp_num", attr.dest_qp_num, 0xff_ffff)?;
         check_max(VERB, "rq_psn", attr.rq_psn, 0xff_ffff)?;
+        if self.qp_type() == QpType::Rc {
+            check_max(
+                VERB,
+                "max_dest_rd_atomic",
+                u32::from(attr.max_dest_rd_atomic),
+                l.max_qp_rd_atom,
+            )?;
+            check_max(VERB, "min_rnr_timer", u32::from(attr.min_rnr_timer), 31)?;
+            qpc.set_log_rra_max(log2_ceil(u32::from(attr.max_dest_rd_atomic)) as u8);
+            qpc.set_min_rnr_nak(attr.min_rnr_timer);
+        }
         let mut ah = attr.ah;
         if ah.port_num == 0 {
             ah.port_num = self.port();
         }
+        // Reads the source GID's table entry: the one command before INIT2RTR.
         let resolved = ah.resolve(self.context(), VERB)?;
         qpc.set_mtu(attr.path_mtu as u8);
         qpc.set_log_msg_max(self.context().caps().log_max_msg());
         qpc.set_remote_qpn(attr.dest_qp_num);
         qpc.set_next_rcv_psn(attr.rq_psn);
-        if self.qp_type() == QpType::Rc {
-            check_max(VERB, "max_dest_rd_atomic", u32::from(attr.max_dest_rd_atomic), l.max_qp_rd_atom)?;
-            check_max(VERB, "min_rnr_timer", u32::from(attr.min_rnr_timer), 31)?;
-            qpc.set_log_rra_max(log2_ceil(u32::from(attr.max_dest_rd_atomic)) as u8);
-            qpc.set_min_rnr_nak(attr.min_rnr_timer);
-        }
         let salt = self.qpn() ^ attr.dest_qp_num;
         path::encode(qpc.primary_address_path_mut(), &ah, &resolved, true, salt);
         let inbox = modify_inbox!(Init2rtrQpIn, Opcode::Init2rtrQp, self.qpn(), mask, &qpc);
@@ -331,7 +347,12 @@ impl Qp {
             check_max(VERB, "timeout", u32::from(attr.timeout), 31)?;
             check_max(VERB, "retry_cnt", u32::from(attr.retry_cnt), 7)?;
             check_max(VERB, "rnr_retry", u32::from(attr.rnr_retry), 7)?;
-            check_max(VERB, "max_rd_atomic", u32::from(attr.max_rd_atomic), l.max_qp_init_rd_atom)?;
+            check_max(
+                VERB,
+                "max_rd_atomic",
+                u32::from(attr.max_rd_atomic),
+                l.max_qp_init_rd_atom,
+            )?;
             qpc.set_retry_count(attr.retry_cnt);
             qpc.set_rnr_retry(attr.rnr_retry);
             qpc.set_log_sra_max(log2_ceil(u32::from(attr.max_rd_atomic)) as u8);
@@ -368,7 +389,10 @@ impl Qp {
         }
         if let Some(t) = min_rnr_timer {
             if self.qp_type() != QpType::Rc {
-                return Err(Error::argument(verb, "min_rnr_timer applies to RC QPs only"));
+                return Err(Error::argument(
+                    verb,
+                    "min_rnr_timer applies to RC QPs only",
+                ));
             }
             check_max(verb, "min_rnr_timer", u32::from(t), 31)?;
             qpc.set_min_rnr_nak(t);

@@ -51,7 +51,10 @@ impl Qp {
         let mut inbox = QueryQpIn::new();
         inbox.set_opcode(Opcode::QueryQp.raw());
         inbox.set_qpn(self.qpn());
-        let out = self.obj().query(inbox.as_bytes(), QueryQpOut::SIZE_BYTES).verb(VERB)?;
+        let out = self
+            .obj()
+            .query(inbox.as_bytes(), QueryQpOut::SIZE_BYTES)
+            .verb(VERB)?;
         let out = QueryQpOut::from_slice(&out).ok_or_else(|| Error::Device {
             verb: VERB,
             source: devx::Error::argument("QUERY_QP returned a short outbox"),

@@ -13,7 +13,10 @@ pub struct FwError {
 
 impl From<Check> for FwError {
     fn from(c: Check) -> FwError {
-        FwError { status: c.status, syndrome: c.syndrome }
+        FwError {
+            status: c.status,
+            syndrome: c.syndrome,
+        }
     }
 }
 
@@ -46,7 +49,9 @@ pub struct Cmd<'a> {
 impl<'a> Cmd<'a> {
     /// Typed view of the inbox's fixed part.
     pub fn view<T: FromBytes + KnownLayout + Immutable>(&self) -> FwResult<&'a T> {
-        T::ref_from_prefix(self.inbox).map(|(t, _)| t).map_err(|_| syndrome::INBOX_SHORT.into())
+        T::ref_from_prefix(self.inbox)
+            .map(|(t, _)| t)
+            .map_err(|_| syndrome::INBOX_SHORT.into())
     }
 
     /// Bytes after the fixed part of layout `T` (the flexible tail).
@@ -57,12 +62,16 @@ impl<'a> Cmd<'a> {
 
 /// Typed view of an outbox's fixed part.
 pub fn out_view<T: FromBytes + IntoBytes + KnownLayout>(out: &mut [u8]) -> FwResult<&mut T> {
-    T::mut_from_prefix(out).map(|(t, _)| t).map_err(|_| syndrome::OUTBOX_SHORT.into())
+    T::mut_from_prefix(out)
+        .map(|(t, _)| t)
+        .map_err(|_| syndrome::OUTBOX_SHORT.into())
 }
 
 /// Copies `bytes` into `out` at `at`, failing when the outbox is too short.
 pub fn put(out: &mut [u8], at: usize, bytes: &[u8]) -> FwResult {
-    let end = at.checked_add(bytes.len()).ok_or(FwError::from(syndrome::OUTBOX_SHORT))?;
+    let end = at
+        .checked_add(bytes.len())
+        .ok_or(FwError::from(syndrome::OUTBOX_SHORT))?;
     match out.get_mut(at..end) {
         Some(dst) => {
             dst.copy_from_slice(bytes);

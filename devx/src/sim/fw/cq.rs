@@ -1,6 +1,6 @@
 //! Completion queues: CREATE / QUERY / MODIFY (moderation, resize) / DESTROY.
 
-use prm_layouts::{CreateCqIn, CreateCqOut, Cqc, DestroyCqIn, ModifyCqIn, QueryCqIn, QueryCqOut};
+use prm_layouts::{Cqc, CreateCqIn, CreateCqOut, DestroyCqIn, ModifyCqIn, QueryCqIn, QueryCqOut};
 
 use super::cmd::{ensure, out_view, Cmd, FwResult};
 use super::eq;
@@ -69,8 +69,14 @@ pub fn create(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let c = inp.cq_context();
     ensure(c.apu_cq() == 0, syndrome::RESERVED_NONZERO)?;
     ensure(c.cqe_sz() <= 1, syndrome::CQE_SIZE)?;
-    ensure(c.cqe_comp_en() == 0 || st.profile.cqe_compression, syndrome::CQE_COMPRESSION)?;
-    ensure(c.log_cq_size() <= st.profile.log_max_cq_sz, syndrome::CQ_TOO_LARGE)?;
+    ensure(
+        c.cqe_comp_en() == 0 || st.profile.cqe_compression,
+        syndrome::CQE_COMPRESSION,
+    )?;
+    ensure(
+        c.log_cq_size() <= st.profile.log_max_cq_sz,
+        syndrome::CQ_TOO_LARGE,
+    )?;
 
     let uar = c.uar_page();
     st.uar.usable(uar, cmd.uid)?;
@@ -139,7 +145,10 @@ pub fn modify(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
                 .producer_counter()
                 .wrapping_sub(cq.cqc.consumer_counter())
                 & 0x00ff_ffff;
-            ensure(u64::from(outstanding) <= 1u64 << log, syndrome::CQ_RESIZE_TOO_SMALL)?;
+            ensure(
+                u64::from(outstanding) <= 1u64 << log,
+                syndrome::CQ_RESIZE_TOO_SMALL,
+            )?;
             // The resized ring lives in the CQ's UMEM at the same offset.
             let (umem_id, offset, cqe_sz) = (cq.umem, cq.umem_offset, cq.cqc.cqe_sz());
             let umem = st.umem.peek(umem_id).map(|e| e.obj);

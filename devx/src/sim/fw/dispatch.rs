@@ -2,6 +2,7 @@
 //! the prm-layouts `*_in` / `*_out` layouts of each opcode.
 
 use super::cmd::{Cmd, FwResult};
+use super::ext::{counters, flow, general_obj, mcg, srq, tir, wq};
 use super::state::State;
 use super::{cq, general, mkey, pd, qp, qp_state, uar, umem};
 
@@ -88,8 +89,66 @@ fn handler(opcode: u16) -> Option<(Handler, OpMods)> {
 /// Extension families: SRQ/RMP/XRC_SRQ, SQ/RQ, TIR/TIS/RQT, flow steering,
 /// counters, general objects, multicast.
 fn ext_handler(opcode: u16) -> Option<(Handler, OpMods)> {
-    let _ = opcode;
-    None
+    use OpMods::*;
+    Some(match opcode {
+        // Shared receive queues.
+        0x700 => (srq::create_srq as Handler, Zero),
+        0x701 => (srq::destroy_srq, Zero),
+        0x702 => (srq::query_srq, Zero),
+        0x703 => (srq::arm_rq, List(&[1])),
+        0x705 => (srq::create_xrc_srq, Zero),
+        0x706 => (srq::destroy_xrc_srq, Zero),
+        0x707 => (srq::query_xrc_srq, Zero),
+        0x708 => (srq::arm_xrc_srq, List(&[1])),
+        0x90c => (srq::create_rmp, Zero),
+        0x90d => (srq::modify_rmp, Zero),
+        0x90e => (srq::destroy_rmp, Zero),
+        0x90f => (srq::query_rmp, Zero),
+        // Ethernet work queues.
+        0x904 => (wq::create_sq, Zero),
+        0x905 => (wq::modify_sq, Zero),
+        0x906 => (wq::destroy_sq, Zero),
+        0x907 => (wq::query_sq, Zero),
+        0x908 => (wq::create_rq, Zero),
+        0x909 => (wq::modify_rq, Zero),
+        0x90a => (wq::destroy_rq, Zero),
+        0x90b => (wq::query_rq, Zero),
+        // TIR, TIS, RQT.
+        0x900 => (tir::create_tir, Zero),
+        0x901 => (tir::modify_tir, Zero),
+        0x902 => (tir::destroy_tir, Zero),
+        0x903 => (tir::query_tir, Zero),
+        0x912 => (tir::create_tis, Zero),
+        0x913 => (tir::modify_tis, Zero),
+        0x914 => (tir::destroy_tis, Zero),
+        0x915 => (tir::query_tis, Zero),
+        0x916 => (tir::create_rqt, Zero),
+        0x917 => (tir::modify_rqt, Zero),
+        0x918 => (tir::destroy_rqt, Zero),
+        0x919 => (tir::query_rqt, Zero),
+        // Flow steering.
+        0x930 => (flow::create_table, Zero),
+        0x931 => (flow::destroy_table, Zero),
+        0x932 => (flow::query_table, Zero),
+        0x933 => (flow::create_group, Zero),
+        0x934 => (flow::destroy_group, Zero),
+        0x935 => (flow::query_group, Zero),
+        0x936 => (flow::set_entry, List(&[0, 1])),
+        0x937 => (flow::query_entry, Zero),
+        0x938 => (flow::delete_entry, Zero),
+        // Counters.
+        0x771 => (counters::alloc_q_counter, Zero),
+        0x772 => (counters::dealloc_q_counter, Zero),
+        0x773 => (counters::query_q_counter, Zero),
+        0x939 => (counters::alloc_flow_counter, Zero),
+        0x93a => (counters::dealloc_flow_counter, Zero),
+        0x93b => (counters::query_flow_counter, Zero),
+        // General objects and multicast.
+        0xa00..=0xa03 => (general_obj::command, Any),
+        0x806 => (mcg::attach, Zero),
+        0x807 => (mcg::detach, Zero),
+        _ => return None,
+    })
 }
 
 /// The definition of `opcode`, or `None` when the firmware does not know it.

@@ -76,7 +76,10 @@ fn parse_klms(st: &State, cmd: &Cmd, count: u32) -> FwResult<Vec<Klm>> {
             key: be32(4),
             addr: (u64::from(be32(8)) << 32) | u64::from(be32(12)),
         };
-        let target = st.mkey.usable(klm.key >> 8, cmd.uid).map_err(|_| syndrome::MKEY_KLM)?;
+        let target = st
+            .mkey
+            .usable(klm.key >> 8, cmd.uid)
+            .map_err(|_| syndrome::MKEY_KLM)?;
         ensure(target.obj.key == klm.key, syndrome::MKEY_KLM)?;
         v.push(klm);
     }
@@ -160,7 +163,10 @@ pub fn destroy(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
 
 /// The key `key` names, for the data path (variant byte included).
 pub fn lookup(st: &State, key: u32) -> Option<&MkeyObj> {
-    st.mkey.peek(key >> 8).map(|e| &e.obj).filter(|m| m.key == key)
+    st.mkey
+        .peek(key >> 8)
+        .map(|e| &e.obj)
+        .filter(|m| m.key == key)
 }
 
 /// Umem-backed byte range of `[addr, addr + len)` under `key`, as

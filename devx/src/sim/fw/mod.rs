@@ -46,7 +46,10 @@ impl Firmware {
         // The EQ table is sized from the profile, so this cannot fail for a
         // sane profile; a nonsense one just gets fewer vectors.
         let _ = eq::create_completion_eqs(&mut st);
-        Firmware { state: Mutex::new(st), commands: AtomicU64::new(0) }
+        Firmware {
+            state: Mutex::new(st),
+            commands: AtomicU64::new(0),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -95,7 +98,12 @@ impl Firmware {
         if uid != 0 && !st.uctx.contains(u32::from(uid)) {
             return fail(syndrome::BAD_UID);
         }
-        let cmd = Cmd { inbox, opcode, op_mod, uid };
+        let cmd = Cmd {
+            inbox,
+            opcode,
+            op_mod,
+            uid,
+        };
         (def.handler)(&mut st, &cmd, outbox)
     }
 

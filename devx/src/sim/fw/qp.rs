@@ -89,7 +89,11 @@ pub fn queue_bytes(q: &Qpc) -> (u64, u64) {
     } else {
         0
     };
-    let sq = if q.no_sq() == 0 { (1u64 << q.log_sq_size()) * 64 } else { 0 };
+    let sq = if q.no_sq() == 0 {
+        (1u64 << q.log_sq_size()) * 64
+    } else {
+        0
+    };
     (rq, sq)
 }
 
@@ -115,7 +119,10 @@ pub fn create(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     ensure(q.pm_state() != 2, syndrome::QP_BAD_PM_STATE)?;
     ensure(q.log_sq_size() <= p.log_max_qp_sz, syndrome::SQ_TOO_LARGE)?;
     ensure(q.log_rq_size() <= p.log_max_qp_sz, syndrome::RQ_TOO_LARGE)?;
-    ensure(16u32 << q.log_rq_stride() <= u32::from(p.max_wqe_sz_rq), syndrome::RQ_STRIDE_TOO_LARGE)?;
+    ensure(
+        16u32 << q.log_rq_stride() <= u32::from(p.max_wqe_sz_rq),
+        syndrome::RQ_STRIDE_TOO_LARGE,
+    )?;
     ensure(q.log_msg_max() <= p.log_max_msg, syndrome::MSG_TOO_LARGE)?;
     let rqt = q.rq_type();
     ensure(
@@ -125,13 +132,18 @@ pub fn create(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let has_sq = q.no_sq() == 0;
     let has_rq = rqt != rq_type::ZERO_LEN;
     // Only an XRC target QP lives without either queue.
-    ensure(has_sq || has_rq || service == st::XRC, syndrome::QP_NO_QUEUES)?;
+    ensure(
+        has_sq || has_rq || service == st::XRC,
+        syndrome::QP_NO_QUEUES,
+    )?;
 
     let mut fixed = Vec::new();
     st.pd.usable(q.pd(), cmd.uid)?;
     fixed.push(ObjRef::new(ObjKind::Pd, q.pd()));
     if service == st::XRC {
-        st.xrcd.usable(q.xrcd(), cmd.uid).map_err(|_| syndrome::XRCD_REQUIRED)?;
+        st.xrcd
+            .usable(q.xrcd(), cmd.uid)
+            .map_err(|_| syndrome::XRCD_REQUIRED)?;
         fixed.push(ObjRef::new(ObjKind::Xrcd, q.xrcd()));
     }
     if has_sq {

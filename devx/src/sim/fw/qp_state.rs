@@ -73,15 +73,51 @@ struct Transition {
 }
 
 const TRANSITIONS: &[Transition] = &[
-    Transition { opcode: 0x502, from: &[state::RST], to: state::INIT },
-    Transition { opcode: 0x50e, from: &[state::INIT], to: state::INIT },
-    Transition { opcode: 0x503, from: &[state::INIT], to: state::RTR },
-    Transition { opcode: 0x504, from: &[state::RTR], to: state::RTS },
-    Transition { opcode: 0x505, from: &[state::RTS], to: state::RTS },
-    Transition { opcode: 0x506, from: &[state::SQER], to: state::RTS },
-    Transition { opcode: 0x50c, from: &[state::SQD], to: state::RTS },
-    Transition { opcode: 0x507, from: &[], to: state::ERR },
-    Transition { opcode: 0x50a, from: &[], to: state::RST },
+    Transition {
+        opcode: 0x502,
+        from: &[state::RST],
+        to: state::INIT,
+    },
+    Transition {
+        opcode: 0x50e,
+        from: &[state::INIT],
+        to: state::INIT,
+    },
+    Transition {
+        opcode: 0x503,
+        from: &[state::INIT],
+        to: state::RTR,
+    },
+    Transition {
+        opcode: 0x504,
+        from: &[state::RTR],
+        to: state::RTS,
+    },
+    Transition {
+        opcode: 0x505,
+        from: &[state::RTS],
+        to: state::RTS,
+    },
+    Transition {
+        opcode: 0x506,
+        from: &[state::SQER],
+        to: state::RTS,
+    },
+    Transition {
+        opcode: 0x50c,
+        from: &[state::SQD],
+        to: state::RTS,
+    },
+    Transition {
+        opcode: 0x507,
+        from: &[],
+        to: state::ERR,
+    },
+    Transition {
+        opcode: 0x50a,
+        from: &[],
+        to: state::RST,
+    },
 ];
 
 fn is_connected(service: u8) -> bool {
@@ -124,9 +160,13 @@ fn mandatory(opcode: u16, service: u8) -> &'static [&'static str] {
             "log_rra_max",
             "primary_address_path.",
         ],
-        (0x503, st::UC) => {
-            &["mtu", "log_msg_max", "remote_qpn", "next_rcv_psn", "primary_address_path."]
-        }
+        (0x503, st::UC) => &[
+            "mtu",
+            "log_msg_max",
+            "remote_qpn",
+            "next_rcv_psn",
+            "primary_address_path.",
+        ],
         (0x504, st::RC | st::XRC) => &[
             "next_send_psn",
             "retry_count",
@@ -153,25 +193,19 @@ fn allowed(opcode: u16, service: u8) -> u32 {
             _ => PRI_PORT | LAG_TX_AFF | COUNTER_SET_ID,
         },
         0x503 => match service {
-            _ if rc => {
-                ALT_ADDR_PATH | RRE | RAE | RWE | PKEY_INDEX | LAG_TX_AFF | COUNTER_SET_ID
-            }
+            _ if rc => ALT_ADDR_PATH | RRE | RAE | RWE | PKEY_INDEX | LAG_TX_AFF | COUNTER_SET_ID,
             st::UC => ALT_ADDR_PATH | RWE | PKEY_INDEX | LAG_TX_AFF | COUNTER_SET_ID,
             st::UD => PKEY_INDEX | Q_KEY | LAG_TX_AFF | COUNTER_SET_ID,
             _ => LAG_TX_AFF | COUNTER_SET_ID,
         },
         0x504 => match service {
-            _ if rc => {
-                ALT_ADDR_PATH | RRE | RAE | RWE | PM_STATE | RNR_TIMEOUT | COUNTER_SET_ID
-            }
+            _ if rc => ALT_ADDR_PATH | RRE | RAE | RWE | PM_STATE | RNR_TIMEOUT | COUNTER_SET_ID,
             st::UC => ALT_ADDR_PATH | RWE | PM_STATE | COUNTER_SET_ID,
             st::UD => Q_KEY | COUNTER_SET_ID,
             _ => COUNTER_SET_ID,
         },
         0x505 => match service {
-            _ if rc => {
-                RRE | RAE | RWE | RNR_TIMEOUT | PM_STATE | ALT_ADDR_PATH | COUNTER_SET_ID
-            }
+            _ if rc => RRE | RAE | RWE | RNR_TIMEOUT | PM_STATE | ALT_ADDR_PATH | COUNTER_SET_ID,
             st::UC => RWE | PM_STATE | ALT_ADDR_PATH | COUNTER_SET_ID,
             st::UD => Q_KEY | SRQN | CQN_RCV | COUNTER_SET_ID,
             _ => COUNTER_SET_ID,
@@ -250,7 +284,10 @@ fn copy(dst: &mut Qpc, src: &Qpc, spans: &[Span]) {
 fn validate(st: &State, service: u8, opcode: u16, new: &Qpc) -> FwResult {
     let p = &st.profile;
     let path = new.primary_address_path();
-    ensure(u32::from(path.pkey_index()) < p.pkey_entries, syndrome::QP_BAD_PKEY)?;
+    ensure(
+        u32::from(path.pkey_index()) < p.pkey_entries,
+        syndrome::QP_BAD_PKEY,
+    )?;
     ensure(path.vhca_port_num() <= p.num_ports, syndrome::BAD_PORT)?;
     ensure(new.pm_state() != 2, syndrome::QP_BAD_PM_STATE)?;
     if opcode == 0x503 && matches!(service, st::RC | st::UC | st::XRC) {
@@ -261,8 +298,14 @@ fn validate(st: &State, service: u8, opcode: u16, new: &Qpc) -> FwResult {
             syndrome::BAD_GID_INDEX,
         )?;
     }
-    ensure(new.log_rra_max() <= p.log_max_ra_res_qp, syndrome::RA_TOO_LARGE)?;
-    ensure(new.log_sra_max() <= p.log_max_ra_req_qp, syndrome::RA_TOO_LARGE)?;
+    ensure(
+        new.log_rra_max() <= p.log_max_ra_res_qp,
+        syndrome::RA_TOO_LARGE,
+    )?;
+    ensure(
+        new.log_sra_max() <= p.log_max_ra_req_qp,
+        syndrome::RA_TOO_LARGE,
+    )?;
     Ok(())
 }
 
@@ -275,7 +318,10 @@ pub fn transition(stt: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let qpn = prm_layouts::bits::get(cmd.inbox, 0x48, 24).unwrap_or(0) as u32;
     let cur = stt.qp.owned(qpn, cmd.uid)?.obj.clone();
     let from = cur.state();
-    ensure(t.from.is_empty() || t.from.contains(&from), syndrome::QP_BAD_TRANSITION)?;
+    ensure(
+        t.from.is_empty() || t.from.contains(&from),
+        syndrome::QP_BAD_TRANSITION,
+    )?;
     let service = cur.service_type();
 
     if t.to == state::RST {
@@ -290,14 +336,21 @@ pub fn transition(stt: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
         return Ok(());
     }
     if t.to == state::ERR {
-        stt.qp.owned_mut(qpn, cmd.uid)?.obj.qpc.set_state(state::ERR);
+        stt.qp
+            .owned_mut(qpn, cmd.uid)?
+            .obj
+            .qpc
+            .set_state(state::ERR);
         return Ok(());
     }
 
     // The 272-byte transition mailboxes share one shape (RST2INIT's).
     let inp = cmd.view::<Rst2initQpIn>()?;
     let mask = inp.opt_param_mask();
-    ensure(mask & !allowed(t.opcode, service) == 0, syndrome::QP_OPT_PARAM)?;
+    ensure(
+        mask & !allowed(t.opcode, service) == 0,
+        syndrome::QP_OPT_PARAM,
+    )?;
     let src = inp.qpc();
     let mut next = cur.qpc;
     copy(&mut next, src, cached(mandatory(t.opcode, service)));

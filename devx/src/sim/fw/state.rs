@@ -57,6 +57,12 @@ pub struct State {
     pub mcg_index: std::collections::HashMap<([u8; 16], u32), u32>,
     /// QPs attached per multicast GID (for max_qp_mcg).
     pub mcg_members: std::collections::HashMap<[u8; 16], u32>,
+    /// Flow counter bulks: first id → number of counters.
+    pub fc_ranges: std::collections::BTreeMap<u32, u32>,
+    /// Next flow counter id to hand out (bulks are aligned to their size).
+    pub fc_next: u32,
+    /// Flow entries by (table id, flow index).
+    pub fte_index: std::collections::HashMap<(u32, u32), u32>,
 }
 
 impl State {
@@ -66,7 +72,12 @@ impl State {
         State {
             uctx: Table::new(ObjKind::Uctx, 1, 0xfffe, n(p.log_max_uctx)),
             pd: Table::new(ObjKind::Pd, 1, MAX24, n(p.log_max_pd)),
-            td: Table::new(ObjKind::TransportDomain, 1, MAX24, n(p.log_max_transport_domain)),
+            td: Table::new(
+                ObjKind::TransportDomain,
+                1,
+                MAX24,
+                n(p.log_max_transport_domain),
+            ),
             xrcd: Table::new(ObjKind::Xrcd, 1, MAX24, n(p.log_max_xrcd)),
             // No cap bounds UARs; a million pages is more than any test maps.
             uar: Table::new(ObjKind::Uar, 1, MAX24, 1 << 20),
@@ -97,6 +108,9 @@ impl State {
             mcg: Table::new(ObjKind::McgAttach, 1, u32::MAX - 1, 1 << 24),
             mcg_index: Default::default(),
             mcg_members: Default::default(),
+            fc_ranges: Default::default(),
+            fc_next: 1,
+            fte_index: Default::default(),
             profile,
             ident,
         }
@@ -229,6 +243,7 @@ impl State {
         n += purge(&mut self.flow_entry, uid, &mut released);
         n += purge(&mut self.flow_group, uid, &mut released);
         n += purge(&mut self.flow_table, uid, &mut released);
+        flow::forget_uid(self);
         n += purge(&mut self.tir, uid, &mut released);
         n += purge(&mut self.rqt, uid, &mut released);
         n += purge(&mut self.sq, uid, &mut released);
@@ -240,6 +255,7 @@ impl State {
         n += purge(&mut self.cq, uid, &mut released);
         n += purge(&mut self.general_obj, uid, &mut released);
         n += purge(&mut self.flow_counter, uid, &mut released);
+        counters::forget_uid(self);
         n += purge(&mut self.q_counter, uid, &mut released);
         n += purge(&mut self.eq, uid, &mut released);
         n += purge(&mut self.umem, uid, &mut released);

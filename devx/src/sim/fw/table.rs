@@ -176,7 +176,16 @@ impl<T> Table<T> {
         if self.count_uid(uid) == 0 {
             return Vec::new();
         }
-        self.map.iter().filter(|(_, e)| e.uid == uid).map(|(n, _)| *n).collect()
+        self.map
+            .iter()
+            .filter(|(_, e)| e.uid == uid)
+            .map(|(n, _)| *n)
+            .collect()
+    }
+
+    /// Every live number (teardown only: linear in the table).
+    pub fn numbers_of_all(&self) -> Vec<u32> {
+        self.map.keys().copied().collect()
     }
 
     /// Removes an object regardless of references (teardown of a uid whose
@@ -227,10 +236,19 @@ mod tests {
     fn ownership_and_references() {
         let mut t: Table<()> = Table::new(ObjKind::Cq, 1, 100, 100);
         let n = t.insert(7, ()).unwrap();
-        assert_eq!(t.owned(n, 8).unwrap_err().syndrome, syndrome::foreign(ObjKind::Cq).syndrome);
-        assert_eq!(t.owned(99, 7).unwrap_err().syndrome, syndrome::not_found(ObjKind::Cq).syndrome);
+        assert_eq!(
+            t.owned(n, 8).unwrap_err().syndrome,
+            syndrome::foreign(ObjKind::Cq).syndrome
+        );
+        assert_eq!(
+            t.owned(99, 7).unwrap_err().syndrome,
+            syndrome::not_found(ObjKind::Cq).syndrome
+        );
         t.hold(n);
-        assert_eq!(t.remove(n, 7).unwrap_err().status, syndrome::status::RES_BUSY);
+        assert_eq!(
+            t.remove(n, 7).unwrap_err().status,
+            syndrome::status::RES_BUSY
+        );
         t.release(n);
         t.remove(n, 7).unwrap();
         assert_eq!(t.count_uid(7), 0);

@@ -63,6 +63,9 @@ pub fn resolve(st: &State, uid: u16, umem: u32, offset: u64, bytes: u64) -> FwRe
 pub fn resolve_dbr(st: &State, uid: u16, umem: u32, dbr_addr: u64) -> FwResult<UmemObj> {
     let u = st.umem.usable(umem, uid)?.obj;
     ensure(u.covers(dbr_addr, 8), syndrome::DBR_OUT_OF_UMEM)?;
-    ensure(u.addr.wrapping_add(dbr_addr) % 8 == 0, syndrome::DBR_MISALIGNED)?;
+    ensure(
+        u.addr.wrapping_add(dbr_addr) & 7 == 0,
+        syndrome::DBR_MISALIGNED,
+    )?;
     Ok(u)
 }

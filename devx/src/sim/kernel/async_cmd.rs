@@ -44,7 +44,10 @@ impl ChanInner {
     fn reserve(&self, outlen: usize) -> Result<()> {
         let mut q = lock(&self.q);
         if q.bytes + outlen > MAX_OUTSTANDING_BYTES {
-            return Err(Error::os("async query: channel has 1 MiB of output outstanding", libc::EAGAIN));
+            return Err(Error::os(
+                "async query: channel has 1 MiB of output outstanding",
+                libc::EAGAIN,
+            ));
         }
         q.bytes += outlen;
         q.pending += 1;
@@ -99,7 +102,11 @@ impl SimCmdChannel {
         Ok(SimCmdChannel {
             inner: Arc::new(ChanInner {
                 ctx_id,
-                q: Mutex::new(ChanQ { done: VecDeque::new(), pending: 0, bytes: 0 }),
+                q: Mutex::new(ChanQ {
+                    done: VecDeque::new(),
+                    pending: 0,
+                    bytes: 0,
+                }),
                 cv: Condvar::new(),
                 efd,
             }),
@@ -122,7 +129,9 @@ impl CmdChannel for SimCmdChannel {
     }
 
     fn get(&self) -> Result<AsyncCompletion> {
-        self.inner.pop(true).and_then(|c| c.ok_or_else(|| Error::argument("no completion")))
+        self.inner
+            .pop(true)
+            .and_then(|c| c.ok_or_else(|| Error::argument("no completion")))
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -157,7 +166,12 @@ impl AsyncEngine {
     pub(crate) fn new(fw: Arc<Firmware>) -> AsyncEngine {
         AsyncEngine {
             fw,
-            q: Mutex::new(EngineQ { jobs: VecDeque::new(), paused: false, started: false, running: None }),
+            q: Mutex::new(EngineQ {
+                jobs: VecDeque::new(),
+                paused: false,
+                started: false,
+                running: None,
+            }),
             cv: Condvar::new(),
         }
     }
@@ -180,12 +194,27 @@ impl AsyncEngine {
                 .spawn(move || me.run());
             if let Err(e) = spawned {
                 drop(q);
-                chan.complete((wr_id, Err(Error::os("spawn async worker", e.raw_os_error().unwrap_or(libc::EAGAIN)))), outlen);
+                chan.complete(
+                    (
+                        wr_id,
+                        Err(Error::os(
+                            "spawn async worker",
+                            e.raw_os_error().unwrap_or(libc::EAGAIN),
+                        )),
+                    ),
+                    outlen,
+                );
                 return Ok(());
             }
             q.started = true;
         }
-        q.jobs.push_back(Job { ctx, inbox, outlen, wr_id, chan: Arc::clone(chan) });
+        q.jobs.push_back(Job {
+            ctx,
+            inbox,
+            outlen,
+            wr_id,
+            chan: Arc::clone(chan),
+        });
         self.cv.notify_all();
         Ok(())
     }
@@ -197,7 +226,9 @@ impl AsyncEngine {
                 while q.paused || q.jobs.is_empty() {
                     q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
                 }
-                let Some(job) = q.jobs.pop_front() else { continue };
+                let Some(job) = q.jobs.pop_front() else {
+                    continue;
+                };
                 q.running = Some(job.ctx);
                 job
             };
@@ -218,8 +249,9 @@ impl AsyncEngine {
     pub(crate) fn cancel_ctx(&self, ctx: u64) {
         let cancelled: Vec<Job> = {
             let mut q = lock(&self.q);
-            let (mine, rest): (VecDeque<Job>, VecDeque<Job>) =
-                std::mem::take(&mut q.jobs).into_iter().partition(|j| j.ctx == ctx);
+            let (mine, rest): (VecDeque<Job>, VecDeque<Job>) = std::mem::take(&mut q.jobs)
+                .into_iter()
+                .partition(|j| j.ctx == ctx);
             q.jobs = rest;
             while q.running == Some(ctx) {
                 q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
@@ -232,7 +264,8 @@ impl AsyncEngine {
                 prm_layouts::enums::opcode_name(crate::admission::opcode_of(&j.inbox)),
                 j.wr_id
             );
-            j.chan.complete((j.wr_id, Err(Error::Cancelled(what))), j.outlen);
+            j.chan
+                .complete((j.wr_id, Err(Error::Cancelled(what))), j.outlen);
         }
     }
 

@@ -99,7 +99,10 @@ mod tests {
     fn klm_mkeys_keep_umem_valid_clear() {
         let mut b = vec![0u8; CreateMkeyIn::SIZE_BYTES];
         b[0..2].copy_from_slice(&0x200u16.to_be_bytes());
-        CreateMkeyIn::from_slice_mut(&mut b).unwrap().memory_key_mkey_entry_mut().set_access_mode_1_0(2);
+        CreateMkeyIn::from_slice_mut(&mut b)
+            .unwrap()
+            .memory_key_mkey_entry_mut()
+            .set_access_mode_1_0(2);
         force_umem_valid(&mut b);
         assert_eq!(CreateMkeyIn::from_slice(&b).unwrap().mkey_umem_valid(), 0);
     }

@@ -10,8 +10,13 @@ use crate::provider::Handle;
 use super::uar::SimUarPage;
 
 pub(crate) enum Named {
-    /// A firmware object made through OBJ_CREATE.
-    Obj { key: ObjKey, destroy: Option<Vec<u8>> },
+    /// A firmware object made through OBJ_CREATE; `span` numbers from
+    /// `key.number` name it (more than one only for flow counter bulks).
+    Obj {
+        key: ObjKey,
+        span: u32,
+        destroy: Option<Vec<u8>>,
+    },
     /// A registered UMEM.
     Umem { umem_id: u32 },
     /// An allocated UAR page.
@@ -40,7 +45,13 @@ impl Handles {
             }
         }
         self.seq += 1;
-        self.map.insert(self.next, Entry { seq: self.seq, named });
+        self.map.insert(
+            self.next,
+            Entry {
+                seq: self.seq,
+                named,
+            },
+        );
         self.next
     }
 
@@ -60,7 +71,7 @@ impl Handles {
     /// Every entry, newest first (reverse dependency order).
     pub(crate) fn drain_newest_first(&mut self) -> Vec<(Handle, Entry)> {
         let mut v: Vec<_> = self.map.drain().collect();
-        v.sort_by(|a, b| b.1.seq.cmp(&a.1.seq));
+        v.sort_by_key(|e| std::cmp::Reverse(e.1.seq));
         v
     }
 

@@ -27,8 +27,12 @@ fn check_maps(maps: &str, addr: usize, end: usize, write: bool) -> Result<(), i3
     let mut cur = addr;
     for line in maps.lines() {
         let mut parts = line.split_whitespace();
-        let (Some(range), Some(perms)) = (parts.next(), parts.next()) else { continue };
-        let Some((s, e)) = range.split_once('-') else { continue };
+        let (Some(range), Some(perms)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let Some((s, e)) = range.split_once('-') else {
+            continue;
+        };
         let (Ok(s), Ok(e)) = (usize::from_str_radix(s, 16), usize::from_str_radix(e, 16)) else {
             continue;
         };
@@ -64,11 +68,12 @@ fn probe_readable(addr: usize, len: usize) -> Result<(), i32> {
         // kernel copies one byte from `at` and reports EFAULT if it cannot.
         let n = unsafe { libc::write(std::os::fd::AsRawFd::as_raw_fd(&wr), at as *const _, 1) };
         if n != 1 {
-            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EFAULT));
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EFAULT));
         }
         let mut sink = [0u8; 1];
-        nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&rd), &mut sink)
-            .map_err(|e| e as i32)?;
+        nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&rd), &mut sink).map_err(|e| e as i32)?;
         page += PAGE;
     }
     Ok(())
@@ -85,7 +90,10 @@ mod tests {
         assert_eq!(probe_readable(v.as_ptr() as usize, v.len()), Ok(()));
         assert_eq!(check_range(8, 16, false), Err(libc::EFAULT));
         assert_eq!(probe_readable(8, 16), Err(libc::EFAULT));
-        assert_eq!(check_range(v.as_ptr() as usize, 0, false), Err(libc::EINVAL));
+        assert_eq!(
+            check_range(v.as_ptr() as usize, 0, false),
+            Err(libc::EINVAL)
+        );
         assert_eq!(check_range(usize::MAX - 4, 16, false), Err(libc::EINVAL));
     }
 

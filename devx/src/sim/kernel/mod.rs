@@ -17,9 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::admission::{self, CmdClass};
 use crate::error::{Error, FwReport, Result};
-use crate::provider::{
-    CmdChannel, DeviceInfo, Handle, ProviderContext, UarAlloc, UarKind,
-};
+use crate::provider::{CmdChannel, DeviceInfo, Handle, ProviderContext, UarAlloc, UarKind};
 
 use super::fw::cmd::FwError;
 use super::fw::{eq, umem};
@@ -68,9 +66,17 @@ fn header(opcode: u16, uid: u16, number24: u32) -> Vec<u8> {
 impl SimContext {
     pub(crate) fn open(dev: Arc<DeviceShared>) -> Result<SimContext> {
         let uid = dev.fw.create_uctx().map_err(|e| errno_only(0xa04, 0, e))?;
-        let id = dev.next_ctx.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        dev.contexts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(SimContext { dev, id, uid, handles: Mutex::new(Handles::default()) })
+        let id = dev
+            .next_ctx
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        dev.contexts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(SimContext {
+            dev,
+            id,
+            uid,
+            handles: Mutex::new(Handles::default()),
+        })
     }
 
     /// The DEVX uid of this context.
@@ -108,15 +114,19 @@ impl SimContext {
         let mut out = vec![0u8; 64];
         match self.dev.fw.execute(cmd, &mut out) {
             Ok(()) => Ok(out),
-            Err(e) => {
-                Err(errno_only(admission::opcode_of(cmd), admission::op_mod_of(cmd), e))
-            }
+            Err(e) => Err(errno_only(
+                admission::opcode_of(cmd),
+                admission::op_mod_of(cmd),
+                e,
+            )),
         }
     }
 
     fn check_outbox(&self, outbox_len: usize) -> Result<()> {
         if outbox_len < 16 {
-            return Err(einval(format!("outbox of {outbox_len} bytes; CMD_OUT needs at least 16")));
+            return Err(einval(format!(
+                "outbox of {outbox_len} bytes; CMD_OUT needs at least 16"
+            )));
         }
         Ok(())
     }
@@ -126,12 +136,21 @@ impl SimContext {
     fn bind(&self, obj: Handle, inbox: &[u8]) -> Result<()> {
         let handles = self.handles();
         let Some(entry) = handles.get(obj) else {
-            return Err(Error::os(format!("handle {obj} is not an object of this context"), libc::ENOENT));
+            return Err(Error::os(
+                format!("handle {obj} is not an object of this context"),
+                libc::ENOENT,
+            ));
         };
-        let Named::Obj { key, .. } = &entry.named else {
-            return Err(einval(format!("handle {obj} is a UMEM or UAR, not a DEVX object")));
+        let Named::Obj { key, span, .. } = &entry.named else {
+            return Err(einval(format!(
+                "handle {obj} is a UMEM or UAR, not a DEVX object"
+            )));
         };
-        if admission::named_key(inbox) != Some(*key) {
+        // A flow counter bulk answers to every id in it, as the kernel allows.
+        let bound = admission::named_key(inbox).is_some_and(|named| {
+            named.creator == key.creator && named.number.wrapping_sub(key.number) < (*span).max(1)
+        });
+        if !bound {
             return Err(einval(format!(
                 "{} names another object than handle {obj}",
                 prm_layouts::enums::opcode_name(admission::opcode_of(inbox))
@@ -154,7 +173,10 @@ impl SimContext {
                 if self.dev.fw.with(|st| eq::is_completion_eq(st, eqn)) {
                     Ok(())
                 } else {
-                    Err(Error::os(format!("CREATE_CQ: EQ {eqn} is not a completion EQ"), libc::ENOENT))
+                    Err(Error::os(
+                        format!("CREATE_CQ: EQ {eqn} is not a completion EQ"),
+                        libc::ENOENT,
+                    ))
                 }
             }
             _ => Ok(()),
@@ -178,9 +200,9 @@ impl SimContext {
                 };
                 self.exec_errno(&cmd).map(|_| ())
             }
-            Named::Umem { umem_id } => {
-                self.exec_errno(&header(0xa0a, self.uid, *umem_id)).map(|_| ())
-            }
+            Named::Umem { umem_id } => self
+                .exec_errno(&header(0xa0a, self.uid, *umem_id))
+                .map(|_| ()),
             Named::Uar { page_id, page } => {
                 self.exec_errno(&header(0x803, self.uid, *page_id))?;
                 page.mark_freed();
@@ -199,6 +221,22 @@ impl SimContext {
     }
 }
 
+/// Counters an ALLOC_FLOW_COUNTER inbox asks for (1 for any other create).
+fn flow_counter_bulk(cmd: &[u8]) -> u32 {
+    if admission::opcode_of(cmd) != 0x939 {
+        return 1;
+    }
+    let log = prm_layouts::bits::get(cmd, 0x73, 5).unwrap_or(0) as u32;
+    let bulk = prm_layouts::bits::get(cmd, 0x78, 8).unwrap_or(0) as u32;
+    if log != 0 {
+        1 << log
+    } else if bulk != 0 {
+        bulk * 128
+    } else {
+        1
+    }
+}
+
 impl ProviderContext for SimContext {
     fn info(&self) -> DeviceInfo {
         self.dev.info.clone()
@@ -212,14 +250,18 @@ impl ProviderContext for SimContext {
         self.exec(&cmd, outbox)?;
         let key = admission::created_key(&cmd, outbox);
         let destroy = admission::destroy_command(&cmd, outbox).ok();
+        let span = flow_counter_bulk(&cmd);
         let Some(key) = key else {
             // A create the kernel cannot track: undo it rather than leak it.
             if let Some(d) = destroy {
                 let _ = self.exec_errno(&d);
             }
-            return Err(Error::unsupported("this create", "the emulator cannot track its object"));
+            return Err(Error::unsupported(
+                "this create",
+                "the emulator cannot track its object",
+            ));
         };
-        Ok(self.handles().insert(Named::Obj { key, destroy }))
+        Ok(self.handles().insert(Named::Obj { key, span, destroy }))
     }
 
     fn query(&self, obj: Handle, inbox: &[u8], outbox: &mut [u8]) -> Result<()> {
@@ -240,15 +282,30 @@ impl ProviderContext for SimContext {
 
     fn destroy(&self, obj: Handle, destroy_inbox: &[u8]) -> Result<()> {
         let Some(entry) = self.handles().take(obj) else {
-            return Err(Error::os(format!("handle {obj} is not an object of this context"), libc::ENOENT));
+            return Err(Error::os(
+                format!("handle {obj} is not an object of this context"),
+                libc::ENOENT,
+            ));
         };
-        let given = if destroy_inbox.is_empty() { None } else { Some(destroy_inbox) };
+        let given = if destroy_inbox.is_empty() {
+            None
+        } else {
+            Some(destroy_inbox)
+        };
         let check = match (&entry.named, given) {
-            (Named::Obj { destroy: Some(built), .. }, Some(g)) if !Self::same_destroy(g, built) => {
-                Err(einval("destroy command names another object than the handle"))
-            }
+            (
+                Named::Obj {
+                    destroy: Some(built),
+                    ..
+                },
+                Some(g),
+            ) if !Self::same_destroy(g, built) => Err(einval(
+                "destroy command names another object than the handle",
+            )),
             (Named::Obj { .. }, _) => Ok(()),
-            _ => Err(einval(format!("handle {obj} is a UMEM or UAR; use umem_dereg / uar_free"))),
+            _ => Err(einval(format!(
+                "handle {obj} is a UMEM or UAR; use umem_dereg / uar_free"
+            ))),
         };
         let result = check.and_then(|()| self.destroy_entry(&entry.named, given));
         if result.is_err() {
@@ -278,22 +335,30 @@ impl ProviderContext for SimContext {
     ) -> Result<()> {
         admission::admit(inbox, CmdClass::Query)?;
         if !(16..=0xffff).contains(&outlen) {
-            return Err(einval(format!("async query output length {outlen} is not 16..=65535")));
+            return Err(einval(format!(
+                "async query output length {outlen} is not 16..=65535"
+            )));
         }
         let Some(chan) = channel.as_any().downcast_ref::<SimCmdChannel>() else {
-            return Err(Error::argument("completion channel belongs to another provider"));
+            return Err(Error::argument(
+                "completion channel belongs to another provider",
+            ));
         };
         if chan.inner.ctx_id != self.id {
             return Err(einval("completion channel belongs to another context"));
         }
         self.bind(obj, inbox)?;
         let cmd = self.private_copy(inbox);
-        self.dev.engine.submit(self.id, cmd, outlen, wr_id, &chan.inner)
+        self.dev
+            .engine
+            .submit(self.id, cmd, outlen, wr_id, &chan.inner)
     }
 
     fn umem_reg(&self, addr: usize, len: usize, access: u32) -> Result<(Handle, u32)> {
         if access & !UMEM_ACCESS_ALLOWED != 0 {
-            return Err(einval(format!("UMEM access flags {access:#x} include unknown bits")));
+            return Err(einval(format!(
+                "UMEM access flags {access:#x} include unknown bits"
+            )));
         }
         let write = access & umem::access::LOCAL_WRITE != 0;
         if access & umem::access::REMOTE_WRITE != 0 && !write {
@@ -301,14 +366,25 @@ impl ProviderContext for SimContext {
         }
         memprobe::check_range(addr, len, write)
             .map_err(|errno| Error::os(format!("UMEM_REG of {len} bytes at {addr:#x}"), errno))?;
-        let region = umem::UmemObj { addr: addr as u64, len: len as u64, access };
-        let umem_id = self.dev.fw.create_umem(self.uid, region).map_err(|e| errno_only(0xa08, 0, e))?;
+        let region = umem::UmemObj {
+            addr: addr as u64,
+            len: len as u64,
+            access,
+        };
+        let umem_id = self
+            .dev
+            .fw
+            .create_umem(self.uid, region)
+            .map_err(|e| errno_only(0xa08, 0, e))?;
         Ok((self.handles().insert(Named::Umem { umem_id }), umem_id))
     }
 
     fn umem_dereg(&self, h: Handle) -> Result<()> {
         let Some(entry) = self.handles().take(h) else {
-            return Err(Error::os(format!("handle {h} is not a UMEM of this context"), libc::ENOENT));
+            return Err(Error::os(
+                format!("handle {h} is not a UMEM of this context"),
+                libc::ENOENT,
+            ));
         };
         let result = match entry.named {
             Named::Umem { .. } => self.destroy_entry(&entry.named, None),
@@ -323,14 +399,28 @@ impl ProviderContext for SimContext {
     fn uar_alloc(&self, kind: UarKind) -> Result<UarAlloc> {
         let out = self.exec_errno(&header(0x802, self.uid, 0))?;
         let page_id = u32::from_be_bytes([0, out[9], out[10], out[11]]);
-        let page = Arc::new(SimUarPage::new(page_id, kind, Arc::clone(&self.dev.doorbell)));
-        let handle = self.handles().insert(Named::Uar { page_id, page: Arc::clone(&page) });
-        Ok(UarAlloc { handle, page_id, page })
+        let page = Arc::new(SimUarPage::new(
+            page_id,
+            kind,
+            Arc::clone(&self.dev.doorbell),
+        ));
+        let handle = self.handles().insert(Named::Uar {
+            page_id,
+            page: Arc::clone(&page),
+        });
+        Ok(UarAlloc {
+            handle,
+            page_id,
+            page,
+        })
     }
 
     fn uar_free(&self, h: Handle) -> Result<()> {
         let Some(entry) = self.handles().take(h) else {
-            return Err(Error::os(format!("handle {h} is not a UAR of this context"), libc::ENOENT));
+            return Err(Error::os(
+                format!("handle {h} is not a UAR of this context"),
+                libc::ENOENT,
+            ));
         };
         let result = match entry.named {
             Named::Uar { .. } => self.destroy_entry(&entry.named, None),
@@ -346,7 +436,12 @@ impl ProviderContext for SimContext {
         self.dev
             .fw
             .with(|st| eq::eqn_of_vector(st, vector))
-            .ok_or_else(|| Error::os(format!("QUERY_EQN: no completion vector {vector}"), libc::ENOENT))
+            .ok_or_else(|| {
+                Error::os(
+                    format!("QUERY_EQN: no completion vector {vector}"),
+                    libc::ENOENT,
+                )
+            })
     }
 }
 
@@ -373,6 +468,8 @@ impl Drop for SimContext {
             self.dev.fw.purge_uid(self.uid);
             let _ = self.dev.fw.destroy_uctx(self.uid);
         }
-        self.dev.contexts.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.dev
+            .contexts
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }

@@ -51,10 +51,13 @@ impl SimUarPage {
 
     /// The last value stored at `offset` (8-byte aligned), for the data path.
     pub fn read64(&self, offset: usize) -> Option<u64> {
-        if offset % 8 != 0 {
+        if offset & 7 != 0 {
             return None;
         }
-        self.words.0.get(offset / 8).map(|w| w.load(Ordering::Acquire))
+        self.words
+            .0
+            .get(offset / 8)
+            .map(|w| w.load(Ordering::Acquire))
     }
 
     /// After UAR free the page stays allocated (a stale mapping must not
@@ -72,10 +75,12 @@ impl UarPage for SimUarPage {
     fn write64(&self, offset: usize, value: u64) {
         // Unaligned or out-of-page stores are dropped, as a PCIe write
         // outside the BAR page would be.
-        if offset % 8 != 0 {
+        if offset & 7 != 0 {
             return;
         }
-        let Some(word) = self.words.0.get(offset / 8) else { return };
+        let Some(word) = self.words.0.get(offset / 8) else {
+            return;
+        };
         word.store(value, Ordering::Release);
         if self.freed.load(Ordering::Acquire) {
             return;
@@ -110,7 +115,10 @@ mod tests {
         p.write64(0x21, 1);
         p.write64(4096, 1);
         assert_eq!(p.read64(0x20), Some(0x1122_3344_5566_7788));
-        assert_eq!(log.0.lock().unwrap().as_slice(), &[(3, 0x20, 0x1122_3344_5566_7788)]);
+        assert_eq!(
+            log.0.lock().unwrap().as_slice(),
+            &[(3, 0x20, 0x1122_3344_5566_7788)]
+        );
         p.mark_freed();
         p.write64(0x800, 5);
         assert_eq!(log.0.lock().unwrap().len(), 1);
