@@ -2,7 +2,6 @@
 //! UMEM, a UAR for arming, and the EQ of a completion vector.
 
 use std::fmt;
-use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 
 use devx::{Uar, Umem};
@@ -10,6 +9,7 @@ use memmap2::MmapMut;
 use prm_layouts::enums::Opcode;
 use prm_layouts::{CreateCqIn, CreateCqOut, ModifyCqIn, ModifyCqOut, QueryCqIn, QueryCqOut};
 
+use crate::comp_channel::CompChannel;
 use crate::context::Context;
 use crate::error::{DestroyError, Error, Result, VerbResult};
 use crate::util::{log2, pow2_at_least, queue_memory, DoorbellRecord, Owned, QueueMemory};
@@ -30,44 +30,6 @@ const MODERATION_FIELDS: u32 = 0x1 | 0x2;
 /// (IFC leaves them reserved in modify_cq_in; the kernel validates cq_umem_valid there).
 const MODIFY_CQ_UMEM_OFFSET_BIT: u32 = 0x280;
 const MODIFY_CQ_UMEM_ID_BIT: u32 = 0x2c0;
-
-/// A completion event channel (`ibv_comp_channel`): a DEVX event channel the
-/// CQs created with it report their completion events to.
-#[derive(Clone)]
-pub struct CompChannel {
-    channel: Arc<dyn devx::EventChannel>,
-}
-
-impl fmt::Debug for CompChannel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CompChannel(fd {})", self.channel.fd())
-    }
-}
-
-impl CompChannel {
-    /// `ibv_create_comp_channel`.
-    pub fn new(ctx: &Context) -> Result<CompChannel> {
-        let channel = ctx
-            .devx()
-            .provider()
-            .create_event_channel(false)
-            .verb("create_comp_channel")?;
-        Ok(CompChannel { channel })
-    }
-
-    /// Wraps an event channel made through DEVX directly.
-    pub fn from_devx(channel: Arc<dyn devx::EventChannel>) -> CompChannel {
-        CompChannel { channel }
-    }
-
-    pub fn fd(&self) -> RawFd {
-        self.channel.fd()
-    }
-
-    pub fn channel(&self) -> &Arc<dyn devx::EventChannel> {
-        &self.channel
-    }
-}
 
 /// Attributes of a new CQ (`ibv_create_cq` arguments).
 #[derive(Clone, Debug)]

@@ -17,6 +17,7 @@
 
 mod access;
 mod ah;
+mod comp_channel;
 mod context;
 mod cq;
 mod device;
@@ -35,7 +36,8 @@ mod util;
 pub use access::AccessFlags;
 pub use ah::{Ah, AhAttr, GlobalRoute};
 pub use context::{Context, LinkLayer};
-pub use cq::{CompChannel, Cq, CqAttr, CqInit, CQE_SIZE};
+pub use comp_channel::CompChannel;
+pub use cq::{Cq, CqAttr, CqInit, CQE_SIZE};
 pub use device::{AtomicCap, DeviceAttr, DeviceCapFlags};
 pub use error::{DestroyError, Error, Result};
 pub use mcast::McastAttachment;

@@ -274,11 +274,8 @@ impl fmt::Display for DeviceReport {
     }
 }
 
-fn tabs(key: &str) -> &'static str {
-    match key.len() + 2 {
-        0..=7 => "\t\t\t\t",
-        8..=15 => "\t\t\t",
-        16..=23 => "\t\t",
-        _ => "\t",
-    }
+/// Tabs that put a value at column 40 after `\t{key}:`, as `ibv_devinfo` aligns.
+fn tabs(key: &str) -> String {
+    let used = key.len() + 1;
+    "\t".repeat(4usize.saturating_sub(used / 8).max(1))
 }

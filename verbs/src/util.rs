@@ -116,7 +116,7 @@ impl<R> Owned<R> {
 
     /// Destroys the object now, then releases its dependencies. On refusal the
     /// holder comes back intact.
-    pub(crate) fn destroy(mut self) -> std::result::Result<(), (Owned<R>, devx::Error)> {
+    pub(crate) fn destroy(mut self) -> std::result::Result<(), Refused<R>> {
         let Some(obj) = self.obj.take() else {
             return Ok(());
         };
@@ -124,7 +124,7 @@ impl<R> Owned<R> {
             Ok(()) => Ok(()),
             Err(failed) => {
                 self.obj = Some(*failed.obj);
-                Err((self, failed.error))
+                Err(Box::new((self, failed.error)))
             }
         }
     }

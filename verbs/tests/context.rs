@@ -226,3 +226,34 @@ fn closing_is_dropping_the_last_handle() {
     assert_eq!(sim.open_contexts(), 0);
     assert_eq!(sim.live_objects(), 0);
 }
+
+#[test]
+fn handles_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<verbs::Context>();
+    send_sync::<verbs::Pd>();
+    send_sync::<verbs::Td>();
+    send_sync::<verbs::Cq>();
+    send_sync::<verbs::CompChannel>();
+    send_sync::<verbs::Qp>();
+    send_sync::<verbs::QpInit>();
+    send_sync::<verbs::Mr<Vec<u8>>>();
+    send_sync::<verbs::Mw>();
+    send_sync::<verbs::Srq>();
+    send_sync::<verbs::Ah>();
+    send_sync::<verbs::McastAttachment>();
+    send_sync::<verbs::Error>();
+
+    let (ctx, sim) = common::open(1);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8).unwrap();
+    let qps: Vec<verbs::Qp> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| pd.create_qp(&verbs::QpInit::new(verbs::QpType::Ud, &cq, &cq))))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+    });
+    assert_eq!(sim.count(devx::sim::ObjKind::Qp), 4);
+    drop((qps, cq, pd));
+    assert_eq!(sim.live_objects(), 0);
+}

@@ -193,3 +193,18 @@ fn a_shared_uar_is_used_and_kept() {
     drop((a, b, uar));
     assert_eq!(sim.live_objects(), 0);
 }
+
+#[test]
+fn a_foreign_uar_is_refused_by_the_device_by_name() {
+    let (ctx, sim) = common::open(1);
+    let (other, _sim2) = common::open(1);
+    let foreign = std::sync::Arc::new(devx::Uar::alloc(other.devx()).unwrap());
+    let before = sim.live_objects();
+    let e = Cq::create(&ctx, &CqInit::new(4).uar(foreign)).unwrap_err();
+    let text = e.to_string();
+    assert!(text.starts_with("create_cq: CREATE_CQ: "), "{text}");
+    assert!(text.contains(", syndrome 0x"), "{text}");
+    assert!(e.status_name().is_some(), "{text}");
+    assert_eq!(e.errno(), libc::EREMOTEIO);
+    assert_eq!(sim.live_objects(), before);
+}

@@ -56,11 +56,11 @@ fn unsupported_verbs_say_why() {
     // A bad port is still an argument error first.
     assert!(ctx.local_mad(7, &[0u8; 256]).unwrap_err().is_argument());
     // mlx5 SRQs do not resize; the limit is what modify_srq changes.
-    let srq_resize = verbs::Error::Unsupported {
-        verb: "modify_srq",
-        why: String::new(),
-    };
-    assert!(srq_resize.is_unsupported());
+    let srq = pd.create_srq(&verbs::SrqInit::new(8, 1)).unwrap();
+    let n = sim.commands_executed();
+    let e = srq.resize(100).unwrap_err();
+    assert!(e.is_unsupported() && e.to_string().contains("no resize"), "{e}");
+    assert_eq!(sim.commands_executed(), n);
     // Shared MRs map naturally: a second key on the same UMEM.
     let shared = mr.register_shared(&pd, AccessFlags::LOCAL_WRITE).unwrap();
     assert_eq!(shared.umem_id(), mr.umem_id());

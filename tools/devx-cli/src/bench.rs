@@ -129,9 +129,25 @@ fn mailbox(n: u64) -> Vec<Metric> {
 fn kernel(n: u64) -> Vec<Metric> {
     let r = devx::kernel::bench_overhead(n);
     vec![
-        Metric { name: "create_ns".into(), value: r.create_ns, unit: "ns per OBJ_CREATE" },
-        Metric { name: "destroy_ns".into(), value: r.destroy_ns, unit: "ns per OBJ_DESTROY" },
-        Metric { name: "general_ns".into(), value: r.general_ns, unit: "ns per OTHER" },
-        Metric { name: "iterations".into(), value: n as f64, unit: "per method" },
+        Metric {
+            name: "create_ns".into(),
+            value: r.create_ns,
+            unit: "ns per OBJ_CREATE",
+        },
+        Metric {
+            name: "destroy_ns".into(),
+            value: r.destroy_ns,
+            unit: "ns per OBJ_DESTROY",
+        },
+        Metric {
+            name: "general_ns".into(),
+            value: r.general_ns,
+            unit: "ns per OTHER",
+        },
+        Metric {
+            name: "iterations".into(),
+            value: n as f64,
+            unit: "per method",
+        },
     ]
 }

@@ -23,12 +23,6 @@ pub fn choose_device(name: Option<&str>) -> CliResult<Device> {
     }
 }
 
-pub fn open(name: Option<&str>) -> CliResult<Context> {
-    let dev = choose_device(name)?;
-    dev.open()
-        .map_err(|e| format!("opening {}: {e}", dev.name()))
-}
-
 pub fn devices(json: bool) -> CliResult {
     let real = Device::list_real();
     let all = Device::list();
@@ -50,7 +44,10 @@ pub fn devices(json: bool) -> CliResult {
     if real.is_empty() {
         println!("No mlx5 device found on this machine; emulated devices are available.");
     }
-    println!("{:<10} {:<9} {:<18} {:<12} where", "device", "kind", "node_guid", "firmware");
+    println!(
+        "{:<10} {:<9} {:<18} {:<12} where",
+        "device", "kind", "node_guid", "firmware"
+    );
     for d in &all {
         let i = d.info();
         let kind = if i.emulated { "emulated" } else { "mlx5" };
@@ -70,8 +67,8 @@ pub fn query_general_caps(ctx: &Context) -> devx::Result<Vec<u8>> {
     ctx.general_cmd(inbox.as_bytes(), prm_layouts::QueryHcaCapOut::SIZE_BYTES)
 }
 
-pub fn caps(device: Option<&str>, json: bool, all: bool) -> CliResult {
-    let ctx = open(device)?;
+pub fn caps(json: bool, all: bool) -> CliResult {
+    let ctx = crate::session::context()?;
     let out = query_general_caps(&ctx).map_err(|e| e.to_string())?;
     // The capability page starts at byte 16 of the outbox.
     let meta = prm_layouts::CmdHcaCap::META;
@@ -79,7 +76,7 @@ pub fn caps(device: Option<&str>, json: bool, all: bool) -> CliResult {
     print_decoded(meta, page, all, json)
 }
 
-pub fn cmd(device: Option<&str>, hex_arg: &str, outlen: Option<usize>, json: bool) -> CliResult {
+pub fn cmd(hex_arg: &str, outlen: Option<usize>, json: bool) -> CliResult {
     let inbox = parse_hex_arg(hex_arg)?;
     if inbox.len() < 16 {
         return Err(format!(
@@ -98,8 +95,20 @@ pub fn cmd(device: Option<&str>, hex_arg: &str, outlen: Option<usize>, json: boo
             ))
         }
     };
-    let ctx = open(device)?;
+    let ctx = crate::session::context()?;
     let out = ctx.general_cmd(&inbox, outlen).map_err(|e| e.to_string())?;
+    if opcode == prm_layouts::Opcode::QueryHcaCap as u16 {
+        if let Some(page) = cap_page_layout(u16::from_be_bytes([inbox[6], inbox[7]]) >> 1) {
+            if out.len() >= 16 + page.size_bytes() {
+                println!(
+                    "status = {:#x}, syndrome = {:#x}",
+                    out[0],
+                    u32::from_be_bytes([out[4], out[5], out[6], out[7]])
+                );
+                return print_decoded(page, &out[16..16 + page.size_bytes()], false, json);
+            }
+        }
+    }
     match layouts {
         Some((_, meta)) if out.len() >= meta.size_bytes() => {
             let fixed = if meta.tail.is_some() {
@@ -114,4 +123,19 @@ pub fn cmd(device: Option<&str>, hex_arg: &str, outlen: Option<usize>, json: boo
             Ok(())
         }
     }
+}
+
+/// The capability page layout QUERY_HCA_CAP returns for a cap type.
+fn cap_page_layout(cap_type: u16) -> Option<&'static prm_layouts::LayoutMeta> {
+    let name = match cap_type {
+        0x00 => "cmd_hca_cap",
+        0x01 => "per_protocol_networking_offload_caps",
+        0x02 => "odp_cap",
+        0x03 => "atomic_caps",
+        0x04 => "roce_cap",
+        0x07 => "flow_table_nic_cap",
+        0x20 => "cmd_hca_cap_2",
+        _ => return None,
+    };
+    prm_layouts::find(name)
 }

@@ -112,16 +112,16 @@ fn run(cli: Cli) -> CliResult {
     if cli.record.is_some() && matches!(cli.command, Command::Replay { .. }) {
         return Err("--record cannot be used with replay".into());
     }
-    let result = dispatch(cli.command, cli.device.as_deref());
+    let result = dispatch(cli.command);
     session::close(result)
 }
 
 /// Runs one command (also each line of a shell or script).
-fn dispatch(command: Command, device: Option<&str>) -> CliResult {
+fn dispatch(command: Command) -> CliResult {
     match command {
         Command::Devices { json } => device_cmd::devices(json),
-        Command::Caps { json, all } => device_cmd::caps(device, json, all),
-        Command::Cmd { hex, outlen, json } => device_cmd::cmd(device, &hex, outlen, json),
+        Command::Caps { json, all } => device_cmd::caps(json, all),
+        Command::Cmd { hex, outlen, json } => device_cmd::cmd(&hex, outlen, json),
         Command::Layout { name, json } => layout_cmd::layout(name.as_deref(), json),
         Command::Encode { layout, fields } => layout_cmd::encode(&layout, &fields),
         Command::Decode {
@@ -148,7 +148,14 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            eprintln!("devx-cli: error: {}", session::clap_one_line(&e));
+            return ExitCode::from(2);
+        }
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {

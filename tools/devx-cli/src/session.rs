@@ -367,7 +367,7 @@ fn run_line(line: &str) -> CliResult<bool> {
             "--record is chosen when the session starts (devx-cli --record FILE shell)".into(),
         );
     }
-    let result = crate::dispatch(cli.command, device_name().as_deref());
+    let result = crate::dispatch(cli.command);
     match (result, expect_fail) {
         (Ok(()), false) => Ok(true),
         (Err(e), false) => Err(e),
