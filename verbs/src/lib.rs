@@ -35,8 +35,8 @@ mod util;
 
 pub use access::AccessFlags;
 pub use ah::{Ah, AhAttr, GlobalRoute};
-pub use context::{Context, LinkLayer};
 pub use comp_channel::CompChannel;
+pub use context::{Context, LinkLayer};
 pub use cq::{Cq, CqAttr, CqInit, CQE_SIZE};
 pub use device::{AtomicCap, DeviceAttr, DeviceCapFlags};
 pub use error::{DestroyError, Error, Result};

@@ -5,8 +5,8 @@ mod common;
 
 use devx::sim::ObjKind;
 use verbs::{
-    AccessFlags, AhAttr, Context, Cq, Gid, InitAttr, Mtu, Pd, Qp, QpCap, QpInit, QpState,
-    QpType, RtrAttr, RtsAttr, RtsModify,
+    AccessFlags, AhAttr, Context, Cq, Gid, InitAttr, Mtu, Pd, Qp, QpCap, QpInit, QpState, QpType,
+    RtrAttr, RtsAttr, RtsModify,
 };
 
 fn setup() -> (Context, std::sync::Arc<devx::sim::SimDevice>, Pd, Cq) {

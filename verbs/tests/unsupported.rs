@@ -59,7 +59,10 @@ fn unsupported_verbs_say_why() {
     let srq = pd.create_srq(&verbs::SrqInit::new(8, 1)).unwrap();
     let n = sim.commands_executed();
     let e = srq.resize(100).unwrap_err();
-    assert!(e.is_unsupported() && e.to_string().contains("no resize"), "{e}");
+    assert!(
+        e.is_unsupported() && e.to_string().contains("no resize"),
+        "{e}"
+    );
     assert_eq!(sim.commands_executed(), n);
     // Shared MRs map naturally: a second key on the same UMEM.
     let shared = mr.register_shared(&pd, AccessFlags::LOCAL_WRITE).unwrap();

@@ -1,50 +1,6 @@
 //! `devx-cli layout | encode | decode` as a user runs them.
-
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
-
-fn cli(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_devx-cli"))
-        .args(args)
-        .output()
-        .expect("devx-cli runs")
-}
-
-fn cli_stdin(args: &[&str], input: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_devx-cli"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("devx-cli runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// A failed run prints exactly one error line and exits non-zero.
-fn assert_one_line_error(o: &Output, needle: &str) {
-    assert!(
-        !o.status.success(),
-        "expected failure, got success: {}",
-        stdout(o)
-    );
-    let err = String::from_utf8_lossy(&o.stderr);
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "one error line expected, got: {err}");
-    assert!(lines[0].starts_with("devx-cli: error: "), "{err}");
-    assert!(lines[0].contains(needle), "'{needle}' not in: {err}");
-    assert!(!err.contains("panicked"), "{err}");
-}
+mod common;
+use common::*;
 
 #[test]
 fn encode_then_decode_round_trips() {
@@ -101,46 +57,46 @@ fn layout_json_has_the_stable_schema() {
 
 #[test]
 fn unknown_layout_suggests_names() {
-    assert_one_line_error(
+    one_line_error(
         &cli(&["layout", "create_cq_inn"]),
         "did you mean create_cq_in",
     );
-    assert_one_line_error(&cli(&["encode", "creat_qp_in", "opcode=1"]), "did you mean");
+    one_line_error(&cli(&["encode", "creat_qp_in", "opcode=1"]), "did you mean");
 }
 
 #[test]
 fn unknown_field_suggests_names() {
     let o = cli(&["encode", "create_cq_in", "cq_context.log_cq_sz=5"]);
-    assert_one_line_error(&o, "cq_context.log_cq_size");
+    one_line_error(&o, "cq_context.log_cq_size");
 }
 
 #[test]
 fn value_too_wide_is_refused() {
     let o = cli(&["encode", "create_cq_in", "cq_context.log_cq_size=32"]);
-    assert_one_line_error(&o, "does not fit in 5 bits");
+    one_line_error(&o, "does not fit in 5 bits");
 }
 
 #[test]
 fn bad_values_are_refused() {
-    assert_one_line_error(
+    one_line_error(
         &cli(&["encode", "alloc_pd_in", "opcode=banana"]),
         "not a number",
     );
-    assert_one_line_error(&cli(&["encode", "alloc_pd_in", "opcode"]), "field=value");
+    one_line_error(&cli(&["encode", "alloc_pd_in", "opcode"]), "field=value");
 }
 
 #[test]
 fn bad_hex_is_refused() {
-    assert_one_line_error(&cli(&["decode", "alloc_pd_in", "0800000"]), "odd number");
-    assert_one_line_error(&cli(&["decode", "alloc_pd_in", "08zz"]), "not a hex digit");
+    one_line_error(&cli(&["decode", "alloc_pd_in", "0800000"]), "odd number");
+    one_line_error(&cli(&["decode", "alloc_pd_in", "08zz"]), "not a hex digit");
 }
 
 #[test]
 fn wrong_lengths_are_refused() {
     let short = "00".repeat(15);
-    assert_one_line_error(&cli(&["decode", "alloc_pd_in", &short]), "needs 16 bytes");
+    one_line_error(&cli(&["decode", "alloc_pd_in", &short]), "needs 16 bytes");
     let long = "00".repeat(17);
-    assert_one_line_error(
+    one_line_error(
         &cli(&["decode", "alloc_pd_in", &long]),
         "longer than layout",
     );
@@ -158,5 +114,5 @@ fn byte_fields_take_hex() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(stdout(&o).trim().ends_with(gid));
     let bad = cli(&["encode", "attach_to_mcg_in", "multicast_gid=fe80"]);
-    assert_one_line_error(&bad, "16 bytes");
+    one_line_error(&bad, "16 bytes");
 }

@@ -1,61 +1,10 @@
 //! `devx-cli obj | shell | script | --record | replay` as a user runs them.
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-fn cli(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_devx-cli"))
-        .args(args)
-        .output()
-        .expect("devx-cli runs")
-}
-
-fn cli_stdin(args: &[&str], input: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_devx-cli"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("devx-cli runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A failed run prints exactly one error line and exits non-zero.
-fn one_line_error(o: &Output, needle: &str) {
-    assert!(
-        !o.status.success(),
-        "expected failure, got success: {}",
-        stdout(o)
-    );
-    let err = stderr(o);
-    let lines: Vec<&str> = err
-        .lines()
-        .filter(|l| l.starts_with("devx-cli: error:"))
-        .collect();
-    assert_eq!(lines.len(), 1, "stderr: {err}");
-    assert!(lines[0].contains(needle), "expected '{needle}' in: {err}");
-    assert!(
-        err.lines().all(|l| !l.starts_with("Usage")),
-        "stderr: {err}"
-    );
-}
+mod common;
+use common::*;
 
 /// A unique file under the temp dir.
 fn temp(tag: &str) -> PathBuf {
