@@ -499,7 +499,7 @@ fn counters_and_multicast() {
     env.destroy(mcg_h).unwrap();
     env.destroy(qp_h).unwrap();
     env.destroy(qc_h).unwrap();
-    // General objects: no type is advertised.
+    // General objects: only advertised types (VIRTIO_NET_Q is not) are accepted.
     check(
         &env.create(&hdr(0xa00, 0x0d, 64), 16).unwrap_err(),
         syn::GENERAL_OBJ_TYPE,

@@ -27,7 +27,8 @@ const RESIZE_FIELDS: u32 = 0x1 | 0x2 | 0x4;
 /// modify_field_select: cq_period, cq_max_count.
 const MODERATION_FIELDS: u32 = 0x1 | 0x2;
 /// Bit positions of the DEVX UMEM fields in MODIFY_CQ, the same as in CREATE_CQ
-/// (IFC leaves them reserved in modify_cq_in; the kernel validates cq_umem_valid there).
+/// (IFC leaves them reserved in modify_cq_in, next to the cq_umem_valid bit the
+/// kernel forces on for DEVX resizes).
 const MODIFY_CQ_UMEM_OFFSET_BIT: u32 = 0x280;
 const MODIFY_CQ_UMEM_ID_BIT: u32 = 0x2c0;
 

@@ -134,6 +134,12 @@ pub struct Profile {
     pub active_mtu: u8,
     /// NIC vport hardware MTU: 1500 + Ethernet, VLAN and FCS headers.
     pub nic_vport_mtu: u16,
+    /// General object types, bit `1 << obj_type`. SIM: GENEVE_TLV_OPT only.
+    pub general_obj_types: u64,
+    /// EST: one GENEVE TLV option parser (one class/type/length per device).
+    pub max_geneve_tlv_options: u8,
+    /// EST: option data in 4-byte words the parser can sample.
+    pub max_geneve_tlv_option_data_len: u8,
 }
 
 impl Default for Profile {
@@ -205,6 +211,9 @@ impl Profile {
             cqe_compression: false,
             active_mtu: 3,
             nic_vport_mtu: 1522,
+            general_obj_types: 1 << 0x000b,
+            max_geneve_tlv_options: 1,
+            max_geneve_tlv_option_data_len: 7,
         }
     }
 
@@ -293,6 +302,10 @@ impl Profile {
         c.set_cqe_compression(u8::from(self.cqe_compression));
         c.set_native_port_num(1);
         c.set_num_vhca_ports(self.num_ports);
+        // SIM: only the types fw/ext/general_obj.rs implements.
+        c.set_general_obj_types(self.general_obj_types);
+        c.set_max_geneve_tlv_options(self.max_geneve_tlv_options);
+        c.set_max_geneve_tlv_option_data_len(self.max_geneve_tlv_option_data_len);
         c
     }
 

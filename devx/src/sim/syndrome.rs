@@ -95,6 +95,8 @@ checks! {
     FT_TOO_LARGE = BAD_PARAM, 0x3000_000a, "flow table size above log_max_ft_size";
     BULK_TOO_LARGE = BAD_PARAM, 0x3000_000b, "flow counter bulk above log_max_flow_counter_bulk";
     MCG_FULL = LIM, 0x3000_000c, "multicast group already has max_qp_mcg QPs";
+    GENEVE_OPT_LIMIT = LIM, 0x3000_000d, "max_geneve_tlv_options GENEVE TLV option objects already exist";
+    GENEVE_OPT_DATA_LEN = BAD_PARAM, 0x3000_000e, "GENEVE option_data_length is 0 or above max_geneve_tlv_option_data_len";
 
     // Queue memory.
     NO_UMEM = BAD_PARAM, 0x4000_0001, "queue buffer must be given as a UMEM (umem_valid clear)";
@@ -145,6 +147,7 @@ checks! {
     SRQ_NO_UMEM = BAD_PARAM, 0x6000_001a, "legacy SRQ needs physical pages; use RMP or XRC_SRQ through DEVX";
     XRCD_REQUIRED = BAD_PARAM, 0x6000_001b, "XRC object without a valid XRC domain";
     EQ_NOT_COMPLETION = BAD_PARAM, 0x6000_001c, "c_eqn is not a completion EQ";
+    GENERAL_OBJ_NO_MODIFY = BAD_PARAM, 0x6000_001d, "general object type does not support MODIFY_GENERAL_OBJECT";
 }
 
 /// The check for "no object of `kind` with this number".

@@ -269,6 +269,7 @@ impl Qp {
         self.context().check_port(VERB, attr.port_num)?;
         self.check_pkey(VERB, attr.pkey_index)?;
         let mut qpc = self.base_qpc();
+        // RST2INIT takes the access rights as mandatory fields: no opt bits.
         self.set_access(VERB, &mut qpc, attr.access)?;
         let p = qpc.primary_address_path_mut();
         p.set_vhca_port_num(attr.port_num);
