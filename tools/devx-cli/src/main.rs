@@ -4,6 +4,7 @@
 mod bench;
 mod bench_cmd;
 mod device_cmd;
+mod devinfo_cmd;
 mod layout_cmd;
 mod obj_cmd;
 mod replay_cmd;
@@ -96,6 +97,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Device identity, limits and ports, like `ibv_devinfo -v`.
+    Devinfo {
+        #[arg(long)]
+        json: bool,
+    },
     /// Measure the library: `mailbox`, `cmd`, `kernel`.
     Bench {
         what: bench::BenchKind,
@@ -120,6 +126,7 @@ fn run(cli: Cli) -> CliResult {
 fn dispatch(command: Command) -> CliResult {
     match command {
         Command::Devices { json } => device_cmd::devices(json),
+        Command::Devinfo { json } => devinfo_cmd::devinfo(json),
         Command::Caps { json, all } => device_cmd::caps(json, all),
         Command::Cmd { hex, outlen, json } => device_cmd::cmd(&hex, outlen, json),
         Command::Layout { name, json } => layout_cmd::layout(name.as_deref(), json),
