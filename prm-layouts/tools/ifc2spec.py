@@ -54,6 +54,9 @@ roce_addr_layout traffic_counter query_adapter_param_block
 DEVX_NAMES = [
     ("create_cq_in", "cq_umem_offset", 0x280, 64),
     ("create_cq_in", "cq_umem_id", 0x2C0, 32),
+    # A resize names the new ring the way CREATE_CQ names the first one.
+    ("modify_cq_in", "cq_umem_offset", 0x280, 64),
+    ("modify_cq_in", "cq_umem_id", 0x2C0, 32),
     ("cqc", "dbr_umem_id", 0x20, 32),
     ("create_qp_in", "wq_umem_offset", 0x800, 64),
     ("create_qp_in", "wq_umem_id", 0x840, 32),

@@ -26,11 +26,6 @@ const MODIFY_CQ_OPMOD_RESIZE: u16 = 1;
 const RESIZE_FIELDS: u32 = 0x1 | 0x2 | 0x4;
 /// modify_field_select: cq_period, cq_max_count.
 const MODERATION_FIELDS: u32 = 0x1 | 0x2;
-/// Bit positions of the DEVX UMEM fields in MODIFY_CQ, the same as in CREATE_CQ
-/// (IFC leaves them reserved in modify_cq_in, next to the cq_umem_valid bit the
-/// kernel forces on for DEVX resizes).
-const MODIFY_CQ_UMEM_OFFSET_BIT: u32 = 0x280;
-const MODIFY_CQ_UMEM_ID_BIT: u32 = 0x2c0;
 
 /// Attributes of a new CQ (`ibv_create_cq` arguments).
 #[derive(Clone, Debug)]
@@ -333,9 +328,8 @@ impl Cq {
         cqc.set_page_offset(0);
         cqc.set_cqe_sz(0);
         inbox.set_cq_umem_valid(1);
-        let bytes = inbox.as_mut_bytes();
-        set_bits(bytes, MODIFY_CQ_UMEM_OFFSET_BIT, 64, 0);
-        set_bits(bytes, MODIFY_CQ_UMEM_ID_BIT, 32, u64::from(ring.id()));
+        inbox.set_cq_umem_offset(0);
+        inbox.set_cq_umem_id(ring.id());
         self.obj()
             .modify(inbox.as_bytes(), ModifyCqOut::SIZE_BYTES)
             .verb(VERB)?;
@@ -448,11 +442,6 @@ impl Context {
     pub fn create_cq(&self, entries: u32) -> Result<Cq> {
         Cq::create(self, &CqInit::new(entries))
     }
-}
-
-fn set_bits(buf: &mut [u8], off: u32, width: u32, v: u64) {
-    // The positions are constants inside the fixed-size inbox: cannot fail.
-    let _ = prm_layouts::bits::set_masked(buf, off, width, v);
 }
 
 /// Copies software-owned, unpolled CQEs from the old ring into the new one at

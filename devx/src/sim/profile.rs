@@ -250,6 +250,7 @@ impl Profile {
         c.set_eth_net_offloads(1);
         c.set_roce(1);
         c.set_atomic(1);
+        c.set_imaicl(1); // memory windows (type 1 and 2) are supported
         c.set_cq_oi(1);
         c.set_cq_resize(1);
         c.set_cq_moderation(1);
@@ -341,6 +342,10 @@ impl Profile {
         // 8-byte operands on QPs and DC (bit 3 = 8 bytes).
         c.set_atomic_size_qp(0x0008);
         c.set_atomic_size_dc(0x0008);
+        // Responders treat 8-byte operands in host byte order (what verbs
+        // reports as IBV_ATOMIC_HCA, as on a real ConnectX-6 Dx).
+        c.set_supported_atomic_req_8B_endianness_mode_1(1);
+        c.set_atomic_req_8B_endianness_mode(1);
         c
     }
 

@@ -149,13 +149,29 @@ pub fn modify(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
                 u64::from(outstanding) <= 1u64 << log,
                 syndrome::CQ_RESIZE_TOO_SMALL,
             )?;
-            // The resized ring lives in the CQ's UMEM at the same offset.
-            let (umem_id, offset, cqe_sz) = (cq.umem, cq.umem_offset, cq.cqc.cqe_sz());
-            let umem = st.umem.peek(umem_id).map(|e| e.obj);
-            let fits = umem.is_some_and(|u| u.covers(offset, buffer_bytes(log, cqe_sz)));
-            ensure(fits, syndrome::UMEM_TOO_SMALL)?;
+            // A resize names its new ring like CREATE_CQ does; without one the
+            // ring stays where it is and must already be large enough.
+            let bytes = buffer_bytes(log, cq.cqc.cqe_sz());
+            let (umem_id, offset) = match inp.cq_umem_id() {
+                0 => (cq.umem, cq.umem_offset),
+                id => (id, inp.cq_umem_offset()),
+            };
+            let old_umem = cq.umem;
+            umem::resolve(st, cmd.uid, umem_id, offset, bytes)?;
             let cq = &mut st.cq.owned_mut(inp.cqn(), cmd.uid)?.obj;
             cq.cqc.set_log_cq_size(log);
+            if umem_id != old_umem {
+                cq.umem = umem_id;
+                cq.umem_offset = offset;
+                for h in cq.holds.iter_mut() {
+                    if *h == ObjRef::new(ObjKind::Umem, old_umem) {
+                        *h = ObjRef::new(ObjKind::Umem, umem_id);
+                        break;
+                    }
+                }
+                st.hold(ObjRef::new(ObjKind::Umem, umem_id));
+                st.release_all(&[ObjRef::new(ObjKind::Umem, old_umem)]);
+            }
         }
         // Page offset and size describe the buffer's pages; a UMEM-backed
         // ring keeps its UMEM geometry, so they are accepted and stored.
