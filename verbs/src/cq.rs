@@ -11,6 +11,7 @@ use prm_layouts::{CreateCqIn, CreateCqOut, ModifyCqIn, ModifyCqOut, QueryCqIn, Q
 
 use crate::comp_channel::CompChannel;
 use crate::context::Context;
+use crate::datapath::{Poller, Registry};
 use crate::error::{DestroyError, Error, Result, VerbResult};
 use crate::util::{log2, pow2_at_least, queue_memory, DoorbellRecord, Owned, QueueMemory};
 
@@ -104,6 +105,8 @@ pub(crate) struct CqShared {
     ctx: Context,
     channel: Option<CompChannel>,
     eqn: u32,
+    /// The QPs completing here, for the data path's poll.
+    pub(crate) tracks: Arc<Registry>,
 }
 
 impl CqShared {
@@ -127,6 +130,7 @@ pub struct Cq {
     pub(crate) ci: u32,
     /// Arm sequence number, bumped on each completion event.
     pub(crate) arm_sn: u32,
+    pub(crate) dp: Poller,
 }
 
 impl fmt::Debug for Cq {
@@ -193,6 +197,8 @@ impl Cq {
             .verb(VERB)?;
 
         let ring_addr = ring.addr();
+        let tracks = Arc::new(Registry::default());
+        let dp = Poller::new(tracks.clone(), dbr.addr());
         let deps = CqDeps {
             ring: Mutex::new(Rings {
                 current: ring,
@@ -206,6 +212,7 @@ impl Cq {
             ctx: ctx.clone(),
             channel: init.channel.clone(),
             eqn,
+            tracks,
         };
         Ok(Cq {
             shared: Arc::new(shared),
@@ -213,6 +220,7 @@ impl Cq {
             log_size: log2(n),
             ci: 0,
             arm_sn: 0,
+            dp,
         })
     }
 
@@ -398,6 +406,7 @@ impl Cq {
             log_size,
             ci,
             arm_sn,
+            dp,
         } = self;
         let rebuild = |shared| Cq {
             shared,
@@ -405,6 +414,7 @@ impl Cq {
             log_size,
             ci,
             arm_sn,
+            dp,
         };
         let inner = match Arc::try_unwrap(shared) {
             Ok(inner) => inner,
@@ -423,6 +433,7 @@ impl Cq {
             ctx,
             channel,
             eqn,
+            tracks,
         } = inner;
         owned.destroy().map_err(|refused| {
             let (owned, source) = *refused;
@@ -431,6 +442,7 @@ impl Cq {
                 ctx,
                 channel,
                 eqn,
+                tracks,
             });
             DestroyError::new(rebuild(shared), Error::Device { verb: VERB, source })
         })

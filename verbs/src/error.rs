@@ -21,6 +21,12 @@ pub enum Error {
     /// mlx5 devices (or DEVX users) cannot do this at all.
     #[error("{verb} is not supported: {why}")]
     Unsupported { verb: &'static str, why: String },
+    /// A work queue has no room for the request; poll completions first.
+    #[error("{verb}: the {queue} is full")]
+    QueueFull {
+        verb: &'static str,
+        queue: &'static str,
+    },
     /// An explicit destroy found the object still used by others.
     #[error("{verb}: {what} is still in use by {users} other object(s) or handle(s)")]
     Busy {
@@ -51,7 +57,8 @@ impl Error {
             Error::Device { verb, .. }
             | Error::Argument { verb, .. }
             | Error::Unsupported { verb, .. }
-            | Error::Busy { verb, .. } => verb,
+            | Error::Busy { verb, .. }
+            | Error::QueueFull { verb, .. } => verb,
         }
     }
 
@@ -105,6 +112,7 @@ impl Error {
             Error::Argument { .. } => libc::EINVAL,
             Error::Unsupported { .. } => libc::EOPNOTSUPP,
             Error::Busy { .. } => libc::EBUSY,
+            Error::QueueFull { .. } => libc::ENOMEM,
         }
     }
 }

@@ -20,6 +20,7 @@ mod ah;
 mod comp_channel;
 mod context;
 mod cq;
+pub mod datapath;
 mod device;
 mod error;
 mod mcast;
@@ -38,6 +39,9 @@ pub use ah::{Ah, AhAttr, GlobalRoute};
 pub use comp_channel::CompChannel;
 pub use context::{Context, LinkLayer};
 pub use cq::{Cq, CqAttr, CqInit, CQE_SIZE};
+pub use datapath::{
+    RecvQueue, RecvWr, SendBatch, SendOp, SendQueue, SendWr, Sge, Wc, WcOpcode, WcStatus,
+};
 pub use device::{AtomicCap, DeviceAttr, DeviceCapFlags};
 pub use error::{DestroyError, Error, Result};
 pub use mcast::McastAttachment;

@@ -13,6 +13,7 @@ use prm_layouts::{
 };
 
 use crate::context::Context;
+use crate::datapath::SrqTrack;
 use crate::error::{DestroyError, Error, Result, VerbResult};
 use crate::pd::Pd;
 use crate::util::{log2, pow2_at_least, queue_memory, DoorbellRecord, Owned, QueueMemory};
@@ -61,6 +62,8 @@ pub(crate) struct SrqDeps {
 
 pub(crate) struct SrqShared {
     owned: Owned<SrqDeps>,
+    /// Outstanding receives, shared with the CQs that complete them.
+    pub(crate) track: Arc<SrqTrack>,
 }
 
 impl SrqShared {
@@ -179,6 +182,7 @@ impl Srq {
         Ok(Srq {
             shared: Arc::new(SrqShared {
                 owned: Owned::new(obj, deps),
+                track: Arc::new(SrqTrack::new(n)),
             }),
             max_wr: n - 1,
             max_sge: (wqe - 16) / 16,
@@ -321,10 +325,11 @@ impl Srq {
                 return Err(DestroyError::new(rebuild(shared), err));
             }
         };
-        inner.owned.destroy().map_err(|refused| {
+        let SrqShared { owned, track } = inner;
+        owned.destroy().map_err(|refused| {
             let (owned, source) = *refused;
             DestroyError::new(
-                rebuild(Arc::new(SrqShared { owned })),
+                rebuild(Arc::new(SrqShared { owned, track })),
                 Error::Device { verb: VERB, source },
             )
         })

@@ -11,6 +11,7 @@
 //! Devices are process-wide: `sim0` always exists, `simN` is created on
 //! first request and lives until the process ends.
 
+pub mod engine;
 pub mod fw;
 pub mod identity;
 pub mod kernel;
@@ -40,6 +41,8 @@ pub(crate) struct DeviceShared {
     pub(crate) fw: Arc<fw::Firmware>,
     pub(crate) engine: Arc<kernel::async_cmd::AsyncEngine>,
     pub(crate) doorbell: kernel::uar::DoorbellSlot,
+    /// The data-path engine, the doorbell sink unless a test replaces it.
+    pub(crate) dp: Arc<engine::Engine>,
     pub(crate) next_ctx: AtomicU64,
     pub(crate) contexts: AtomicUsize,
 }
@@ -67,6 +70,8 @@ impl SimDevice {
         };
         let fw = Arc::new(fw::Firmware::new(profile.clone(), ident));
         let engine = Arc::new(kernel::async_cmd::AsyncEngine::new(Arc::clone(&fw)));
+        let dp = engine::Engine::new(index, Arc::clone(&fw));
+        let sink: Arc<dyn DoorbellSink> = dp.clone();
         SimDevice {
             index,
             profile,
@@ -74,7 +79,8 @@ impl SimDevice {
                 info,
                 fw,
                 engine,
-                doorbell: Arc::new(RwLock::new(None)),
+                doorbell: Arc::new(RwLock::new(Some(sink))),
+                dp,
                 next_ctx: AtomicU64::new(1),
                 contexts: AtomicUsize::new(0),
             }),
@@ -136,13 +142,33 @@ impl SimDevice {
         self.shared.fw.commands_executed()
     }
 
-    /// Installs (or removes) the receiver of doorbells rung on this device's UARs.
+    /// Installs (or removes) the receiver of doorbells rung on this device's
+    /// UARs. The data-path engine is installed at creation; replacing it
+    /// turns the data path off for this device.
     pub fn set_doorbell_sink(&self, sink: Option<Arc<dyn DoorbellSink>>) {
         *self
             .shared
             .doorbell
             .write()
             .unwrap_or_else(|e| e.into_inner()) = sink;
+    }
+
+    /// Holds send doorbells back (`true`): they are remembered and executed,
+    /// in order, by [`SimDevice::run_engine`] or when the engine is resumed
+    /// (`false`). Lets benchmarks time posting without device processing.
+    pub fn pause_engine(&self, paused: bool) {
+        self.shared.dp.pause(paused);
+    }
+
+    /// Executes the doorbells held while paused (and retries QPs waiting on
+    /// RNR) now, on the calling thread, whether paused or not.
+    pub fn run_engine(&self) {
+        self.shared.dp.run();
+    }
+
+    /// Doorbells held by a paused engine.
+    pub fn engine_held(&self) -> usize {
+        self.shared.dp.held()
     }
 
     /// Holds queued async commands back (or lets them run again).

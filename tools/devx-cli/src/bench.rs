@@ -16,6 +16,8 @@ pub enum BenchKind {
     Cmd,
     /// Kernel-provider overhead per command, against a kernel that answers at once.
     Kernel,
+    /// The direct data path: post, poll, and RDMA WRITEs between emulated devices.
+    Datapath,
 }
 
 /// One measured quantity.
@@ -30,6 +32,10 @@ pub fn run(kind: BenchKind, json: bool, iterations: Option<u64>) -> CliResult {
         BenchKind::Mailbox => ("mailbox", mailbox(iterations.unwrap_or(5_000_000))),
         BenchKind::Cmd => ("cmd", crate::bench_cmd::cmd(iterations.unwrap_or(200_000))?),
         BenchKind::Kernel => ("kernel", kernel(iterations.unwrap_or(2_000_000))),
+        BenchKind::Datapath => (
+            "datapath",
+            crate::bench_datapath::datapath(iterations.unwrap_or(1_000_000))?,
+        ),
     };
     if json {
         let body: Vec<String> = metrics

@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_cmd;
+mod bench_datapath;
 mod device_cmd;
 mod devinfo_cmd;
 mod layout_cmd;

@@ -9,6 +9,7 @@ use prm_layouts::{CreateQpIn, CreateQpOut};
 
 use super::geometry::{compute, RqKind};
 use super::{Qp, QpDeps, QpInit, QpShared};
+use crate::datapath::{Layout, QpDataPath};
 use crate::error::{Error, Result, VerbResult};
 use crate::pd::Pd;
 use crate::util::{queue_memory, DoorbellRecord, Owned};
@@ -101,6 +102,14 @@ impl Qp {
             .verb(VERB)?;
 
         let buf_addr = buf.addr();
+        let layout = Layout {
+            buf_addr,
+            sq: geo.sq,
+            rq: geo.rq,
+            cap: geo.cap(),
+            dbr_addr: dbr.addr(),
+        };
+        let dp = QpDataPath::attach(init, obj.id(), uar.clone(), layout);
         let deps = QpDeps {
             buf,
             dbr,
@@ -123,8 +132,7 @@ impl Qp {
             rq: geo.rq,
             sq: geo.sq,
             sq_wqe_size: geo.sq_wqe_size,
-            sq_cur_post: 0,
-            rq_head: 0,
+            dp,
         })
     }
 }

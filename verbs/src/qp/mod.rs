@@ -198,10 +198,8 @@ pub struct Qp {
     pub(crate) sq: Queue,
     /// Bytes one send request reserves in the SQ.
     pub(crate) sq_wqe_size: u32,
-    /// Next free WQEBB (free running), for the data path.
-    pub(crate) sq_cur_post: u32,
-    /// Receive WQEs posted (free running), for the data path.
-    pub(crate) rq_head: u32,
+    /// Send and receive queue state of the data path.
+    pub(crate) dp: crate::datapath::QpDataPath,
 }
 
 impl fmt::Debug for Qp {
@@ -319,8 +317,7 @@ impl Qp {
             rq,
             sq,
             sq_wqe_size,
-            sq_cur_post,
-            rq_head,
+            dp,
         } = self;
         let rebuild = |shared| Qp {
             shared,
@@ -332,8 +329,7 @@ impl Qp {
             rq,
             sq,
             sq_wqe_size,
-            sq_cur_post,
-            rq_head,
+            dp,
         };
         let inner = match Arc::try_unwrap(shared) {
             Ok(inner) => inner,

@@ -424,8 +424,7 @@ impl Qp {
         m.set_opcode(Opcode::Qp2Rst.raw());
         m.set_qpn(self.qpn());
         self.submit("modify_qp(RESET)", m.as_bytes(), QpState::Rst)?;
-        self.sq_cur_post = 0;
-        self.rq_head = 0;
+        self.dp.reset();
         Ok(())
     }
 }

@@ -1,0 +1,115 @@
+//! The engine's only access to process memory. A [`Span`] can only be made
+//! from a registered UMEM and a range the UMEM covers, so every byte the
+//! emulated device reads or writes lies inside memory a caller registered
+//! (and the kernel layer probed at registration). Accesses are bounds
+//! checked against the span again before any pointer is used.
+
+use std::ptr;
+use std::sync::atomic::{fence, Ordering};
+
+use crate::sim::fw::umem::UmemObj;
+
+/// A byte range of registered memory the device may access.
+#[derive(Debug, Clone, Copy)]
+pub struct Span {
+    base: usize,
+    len: usize,
+}
+
+impl Span {
+    /// `[offset, offset + len)` of `umem`, when the UMEM covers it.
+    pub fn of_umem(umem: &UmemObj, offset: u64, len: u64) -> Option<Span> {
+        if !umem.covers(offset, len) {
+            return None;
+        }
+        let base = umem.addr.checked_add(offset)?;
+        Some(Span {
+            base: usize::try_from(base).ok()?,
+            len: usize::try_from(len).ok()?,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The host address of the first byte (for GRH / diagnostics only).
+    pub fn addr(&self) -> usize {
+        self.base
+    }
+
+    /// The sub-range `[at, at + len)`, when it lies inside this span.
+    pub fn sub(&self, at: usize, len: usize) -> Option<Span> {
+        let end = at.checked_add(len)?;
+        (end <= self.len).then_some(Span {
+            base: self.base + at,
+            len,
+        })
+    }
+
+    /// Copies `out.len()` bytes from offset `at`; false (and nothing read)
+    /// when the range leaves the span.
+    pub fn read(&self, at: usize, out: &mut [u8]) -> bool {
+        let Some(s) = self.sub(at, out.len()) else {
+            return false;
+        };
+        // SAFETY: `s` lies inside a registered UMEM range the kernel layer
+        // probed as mapped and readable; the destination is a distinct Rust
+        // buffer. The application may write concurrently, as it may race
+        // real DMA; the bytes are copied, never referenced.
+        unsafe { ptr::copy_nonoverlapping(s.base as *const u8, out.as_mut_ptr(), out.len()) };
+        true
+    }
+
+    /// Copies `data` to offset `at`; false (and nothing written) when the
+    /// range leaves the span.
+    pub fn write(&self, at: usize, data: &[u8]) -> bool {
+        let Some(s) = self.sub(at, data.len()) else {
+            return false;
+        };
+        // SAFETY: `s` lies inside a registered UMEM range; every span the
+        // engine writes through was checked for write rights (MKEY local or
+        // remote write, or a queue UMEM registered writable) before it was
+        // made. The source is a distinct Rust buffer.
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), s.base as *mut u8, data.len()) };
+        true
+    }
+
+    /// A doorbell record word: be32 at `at`, read once, then an acquire
+    /// fence so the queue entries software wrote before it are seen.
+    pub fn read_be32(&self, at: usize) -> Option<u32> {
+        let s = self.sub(at, 4)?;
+        let mut b = [0u8; 4];
+        // SAFETY: inside a registered range (checked by `sub`); a volatile
+        // read so the value is loaded fresh on every doorbell.
+        unsafe {
+            for (i, o) in b.iter_mut().enumerate() {
+                *o = ptr::read_volatile((s.base + i) as *const u8);
+            }
+        }
+        fence(Ordering::Acquire);
+        Some(u32::from_be_bytes(b))
+    }
+
+    /// Publishes a CQE: all bytes but the last, a release fence, then the
+    /// last byte (`op_own`), so software that sees the owner bit flip sees
+    /// the whole entry.
+    pub fn write_publish(&self, at: usize, entry: &[u8]) -> bool {
+        let Some((last, body)) = entry.split_last() else {
+            return false;
+        };
+        if self.sub(at, entry.len()).is_none() {
+            return false;
+        }
+        self.write(at, body);
+        fence(Ordering::Release);
+        // SAFETY: the byte is inside the span (checked above); volatile so
+        // the store is not merged with the body's.
+        unsafe { ptr::write_volatile((self.base + at + body.len()) as *mut u8, *last) };
+        true
+    }
+}

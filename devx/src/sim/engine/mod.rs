@@ -1,0 +1,268 @@
+//! The data-path engine of the emulated device: when software rings a send
+//! doorbell, the posted WQEs are executed from registered memory, as the
+//! hardware would, and CQEs are written into the CQ rings.
+//!
+//! * Execution is synchronous, inside the doorbell store, under the device
+//!   lock (the firmware state lock; the engine's own bookkeeping in
+//!   [`Inner`] is only ever locked inside it).
+//! * Messages to a QP of this device are delivered under the same lock.
+//!   Messages to another emulated device (found by the destination GID in
+//!   the peers' GID tables) are carried across with this device's lock
+//!   released, so no thread holds two device locks at once.
+//! * RNR waits are retried by a timer thread per device (and by any later
+//!   doorbell for the QP); see [`requester`].
+//! * All raw memory access is in [`dma`]; every range is checked against an
+//!   MKEY and its registered UMEM in [`keys`] before it is touched.
+
+pub mod cqe;
+pub mod dma;
+pub mod flush;
+pub mod keys;
+pub mod msg;
+pub mod queue;
+pub mod requester;
+pub mod responder;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use super::fw::Firmware;
+use super::identity::Identity;
+use super::kernel::uar::DoorbellSink;
+use msg::Reply;
+use requester::{Entry, Inflight, Step};
+
+/// BlueFlame / doorbell registers of a UAR page (prm-guide §5.6).
+const BF_REGS: std::ops::Range<usize> = 0x800..0x1000;
+
+/// A QP waiting for the responder to post a receive.
+#[derive(Debug, Clone, Copy)]
+pub struct RnrWait {
+    pub qpn: u32,
+    /// Timer retries left (rnr_retry; 7 = unlimited).
+    pub left: u8,
+    pub delay: Duration,
+}
+
+/// Where a destination GID lives.
+pub enum Peer {
+    Local,
+    Remote(Arc<Engine>),
+}
+
+/// The engine's bookkeeping; locked only while the device lock is held.
+#[derive(Default)]
+pub struct Inner {
+    /// QPs whose send queue a thread is executing right now.
+    pub busy: Vec<u32>,
+    pub rnr: Vec<RnrWait>,
+    /// Reused message buffer.
+    pub scratch: Vec<u8>,
+    /// Linked-list SRQ heads: srqn → (WQEs consumed, next WQE index).
+    pub srq_heads: HashMap<u32, (u32, u32)>,
+    /// Resolved remote GIDs.
+    peers: Vec<([u8; 16], Arc<Engine>)>,
+}
+
+/// One device's data-path engine.
+pub struct Engine {
+    index: u32,
+    fw: Arc<Firmware>,
+    gids: [[u8; 16]; 4],
+    inner: Mutex<Inner>,
+    paused: AtomicBool,
+    /// Doorbells rung while paused: (UAR page, QPN), in order.
+    held: Mutex<Vec<(u32, u32)>>,
+    timer: AtomicBool,
+    me: Weak<Engine>,
+}
+
+impl Engine {
+    pub fn new(index: u32, fw: Arc<Firmware>) -> Arc<Engine> {
+        let gids = Identity::new(index).gid_table().map(|e| e.gid);
+        Arc::new_cyclic(|me| Engine {
+            index,
+            fw,
+            gids,
+            inner: Mutex::new(Inner::default()),
+            paused: AtomicBool::new(false),
+            held: Mutex::new(Vec::new()),
+            timer: AtomicBool::new(false),
+            me: me.clone(),
+        })
+    }
+
+    fn lock_inner(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// GID table entry `index` of this device (entry 0 for an empty index).
+    pub fn gid(&self, index: u8) -> [u8; 16] {
+        self.gids
+            .get(usize::from(index))
+            .copied()
+            .unwrap_or(self.gids[0])
+    }
+
+    /// The device a destination GID names: zero or one of ours is local.
+    fn peer(&self, inner: &mut Inner, gid: &[u8; 16]) -> Option<Peer> {
+        if *gid == [0; 16] || self.gids.contains(gid) {
+            return Some(Peer::Local);
+        }
+        if let Some((_, e)) = inner.peers.iter().find(|(g, _)| g == gid) {
+            return Some(Peer::Remote(Arc::clone(e)));
+        }
+        // The registry lock is never held while a device lock is taken, so
+        // taking it here (under this device's lock) cannot deadlock.
+        let reg = super::registry().lock().unwrap_or_else(|e| e.into_inner());
+        let e = reg
+            .values()
+            .find(|d| d.index() != self.index && d.shared.dp.gids.contains(gid))
+            .map(|d| Arc::clone(&d.shared.dp))?;
+        drop(reg);
+        inner.peers.push((*gid, Arc::clone(&e)));
+        Some(Peer::Remote(e))
+    }
+
+    /// Executes QP `qpn`'s send queue (see [`requester::drive`]).
+    fn run_qp(&self, qpn: u32, entry: Entry) {
+        let mut resume: Option<(Box<Inflight>, Reply)> = None;
+        loop {
+            let step = self.fw.with_mut(|st| {
+                let mut inner = self.lock_inner();
+                requester::drive(self, st, &mut inner, qpn, entry, resume.take())
+            });
+            match step {
+                Step::Idle => return,
+                Step::Remote(peer, inf) => resume = Some(peer.accept(inf)),
+            }
+        }
+    }
+
+    /// A message from another device's QP arrives here.
+    fn accept(&self, mut inf: Box<Inflight>) -> (Box<Inflight>, Reply) {
+        let reply = self.fw.with_mut(|st| {
+            let mut inner = self.lock_inner();
+            responder::deliver(st, &mut inner, &mut inf.msg)
+        });
+        (inf, reply)
+    }
+
+    /// Starts the RNR retry timer thread unless it runs already.
+    fn start_timer(&self, _inner: &Inner) {
+        if self.timer.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Some(me) = self.me.upgrade() else {
+            self.timer.store(false, Ordering::Release);
+            return;
+        };
+        let spawned = std::thread::Builder::new()
+            .name(format!("sim{}-rnr", self.index))
+            .spawn(move || me.timer_loop());
+        if spawned.is_err() {
+            self.timer.store(false, Ordering::Release);
+        }
+    }
+
+    /// Retries RNR-blocked QPs until none is left waiting.
+    fn timer_loop(&self) {
+        loop {
+            let waits: Vec<RnrWait> = self.fw.with(|_| self.lock_inner().rnr.clone());
+            if waits.is_empty() {
+                // Decide under the locks, so a wait added meanwhile either
+                // is seen here or finds the flag cleared and starts a timer.
+                let done = self.fw.with(|_| {
+                    let inner = self.lock_inner();
+                    if inner.rnr.is_empty() {
+                        self.timer.store(false, Ordering::Release);
+                        true
+                    } else {
+                        false
+                    }
+                });
+                if done {
+                    return;
+                }
+                continue;
+            }
+            let delay = waits.iter().map(|w| w.delay).min().unwrap_or_default();
+            std::thread::sleep(delay.max(Duration::from_micros(10)));
+            for w in waits {
+                self.run_qp(
+                    w.qpn,
+                    Entry {
+                        page: None,
+                        by_timer: true,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Holds doorbells back (remembered in order) or executes them again.
+    pub fn pause(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Release);
+        if !paused {
+            self.run();
+        }
+    }
+
+    /// Executes the doorbells held while paused, and retries RNR waits and
+    /// QPs that need flushing, now, whether paused or not.
+    pub fn run(&self) {
+        let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(|e| e.into_inner()));
+        for (page, qpn) in held {
+            self.run_qp(
+                qpn,
+                Entry {
+                    page: Some(page),
+                    by_timer: false,
+                },
+            );
+        }
+        let waits: Vec<RnrWait> = self.fw.with(|_| self.lock_inner().rnr.clone());
+        for w in waits {
+            self.run_qp(
+                w.qpn,
+                Entry {
+                    page: None,
+                    by_timer: false,
+                },
+            );
+        }
+    }
+
+    /// Doorbells held while paused.
+    pub fn held(&self) -> usize {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+impl DoorbellSink for Engine {
+    fn doorbell(&self, page_id: u32, offset: usize, value: u64) {
+        // CQ arm doorbells (+0x20) need no data-path action here.
+        if !BF_REGS.contains(&offset) {
+            return;
+        }
+        // The value is the ctrl segment's first 8 bytes as they are in memory.
+        let b = value.to_ne_bytes();
+        let qpn = u32::from_be_bytes([b[4], b[5], b[6], b[7]]) >> 8;
+        if self.paused.load(Ordering::Acquire) {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            if held.last() != Some(&(page_id, qpn)) {
+                held.push((page_id, qpn));
+            }
+            return;
+        }
+        self.run_qp(
+            qpn,
+            Entry {
+                page: Some(page_id),
+                by_timer: false,
+            },
+        );
+    }
+}

@@ -1,0 +1,71 @@
+//! What travels over the emulated link between a requester QP and a
+//! responder QP: one message per WQE and the responder's answer.
+
+use std::time::Duration;
+
+/// The operation a message asks the responder to perform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Send,
+    Write,
+    Read,
+    CmpSwap,
+    FetchAdd,
+}
+
+/// One request, with its payload (or, on the way back, the read data or
+/// the atomic's original value).
+#[derive(Debug, Clone)]
+pub struct Msg {
+    pub op: Op,
+    /// Present for SEND_IMM and WRITE_IMM, as it sat in the WQE.
+    pub imm: Option<[u8; 4]>,
+    pub solicited: bool,
+    pub service: u8,
+    pub src_qpn: u32,
+    pub dst_qpn: u32,
+    pub src_gid: [u8; 16],
+    pub dst_gid: [u8; 16],
+    /// UD: the q_key the datagram carries.
+    pub qkey: u32,
+    pub raddr: u64,
+    pub rkey: u32,
+    /// READ: bytes asked for.
+    pub len: u64,
+    pub swap_add: u64,
+    pub compare: u64,
+    pub data: Vec<u8>,
+}
+
+impl Msg {
+    pub fn new(op: Op, data: Vec<u8>) -> Msg {
+        Msg {
+            op,
+            imm: None,
+            solicited: false,
+            service: 0,
+            src_qpn: 0,
+            dst_qpn: 0,
+            src_gid: [0; 16],
+            dst_gid: [0; 16],
+            qkey: 0,
+            raddr: 0,
+            rkey: 0,
+            len: 0,
+            swap_add: 0,
+            compare: 0,
+            data,
+        }
+    }
+}
+
+/// The responder's answer, as the requester's transport sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// Done (or, for unreliable transports, gone without a trace).
+    Ack,
+    /// No receive WQE: try again after `Duration`.
+    Rnr(Duration),
+    /// A NAK carrying the requester's error syndrome.
+    Nak(u8),
+}

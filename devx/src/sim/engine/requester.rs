@@ -1,0 +1,466 @@
+//! The requester side: executes a QP's posted send WQEs in order, from the
+//! device's consumer counter up to the SND counter in the doorbell record.
+//!
+//! A WQE to a QP of this device is delivered inline, under the one device
+//! lock. A WQE to another emulated device leaves as an [`Inflight`]: the
+//! caller drops this device's lock, delivers under the peer's lock, and
+//! comes back with the reply, so no thread ever holds two device locks. A
+//! per-QP busy mark keeps a second doorbell from overtaking the WQE in
+//! flight; that doorbell's work is picked up by the busy thread's loop.
+
+use std::sync::Arc;
+
+use super::cqe::{self, op, syn, Completion};
+use super::flush;
+use super::keys::{self, Need};
+use super::msg::{Msg, Op, Reply};
+use super::queue::{self, QpView, MAX_SQ_WQE};
+use super::responder;
+use super::{Engine, Inner, Peer, RnrWait};
+use crate::sim::fw::qp::{st, state};
+use crate::sim::fw::state::State;
+
+/// Send opcodes (prm-guide §5.4).
+pub mod opcode {
+    pub const NOP: u8 = 0x00;
+    pub const RDMA_WRITE: u8 = 0x08;
+    pub const RDMA_WRITE_IMM: u8 = 0x09;
+    pub const SEND: u8 = 0x0a;
+    pub const SEND_IMM: u8 = 0x0b;
+    pub const RDMA_READ: u8 = 0x10;
+    pub const ATOMIC_CS: u8 = 0x11;
+    pub const ATOMIC_FA: u8 = 0x12;
+}
+
+/// fm_ce_se: CQE on completion.
+const CE_CQE: u8 = 0x08;
+/// fm_ce_se: solicited event.
+const SE: u8 = 0x02;
+/// Inline data segment flag in byte_count.
+const INLINE: u32 = 0x8000_0000;
+
+/// What a doorbell loop returns to its caller.
+pub enum Step {
+    Idle,
+    /// Deliver this to the peer device, then resume with its reply.
+    Remote(Arc<Engine>, Box<Inflight>),
+}
+
+/// A WQE whose message is at another device.
+pub struct Inflight {
+    pub qpn: u32,
+    pub msg: Msg,
+    wqe: [u8; MAX_SQ_WQE],
+    len: usize,
+}
+
+/// One WQE's result.
+enum Outcome {
+    /// Completed; the CQE if the WQE asked for one.
+    Done(Option<Completion>),
+    Error(u8),
+    Rnr(std::time::Duration),
+    Remote(Arc<Engine>, Box<Inflight>),
+}
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4)
+        .map_or(0, |s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn be64(b: &[u8], at: usize) -> u64 {
+    (u64::from(be32(b, at)) << 32) | u64::from(be32(b, at + 4))
+}
+
+/// How one doorbell (or timer tick) entered the loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    /// The UAR page the doorbell went through; `None` for internal retries.
+    pub page: Option<u32>,
+    pub by_timer: bool,
+}
+
+/// Executes QP `qpn`'s posted WQEs until it is idle, blocked on RNR, or
+/// has a WQE in flight to another device.
+pub fn drive(
+    eng: &Engine,
+    st: &mut State,
+    inner: &mut Inner,
+    qpn: u32,
+    entry: Entry,
+    resume: Option<(Box<Inflight>, Reply)>,
+) -> Step {
+    let Some(v) = queue::qp_view(st, qpn) else {
+        inner.busy.retain(|q| *q != qpn);
+        inner.rnr.retain(|w| w.qpn != qpn);
+        return Step::Idle;
+    };
+    let mut ci = v.sq_ci;
+    match resume {
+        Some((inf, reply)) => {
+            let out = match reply {
+                Reply::Ack => finish(st, &v, &inf.wqe[..inf.len], &inf.msg),
+                Reply::Nak(s) => Outcome::Error(s),
+                Reply::Rnr(d) => Outcome::Rnr(d),
+            };
+            inner.scratch = inf.msg.data;
+            if !settle(eng, st, inner, &v, &inf.wqe[..inf.len], out, entry, &mut ci) {
+                return park(st, inner, qpn, ci);
+            }
+        }
+        None => {
+            // The doorbell must come through the QP's own UAR page.
+            if entry.page.is_some_and(|p| p != v.uar_page) {
+                return Step::Idle;
+            }
+            if inner.busy.contains(&qpn) {
+                return Step::Idle;
+            }
+            inner.busy.push(qpn);
+        }
+    }
+    let mut wqe = [0u8; MAX_SQ_WQE];
+    loop {
+        let s = st.qp.peek(qpn).map_or(state::RST, |e| e.obj.qpc.state());
+        if flush::flushing(s) {
+            if let Some(now) = queue::qp_view(st, qpn) {
+                flush::flush_sq(st, &now, &mut ci);
+                flush::flush_rq(st, &now);
+            }
+            inner.rnr.retain(|w| w.qpn != qpn);
+            return park(st, inner, qpn, ci);
+        }
+        if s != state::RTS {
+            // Reset or not yet ready: posted WQEs wait, RNR waits end.
+            inner.rnr.retain(|w| w.qpn != qpn);
+            return park(st, inner, qpn, ci);
+        }
+        let Some(pi) = v.snd_counter() else {
+            return park(st, inner, qpn, ci);
+        };
+        if pi == ci {
+            return park(st, inner, qpn, ci);
+        }
+        let Some(len) = v.read_send_wqe(ci, &mut wqe) else {
+            return park(st, inner, qpn, ci);
+        };
+        let out = execute(eng, st, inner, &v, &wqe[..len]);
+        if let Outcome::Remote(peer, mut inf) = out {
+            inf.wqe = wqe;
+            inf.len = len;
+            queue::save_sq(st, qpn, ci);
+            return Step::Remote(peer, inf);
+        }
+        if !settle(eng, st, inner, &v, &wqe[..len], out, entry, &mut ci) {
+            return park(st, inner, qpn, ci);
+        }
+    }
+}
+
+/// Saves the counter and releases the QP.
+fn park(st: &mut State, inner: &mut Inner, qpn: u32, ci: u16) -> Step {
+    queue::save_sq(st, qpn, ci);
+    inner.busy.retain(|q| *q != qpn);
+    Step::Idle
+}
+
+/// Applies one WQE's outcome: CQE, counter, error state, RNR wait.
+/// Returns false when the WQE stays posted (RNR wait).
+#[allow(clippy::too_many_arguments)]
+fn settle(
+    eng: &Engine,
+    st: &mut State,
+    inner: &mut Inner,
+    v: &QpView,
+    wqe: &[u8],
+    out: Outcome,
+    entry: Entry,
+    ci: &mut u16,
+) -> bool {
+    let bbs = wqe.len().div_ceil(64) as u16;
+    let out = match out {
+        Outcome::Rnr(delay) => {
+            // rnr_retry 7 waits forever; otherwise the timer's retries count
+            // down and doorbells in between do not spend them.
+            let pos = inner.rnr.iter().position(|w| w.qpn == v.qpn);
+            let exhausted = match pos {
+                None => v.rnr_retry == 0,
+                Some(i) if entry.by_timer && v.rnr_retry != 7 => {
+                    inner.rnr[i].left = inner.rnr[i].left.saturating_sub(1);
+                    inner.rnr[i].left == 0
+                }
+                Some(_) => false,
+            };
+            if !exhausted {
+                if pos.is_none() {
+                    inner.rnr.push(RnrWait {
+                        qpn: v.qpn,
+                        left: v.rnr_retry,
+                        delay,
+                    });
+                }
+                eng.start_timer(inner);
+                return false;
+            }
+            Outcome::Error(syn::RNR_RETRY_EXC)
+        }
+        o => o,
+    };
+    inner.rnr.retain(|w| w.qpn != v.qpn);
+    match out {
+        Outcome::Done(Some(c)) => {
+            cqe::push(st, v.cqn_snd, &c);
+        }
+        Outcome::Error(s) => {
+            let c = Completion {
+                opcode: op::REQ_ERR,
+                qpn: v.qpn,
+                send_opcode: wqe[3],
+                wqe_counter: u16::from_be_bytes([wqe[1], wqe[2]]),
+                user_index: v.user_index,
+                syndrome: s,
+                ..Completion::default()
+            };
+            cqe::push(st, v.cqn_snd, &c);
+            *ci = ci.wrapping_add(bbs);
+            // This thread owns the send queue: the loop flushes it next.
+            flush::to_error(st, v.qpn, true);
+            return true;
+        }
+        _ => {}
+    }
+    *ci = ci.wrapping_add(bbs);
+    true
+}
+
+/// The requester's CQE for a WQE that completed.
+fn success(v: &QpView, wqe: &[u8], byte_cnt: u32) -> Outcome {
+    if wqe[11] & CE_CQE == 0 {
+        return Outcome::Done(None);
+    }
+    Outcome::Done(Some(Completion {
+        opcode: op::REQ,
+        qpn: v.qpn,
+        send_opcode: wqe[3],
+        wqe_counter: u16::from_be_bytes([wqe[1], wqe[2]]),
+        byte_cnt,
+        user_index: v.user_index,
+        ..Completion::default()
+    }))
+}
+
+/// Where the data segments of an `opc` WQE start, for the QP's transport.
+fn layout(service: u8, opc: u8) -> Option<(Op, usize)> {
+    use opcode::*;
+    let ok = match service {
+        st::RC => true,
+        st::UC => matches!(opc, SEND | SEND_IMM | RDMA_WRITE | RDMA_WRITE_IMM),
+        st::UD => matches!(opc, SEND | SEND_IMM),
+        _ => false,
+    };
+    if !ok {
+        return None;
+    }
+    let ud = if service == st::UD { 48 } else { 0 };
+    Some(match opc {
+        SEND | SEND_IMM => (Op::Send, 16 + ud),
+        RDMA_WRITE | RDMA_WRITE_IMM => (Op::Write, 32),
+        RDMA_READ => (Op::Read, 32),
+        ATOMIC_CS => (Op::CmpSwap, 48),
+        ATOMIC_FA => (Op::FetchAdd, 48),
+        _ => return None,
+    })
+}
+
+/// Gathers the WQE's data (inline or through local keys) into `out`.
+fn gather(st: &State, v: &QpView, segs: &[u8], out: &mut Vec<u8>) -> Result<(), u8> {
+    out.clear();
+    let mut at = 0;
+    while at + 16 <= segs.len() || (at + 4 <= segs.len() && be32(segs, at) & INLINE != 0) {
+        let bc = be32(segs, at);
+        if bc & INLINE != 0 {
+            let n = (bc & !INLINE) as usize;
+            let data = segs.get(at + 4..at + 4 + n).ok_or(syn::LOCAL_QP_OP)?;
+            out.extend_from_slice(data);
+            at += (4 + n).div_ceil(16) * 16;
+            continue;
+        }
+        let lkey = be32(segs, at + 4);
+        let addr = be64(segs, at + 8);
+        at += 16;
+        if bc == 0 {
+            continue;
+        }
+        if out.len() as u64 + u64::from(bc) > v.max_msg() {
+            return Err(syn::LOCAL_LENGTH);
+        }
+        let span = keys::resolve(st, lkey, addr, u64::from(bc), v.pd, Need::LocalRead)
+            .map_err(|_| syn::LOCAL_PROT)?;
+        let start = out.len();
+        out.resize(start + bc as usize, 0);
+        span.read(0, &mut out[start..]);
+    }
+    Ok(())
+}
+
+/// Checks (and with `data`, fills) the local scatter list of a READ or
+/// atomic; returns the bytes it can take.
+fn local_scatter(st: &State, v: &QpView, segs: &[u8], data: Option<&[u8]>) -> Result<u64, u8> {
+    let mut room = 0u64;
+    let mut placed = 0usize;
+    for seg in segs.chunks_exact(16) {
+        let bc = be32(seg, 0);
+        if bc == 0 {
+            continue;
+        }
+        let span = keys::resolve(
+            st,
+            be32(seg, 4),
+            be64(seg, 8),
+            u64::from(bc),
+            v.pd,
+            Need::LocalWrite,
+        )
+        .map_err(|_| syn::LOCAL_PROT)?;
+        if let Some(d) = data {
+            let n = (bc as usize).min(d.len() - placed);
+            span.write(0, &d[placed..placed + n]);
+            placed += n;
+        }
+        room += u64::from(bc);
+    }
+    Ok(room)
+}
+
+/// Executes one send WQE up to the point where the responder is needed.
+fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u8]) -> Outcome {
+    let opc = wqe[3];
+    if opc == opcode::NOP {
+        return success(v, wqe, 0);
+    }
+    let Some((op, data_off)) = layout(v.service, opc) else {
+        return Outcome::Error(syn::LOCAL_QP_OP);
+    };
+    if wqe.len() < data_off {
+        return Outcome::Error(syn::LOCAL_QP_OP);
+    }
+    let segs = &wqe[data_off..];
+    let mut msg = Msg::new(op, std::mem::take(&mut inner.scratch));
+    msg.service = v.service;
+    msg.src_qpn = v.qpn;
+    msg.solicited = wqe[11] & SE != 0;
+    if matches!(opc, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM) {
+        msg.imm = Some([wqe[12], wqe[13], wqe[14], wqe[15]]);
+    }
+    let (dst_gid, dst_qpn, sgid_index) = if v.service == st::UD {
+        let qkey = be32(wqe, 16);
+        // A q_key with the high bit set means "use the QP's own".
+        msg.qkey = if qkey & 0x8000_0000 != 0 {
+            v.q_key
+        } else {
+            qkey
+        };
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&wqe[48..64]);
+        (
+            gid,
+            be32(wqe, 24) & 0x00ff_ffff,
+            (be32(wqe, 44) >> 20) as u8,
+        )
+    } else {
+        (v.rgid, v.remote_qpn, v.sgid_index)
+    };
+    msg.dst_qpn = dst_qpn;
+    msg.dst_gid = dst_gid;
+    msg.src_gid = eng.gid(sgid_index);
+    let r = match op {
+        Op::Send | Op::Write => {
+            if op == Op::Write {
+                msg.raddr = be64(wqe, 16);
+                msg.rkey = be32(wqe, 24);
+            }
+            gather(st, v, segs, &mut msg.data).and_then(|()| {
+                if v.service == st::UD && msg.data.len() as u64 > v.mtu_bytes() {
+                    Err(syn::LOCAL_LENGTH)
+                } else {
+                    Ok(())
+                }
+            })
+        }
+        Op::Read => {
+            msg.raddr = be64(wqe, 16);
+            msg.rkey = be32(wqe, 24);
+            local_scatter(st, v, segs, None).and_then(|room| {
+                msg.len = room;
+                if room > v.max_msg() {
+                    Err(syn::LOCAL_LENGTH)
+                } else {
+                    Ok(())
+                }
+            })
+        }
+        Op::CmpSwap | Op::FetchAdd => {
+            msg.raddr = be64(wqe, 16);
+            msg.rkey = be32(wqe, 24);
+            msg.swap_add = be64(wqe, 32);
+            msg.compare = be64(wqe, 40);
+            msg.len = 8;
+            match local_scatter(st, v, segs, None) {
+                Ok(8) => Ok(()),
+                Ok(_) => Err(syn::LOCAL_LENGTH),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    if let Err(s) = r {
+        inner.scratch = msg.data;
+        return Outcome::Error(s);
+    }
+    let peer = match eng.peer(inner, &dst_gid) {
+        Some(p) => p,
+        None => {
+            inner.scratch = msg.data;
+            return if v.service == st::RC {
+                Outcome::Error(syn::TRANSPORT_RETRY_EXC)
+            } else {
+                success(v, wqe, 0)
+            };
+        }
+    };
+    if let Peer::Remote(e) = peer {
+        return Outcome::Remote(
+            e,
+            Box::new(Inflight {
+                qpn: v.qpn,
+                msg,
+                wqe: [0; MAX_SQ_WQE],
+                len: 0,
+            }),
+        );
+    }
+    let out = match responder::deliver(st, inner, &mut msg) {
+        Reply::Ack => finish(st, v, wqe, &msg),
+        Reply::Nak(s) => Outcome::Error(s),
+        Reply::Rnr(d) => Outcome::Rnr(d),
+    };
+    inner.scratch = msg.data;
+    out
+}
+
+/// The requester's part after an ACK: place READ data or the atomic's
+/// original value, and build the CQE.
+fn finish(st: &State, v: &QpView, wqe: &[u8], msg: &Msg) -> Outcome {
+    let Some((_, data_off)) = layout(v.service, wqe[3]) else {
+        return success(v, wqe, 0);
+    };
+    let segs = wqe.get(data_off..).unwrap_or(&[]);
+    match msg.op {
+        Op::Read | Op::CmpSwap | Op::FetchAdd => {
+            if let Err(s) = local_scatter(st, v, segs, Some(&msg.data)) {
+                return Outcome::Error(s);
+            }
+            success(v, wqe, msg.data.len() as u32)
+        }
+        Op::Send | Op::Write => success(v, wqe, msg.data.len() as u32),
+    }
+}

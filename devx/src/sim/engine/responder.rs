@@ -1,0 +1,390 @@
+//! The responder side: a message arrives at a QP of this device. Receive
+//! WQEs come from the QP's RQ or its SRQ (RMP); the responder checks its
+//! state, transport, q_key, lengths, keys and access rights, performs the
+//! operation and writes its own CQEs. The returned [`Reply`] is what the
+//! requester's transport learns.
+
+use std::time::Duration;
+
+use super::cqe::{self, op, syn, Completion};
+use super::flush;
+use super::keys::{self, Need};
+use super::msg::{Msg, Op, Reply};
+use super::queue::{self, QpView, INVALID_LKEY, MAX_RQ_WQE};
+use super::Inner;
+use crate::sim::fw::qp::{rq_type, st, state};
+use crate::sim::fw::state::State;
+
+/// Bytes of the GRH a UD receive buffer gets before the payload.
+pub const GRH_BYTES: usize = 40;
+
+/// One consumed receive WQE.
+struct Recv {
+    wqe: [u8; MAX_RQ_WQE],
+    len: usize,
+    /// Where the data segments start (after an SRQ's next segment).
+    sge_off: usize,
+    wqe_counter: u16,
+}
+
+/// Delivers `msg` to QP `msg.dst_qpn` of this device.
+pub fn deliver(st: &mut State, inner: &mut Inner, msg: &mut Msg) -> Reply {
+    let reliable = msg.service == st::RC;
+    // Nobody there, or not listening: an RC requester's retries run out;
+    // unreliable transports just lose the packet.
+    let lost = if reliable {
+        Reply::Nak(syn::TRANSPORT_RETRY_EXC)
+    } else {
+        Reply::Ack
+    };
+    let Some(v) = queue::qp_view(st, msg.dst_qpn) else {
+        return lost;
+    };
+    if v.service != msg.service || !matches!(v.state, state::RTR | state::RTS) {
+        return lost;
+    }
+    if v.service == st::UD && msg.qkey != v.q_key {
+        return Reply::Ack;
+    }
+    let len = match msg.op {
+        Op::Read => msg.len,
+        _ => msg.data.len() as u64,
+    };
+    if len > v.max_msg() {
+        return fail(
+            st,
+            inner,
+            &v,
+            None,
+            syn::LOCAL_LENGTH,
+            syn::REMOTE_INVAL_REQ,
+            reliable,
+        );
+    }
+    match msg.op {
+        Op::Send => receive(st, inner, &v, msg, reliable),
+        Op::Write => write(st, inner, &v, msg, reliable),
+        Op::Read => read(st, inner, &v, msg),
+        Op::CmpSwap | Op::FetchAdd => atomic(st, inner, &v, msg),
+    }
+}
+
+/// A responder-side error: the receive WQE (if one was consumed) completes
+/// with `local` and the QP enters ERR; the requester hears `remote` on a
+/// reliable transport and nothing otherwise.
+fn fail(
+    st: &mut State,
+    inner: &mut Inner,
+    v: &QpView,
+    recv: Option<&Recv>,
+    local: u8,
+    remote: u8,
+    reliable: bool,
+) -> Reply {
+    if let Some(r) = recv {
+        let c = Completion {
+            opcode: op::RESP_ERR,
+            qpn: v.qpn,
+            wqe_counter: r.wqe_counter,
+            user_index: v.user_index,
+            syndrome: local,
+            ..Completion::default()
+        };
+        cqe::push(st, v.cqn_rcv, &c);
+    }
+    let busy = inner.busy.contains(&v.qpn);
+    flush::to_error(st, v.qpn, busy);
+    if reliable {
+        Reply::Nak(remote)
+    } else {
+        Reply::Ack
+    }
+}
+
+/// Remote access checks shared by WRITE, READ and atomics: the QP's
+/// rre/rwe/rae, then the rkey.
+fn remote_span(
+    st: &State,
+    v: &QpView,
+    msg: &Msg,
+    len: u64,
+    need: Need,
+) -> Option<super::dma::Span> {
+    let qp_allows = match need {
+        Need::RemoteRead => v.rre,
+        Need::RemoteWrite => v.rwe,
+        Need::RemoteAtomic => v.rae,
+        _ => false,
+    };
+    if !qp_allows {
+        return None;
+    }
+    keys::resolve(st, msg.rkey, msg.raddr, len, v.pd, need).ok()
+}
+
+fn rnr(v: &QpView, reliable: bool) -> Reply {
+    if reliable {
+        Reply::Rnr(rnr_delay(v.min_rnr_nak))
+    } else {
+        Reply::Ack
+    }
+}
+
+fn receive(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: bool) -> Reply {
+    let Some(r) = take_recv(st, inner, v) else {
+        return rnr(v, reliable);
+    };
+    let mut grh = [0u8; GRH_BYTES];
+    let ud = v.service == st::UD;
+    if ud {
+        grh = make_grh(msg);
+    }
+    let parts: [&[u8]; 2] = [if ud { &grh[..] } else { &[] }, &msg.data];
+    match scatter(st, v.pd, &r.wqe[r.sge_off..r.len], parts) {
+        Ok(n) => {
+            let c = Completion {
+                opcode: if msg.imm.is_some() {
+                    op::RESP_SEND_IMM
+                } else {
+                    op::RESP_SEND
+                },
+                se: msg.solicited,
+                qpn: v.qpn,
+                wqe_counter: r.wqe_counter,
+                byte_cnt: n as u32,
+                imm: msg.imm.unwrap_or_default(),
+                flags_rqpn: (msg.src_qpn & 0x00ff_ffff) | if ud { 1 << 28 } else { 0 },
+                user_index: v.user_index,
+                ..Completion::default()
+            };
+            cqe::push(st, v.cqn_rcv, &c);
+            Reply::Ack
+        }
+        Err(ScatterError::Length) => fail(
+            st,
+            inner,
+            v,
+            Some(&r),
+            syn::LOCAL_LENGTH,
+            syn::REMOTE_INVAL_REQ,
+            reliable,
+        ),
+        Err(ScatterError::Protection) => fail(
+            st,
+            inner,
+            v,
+            Some(&r),
+            syn::LOCAL_PROT,
+            syn::REMOTE_OP,
+            reliable,
+        ),
+    }
+}
+
+fn write(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: bool) -> Reply {
+    let len = msg.data.len() as u64;
+    let Some(span) = remote_span(st, v, msg, len, Need::RemoteWrite) else {
+        // UC has no NAKs: a bad write is dropped, the QP keeps going.
+        if !reliable {
+            return Reply::Ack;
+        }
+        return fail(st, inner, v, None, 0, syn::REMOTE_ACCESS, true);
+    };
+    let recv = if msg.imm.is_some() {
+        match take_recv(st, inner, v) {
+            Some(r) => Some(r),
+            None => return rnr(v, reliable),
+        }
+    } else {
+        None
+    };
+    span.write(0, &msg.data);
+    if let Some(r) = recv {
+        let c = Completion {
+            opcode: op::RESP_WR_IMM,
+            se: msg.solicited,
+            qpn: v.qpn,
+            wqe_counter: r.wqe_counter,
+            byte_cnt: len as u32,
+            imm: msg.imm.unwrap_or_default(),
+            flags_rqpn: msg.src_qpn & 0x00ff_ffff,
+            user_index: v.user_index,
+            ..Completion::default()
+        };
+        cqe::push(st, v.cqn_rcv, &c);
+    }
+    Reply::Ack
+}
+
+fn read(st: &mut State, inner: &mut Inner, v: &QpView, msg: &mut Msg) -> Reply {
+    let Some(span) = remote_span(st, v, msg, msg.len, Need::RemoteRead) else {
+        return fail(st, inner, v, None, 0, syn::REMOTE_ACCESS, true);
+    };
+    msg.data.clear();
+    msg.data.resize(span.len(), 0);
+    span.read(0, &mut msg.data);
+    Reply::Ack
+}
+
+/// Atomics see the target as a host-order (little-endian on x86) u64, the
+/// value an application reads from its own memory; the original value goes
+/// back to the requester in the same order.
+fn atomic(st: &mut State, inner: &mut Inner, v: &QpView, msg: &mut Msg) -> Reply {
+    if !msg.raddr.is_multiple_of(8) {
+        return fail(st, inner, v, None, 0, syn::REMOTE_INVAL_REQ, true);
+    }
+    let Some(span) = remote_span(st, v, msg, 8, Need::RemoteAtomic) else {
+        return fail(st, inner, v, None, 0, syn::REMOTE_ACCESS, true);
+    };
+    let mut b = [0u8; 8];
+    span.read(0, &mut b);
+    let old = u64::from_ne_bytes(b);
+    let new = match msg.op {
+        Op::CmpSwap if old == msg.compare => Some(msg.swap_add),
+        Op::FetchAdd => Some(old.wrapping_add(msg.swap_add)),
+        _ => None,
+    };
+    if let Some(n) = new {
+        span.write(0, &n.to_ne_bytes());
+    }
+    msg.data.clear();
+    msg.data.extend_from_slice(&b);
+    Reply::Ack
+}
+
+/// A GRH-shaped header: IPv6 version, payload length, next header 0x1b
+/// (BTH), hop limit, source and destination GIDs.
+fn make_grh(msg: &Msg) -> [u8; GRH_BYTES] {
+    let mut g = [0u8; GRH_BYTES];
+    g[0] = 0x60;
+    let plen = (msg.data.len() as u32).min(0xffff) as u16;
+    g[4..6].copy_from_slice(&plen.to_be_bytes());
+    g[6] = 0x1b;
+    g[7] = 64;
+    g[8..24].copy_from_slice(&msg.src_gid);
+    g[24..40].copy_from_slice(&msg.dst_gid);
+    g
+}
+
+enum ScatterError {
+    Length,
+    Protection,
+}
+
+/// Scatters `parts` (in order) over the receive WQE's data segments.
+fn scatter(st: &State, pd: u32, segs: &[u8], parts: [&[u8]; 2]) -> Result<usize, ScatterError> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let mut part = 0;
+    let mut at = 0;
+    let mut placed = 0;
+    for seg in segs.chunks_exact(16) {
+        if placed == total {
+            break;
+        }
+        let bc = u32::from_be_bytes([seg[0], seg[1], seg[2], seg[3]]);
+        let lkey = u32::from_be_bytes([seg[4], seg[5], seg[6], seg[7]]);
+        if bc == 0 && lkey == INVALID_LKEY {
+            break;
+        }
+        if bc == 0 {
+            continue;
+        }
+        let addr = u64::from_be_bytes([
+            seg[8], seg[9], seg[10], seg[11], seg[12], seg[13], seg[14], seg[15],
+        ]);
+        let take = (bc as usize).min(total - placed);
+        let span = keys::resolve(st, lkey, addr, take as u64, pd, Need::LocalWrite)
+            .map_err(|_| ScatterError::Protection)?;
+        let mut done = 0;
+        while done < take {
+            let src = &parts[part][at..];
+            let n = src.len().min(take - done);
+            span.write(done, &src[..n]);
+            done += n;
+            at += n;
+            if at == parts[part].len() && part + 1 < parts.len() {
+                part += 1;
+                at = 0;
+            }
+        }
+        placed += take;
+        // Skip empty parts so the next segment starts on real data.
+        while part + 1 < parts.len() && at == parts[part].len() {
+            part += 1;
+            at = 0;
+        }
+    }
+    if placed < total {
+        return Err(ScatterError::Length);
+    }
+    Ok(total)
+}
+
+/// Consumes the next receive WQE of the QP's RQ or SRQ; `None` when
+/// software has posted none (or the queue memory is unusable).
+fn take_recv(st: &mut State, inner: &mut Inner, v: &QpView) -> Option<Recv> {
+    let mut r = Recv {
+        wqe: [0u8; MAX_RQ_WQE],
+        len: 0,
+        sge_off: 0,
+        wqe_counter: 0,
+    };
+    match v.rq_type {
+        rq_type::REGULAR => {
+            let posted = v.rcv_counter()?;
+            if posted == v.rq_ci as u16 {
+                return None;
+            }
+            r.len = v.read_recv_wqe(v.rq_ci, &mut r.wqe)?;
+            r.wqe_counter = v.rq_ci as u16;
+            queue::save_rq(st, v.qpn, v.rq_ci.wrapping_add(1));
+            Some(r)
+        }
+        rq_type::SRQ => {
+            let s = queue::srq_view(st, v.srqn)?;
+            if !s.ready {
+                return None;
+            }
+            let posted = s.posted()?;
+            if posted as u16 == s.consumed as u16 {
+                return None;
+            }
+            // The linked list's current head is the engine's own state; it
+            // restarts at WQE 0 whenever the RMP's counter shows a new ring.
+            let head = match inner.srq_heads.get(&s.srqn) {
+                Some(&(consumed, head)) if consumed == s.consumed => head,
+                _ => 0,
+            };
+            let index = if s.linked_list {
+                head & (s.wqes - 1)
+            } else {
+                s.consumed & (s.wqes - 1)
+            };
+            r.len = s.read_wqe(index, &mut r.wqe)?;
+            r.wqe_counter = index as u16;
+            let consumed = s.consumed.wrapping_add(1);
+            let next = if s.linked_list {
+                r.sge_off = 16;
+                u32::from(u16::from_be_bytes([r.wqe[2], r.wqe[3]]))
+            } else {
+                consumed
+            };
+            inner.srq_heads.insert(s.srqn, (consumed, next));
+            queue::save_srq_counter(st, s.srqn, consumed);
+            Some(r)
+        }
+        _ => None,
+    }
+}
+
+/// The IB RNR timer code table (min_rnr_nak), capped so an emulated wait
+/// never stalls a test for long.
+pub fn rnr_delay(code: u8) -> Duration {
+    const US: [u32; 32] = [
+        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+        5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122_880, 163_840, 245_760,
+        327_680, 491_520,
+    ];
+    let us = US[usize::from(code & 31)].min(2_000);
+    Duration::from_micros(u64::from(us))
+}

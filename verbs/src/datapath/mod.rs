@@ -1,0 +1,119 @@
+//! The direct data path: send and receive WQEs written straight into queue
+//! memory, doorbells rung through the UAR, completions read from the CQ ring
+//! by their owner bit (prm-guide §5, §6).
+//!
+//! Posting borrows the queue mutably (`qp.post_send(&mut self, ..)`,
+//! `qp.send_queue()`, `qp.queues()`, `srq.post_recv(&mut self, ..)`), and
+//! polling borrows the CQ mutably: that is the single-producer /
+//! single-consumer contract the rings need, checked by the compiler. Control
+//! operations (`modify`, `query`) take `&self` and can be interleaved freely;
+//! to post from several threads, put the QP behind a lock of your choice.
+//! The hot paths allocate nothing, take no lock and make no system call.
+//!
+//! Pointer work is confined to [`ring`] (queue memory and doorbell records)
+//! and [`Doorbell`] (the ordering of record store and MMIO).
+
+mod doorbell;
+mod poll;
+mod recv;
+mod ring;
+mod send;
+mod track;
+mod wc;
+mod wqe;
+mod wr;
+
+use std::sync::Arc;
+
+use devx::Uar;
+
+pub use doorbell::{Doorbell, BF_HALF, BF_OFFSET};
+pub use poll::RawCqe;
+pub use recv::RecvQueue;
+pub use send::{SendBatch, SendQueue};
+pub use wc::{Wc, WcOpcode, WcStatus};
+pub use wqe::{CTRL_FENCE, CTRL_SIGNALED, CTRL_SOLICITED, INVALID_LKEY};
+pub use wr::{RecvWr, SendOp, SendWr, Sge, UdDest};
+
+pub(crate) use poll::Poller;
+pub(crate) use track::{Registry, SrqTrack};
+
+use crate::qp::{QpCap, QpInit, Queue};
+use ring::{DbRec, Ring};
+use track::QpTrack;
+use wqe::SqShape;
+
+/// Where a new QP's queues are.
+pub(crate) struct Layout {
+    pub buf_addr: usize,
+    pub sq: Queue,
+    pub rq: Queue,
+    pub cap: QpCap,
+    pub dbr_addr: usize,
+}
+
+/// A QP's data-path state; dropping it tells the CQs the QPN is gone.
+pub(crate) struct QpDataPath {
+    pub(crate) sq: SendQueue,
+    pub(crate) rq: RecvQueue,
+}
+
+impl QpDataPath {
+    /// Builds the queues of a QP just created and registers it with its CQs.
+    pub(crate) fn attach(init: &QpInit, qpn: u32, uar: Arc<Uar>, l: Layout) -> QpDataPath {
+        let srq = init.srq.as_ref().map(|s| s.track.clone());
+        let track = Arc::new(QpTrack::new(qpn, l.sq.wqe_cnt, l.rq.wqe_cnt, srq));
+        init.send_cq.tracks.add(track.clone());
+        if !Arc::ptr_eq(&init.send_cq, &init.recv_cq) {
+            init.recv_cq.tracks.add(track.clone());
+        }
+        // SAFETY: the QP buffer and doorbell record are registered, page
+        // aligned mappings the QP owns for as long as it owns this value; the
+        // SQ is a power of two of 64-byte blocks at a 64-aligned offset.
+        let ring = unsafe { Ring::new(l.buf_addr + l.sq.offset, l.sq.bytes()) };
+        // SAFETY: as above, the QP's 64-byte doorbell record.
+        let dbrec = unsafe { DbRec::new(l.dbr_addr) };
+        let rq_ring = (l.rq.wqe_cnt > 0).then(|| {
+            // SAFETY: the RQ sits at the buffer start, a power of two ≥ 64 bytes.
+            unsafe { Ring::new(l.buf_addr + l.rq.offset, l.rq.bytes()) }
+        });
+        let sq = SendQueue {
+            ring,
+            cur_post: 0,
+            bbs: l.sq.wqe_cnt,
+            shape: SqShape {
+                qpn,
+                qp_type: init.qp_type,
+                max_sge: l.cap.max_send_sge,
+                max_inline: l.cap.max_inline_data,
+                sig_all: init.sq_sig_all,
+            },
+            db: Doorbell::new(dbrec, uar),
+            track: track.clone(),
+        };
+        let rq = RecvQueue {
+            ring: rq_ring,
+            head: 0,
+            wqes: l.rq.wqe_cnt,
+            stride_shift: l.rq.wqe_shift,
+            max_sge: l.rq.max_gs,
+            dbrec,
+            track,
+        };
+        QpDataPath { sq, rq }
+    }
+
+    /// The QP went back to RST: counters restart at 0.
+    pub(crate) fn reset(&mut self) {
+        self.sq.cur_post = 0;
+        self.sq.db.reset();
+        self.rq.head = 0;
+        self.sq.track.reset();
+    }
+}
+
+impl Drop for QpDataPath {
+    fn drop(&mut self) {
+        self.sq.track.kill();
+    }
+}

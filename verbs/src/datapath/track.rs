@@ -1,0 +1,209 @@
+//! Which work request a completion retires. The producer (a QP's or SRQ's
+//! post) records wr_ids per slot; the consumer (a CQ's poll, perhaps on
+//! another thread) reads them back by the CQE's QPN and WQE counter. Each
+//! field has a single writer, and the device's CQE write sits between the two
+//! sides, so relaxed slot accesses suffice; the tails that tell the producer
+//! what is free again are release/acquire.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+fn slots<T: Default>(n: u32) -> Box<[T]> {
+    (0..n).map(|_| T::default()).collect()
+}
+
+/// One QP's outstanding work, shared with the CQs it completes into.
+pub(crate) struct QpTrack {
+    pub(crate) qpn: u32,
+    alive: AtomicBool,
+    /// Per WQEBB index of a WQE's first block: its wr_id and the SQ counter
+    /// just past it (what a completion of it frees up to).
+    sq_wrid: Box<[AtomicU64]>,
+    sq_next: Box<[AtomicU32]>,
+    /// First WQEBB not yet retired (free running).
+    sq_tail: AtomicU32,
+    rq_wrid: Box<[AtomicU64]>,
+    /// Receive WQEs completed (free running).
+    rq_tail: AtomicU32,
+    pub(crate) srq: Option<Arc<SrqTrack>>,
+}
+
+impl QpTrack {
+    pub(crate) fn new(qpn: u32, sq_bbs: u32, rq_wqes: u32, srq: Option<Arc<SrqTrack>>) -> QpTrack {
+        QpTrack {
+            qpn,
+            alive: AtomicBool::new(true),
+            sq_wrid: slots(sq_bbs),
+            sq_next: slots(sq_bbs),
+            sq_tail: AtomicU32::new(0),
+            rq_wrid: slots(rq_wqes),
+            rq_tail: AtomicU32::new(0),
+            srq,
+        }
+    }
+
+    pub(crate) fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn kill(&self) {
+        self.alive.store(false, Ordering::Relaxed);
+    }
+
+    /// Producer: the WQE starting at SQ counter `at` ends before `next`.
+    #[inline(always)]
+    pub(crate) fn sq_record(&self, at: u32, next: u32, wr_id: u64) {
+        let i = at as usize & (self.sq_wrid.len() - 1);
+        self.sq_wrid[i].store(wr_id, Ordering::Relaxed);
+        self.sq_next[i].store(next, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    pub(crate) fn sq_tail(&self) -> u32 {
+        self.sq_tail.load(Ordering::Acquire)
+    }
+
+    /// Consumer: the WQE at WQEBB index `wqe_counter` and all before it are done.
+    #[inline(always)]
+    pub(crate) fn sq_retire(&self, wqe_counter: u16) -> Option<u64> {
+        if self.sq_wrid.is_empty() {
+            return None;
+        }
+        let i = usize::from(wqe_counter) & (self.sq_wrid.len() - 1);
+        let next = self.sq_next[i].load(Ordering::Relaxed);
+        self.sq_tail.store(next, Ordering::Release);
+        Some(self.sq_wrid[i].load(Ordering::Relaxed))
+    }
+
+    #[inline(always)]
+    pub(crate) fn rq_record(&self, head: u32, wr_id: u64) {
+        let i = head as usize & (self.rq_wrid.len() - 1);
+        self.rq_wrid[i].store(wr_id, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    pub(crate) fn rq_tail(&self) -> u32 {
+        self.rq_tail.load(Ordering::Acquire)
+    }
+
+    /// Consumer: the oldest outstanding receive is done.
+    #[inline(always)]
+    pub(crate) fn rq_retire(&self) -> Option<u64> {
+        if self.rq_wrid.is_empty() {
+            return None;
+        }
+        let t = self.rq_tail.load(Ordering::Relaxed);
+        let id = self.rq_wrid[t as usize & (self.rq_wrid.len() - 1)].load(Ordering::Relaxed);
+        self.rq_tail.store(t.wrapping_add(1), Ordering::Release);
+        Some(id)
+    }
+
+    /// After the QP went back to RST: nothing is outstanding.
+    pub(crate) fn reset(&self) {
+        self.sq_tail.store(0, Ordering::Release);
+        self.rq_tail.store(0, Ordering::Release);
+    }
+}
+
+/// An SRQ's outstanding receives. The device consumes the linked list in
+/// ring order, but completions may be polled out of order through several
+/// CQs, so each slot says whether it is still in use.
+pub(crate) struct SrqTrack {
+    wrid: Box<[AtomicU64]>,
+    busy: Box<[AtomicBool]>,
+    /// Receives completed (free running).
+    done: AtomicU32,
+}
+
+impl SrqTrack {
+    pub(crate) fn new(wqes: u32) -> SrqTrack {
+        SrqTrack {
+            wrid: slots(wqes),
+            busy: slots(wqes),
+            done: AtomicU32::new(0),
+        }
+    }
+
+    fn index(&self, i: u32) -> usize {
+        i as usize & (self.wrid.len() - 1)
+    }
+
+    /// Producer: whether slot `head` can take a new WQE with `posted` WQEs
+    /// posted so far (one slot always stays unused, as the linked list wants).
+    #[inline(always)]
+    pub(crate) fn has_room(&self, head: u32) -> bool {
+        let done = self.done.load(Ordering::Acquire);
+        let outstanding = head.wrapping_sub(done);
+        (outstanding as usize) < self.wrid.len() - 1
+            && !self.busy[self.index(head)].load(Ordering::Acquire)
+    }
+
+    #[inline(always)]
+    pub(crate) fn record(&self, head: u32, wr_id: u64) {
+        let i = self.index(head);
+        self.wrid[i].store(wr_id, Ordering::Relaxed);
+        self.busy[i].store(true, Ordering::Relaxed);
+    }
+
+    /// Consumer: the WQE at index `wqe_counter` is done.
+    #[inline(always)]
+    pub(crate) fn retire(&self, wqe_counter: u16) -> u64 {
+        let i = self.index(u32::from(wqe_counter));
+        let id = self.wrid[i].load(Ordering::Relaxed);
+        self.busy[i].store(false, Ordering::Release);
+        self.done.fetch_add(1, Ordering::Release);
+        id
+    }
+}
+
+/// The QPs completing into one CQ, for the poller to find by QPN. Locked only
+/// when a QP is created or a poller meets a QPN it has not cached yet.
+#[derive(Default)]
+pub(crate) struct Registry(Mutex<Vec<Arc<QpTrack>>>);
+
+impl Registry {
+    pub(crate) fn add(&self, t: Arc<QpTrack>) {
+        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        v.retain(|t| t.is_alive());
+        v.push(t);
+    }
+
+    fn find(&self, qpn: u32) -> Option<Arc<QpTrack>> {
+        let v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        v.iter().find(|t| t.qpn == qpn && t.is_alive()).cloned()
+    }
+}
+
+/// A CQ's own lock-free cache of the registry.
+pub(crate) struct PollCache {
+    reg: Arc<Registry>,
+    qps: Vec<Arc<QpTrack>>,
+    last: usize,
+}
+
+impl PollCache {
+    pub(crate) fn new(reg: Arc<Registry>) -> PollCache {
+        PollCache {
+            reg,
+            qps: Vec::new(),
+            last: 0,
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn lookup(&mut self, qpn: u32) -> Option<&QpTrack> {
+        let hit = |t: &Arc<QpTrack>| t.qpn == qpn && t.is_alive();
+        if !self.qps.get(self.last).is_some_and(hit) {
+            match self.qps.iter().position(hit) {
+                Some(i) => self.last = i,
+                None => {
+                    let t = self.reg.find(qpn)?;
+                    self.qps.retain(|t| t.is_alive());
+                    self.qps.push(t);
+                    self.last = self.qps.len() - 1;
+                }
+            }
+        }
+        self.qps.get(self.last).map(|t| &**t)
+    }
+}

@@ -1,0 +1,160 @@
+//! Work completions (`ibv_wc`).
+
+use std::fmt;
+
+/// Completion status (`ibv_wc_status`), decoded from the error CQE syndrome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum WcStatus {
+    #[default]
+    Success,
+    LocLenErr,
+    LocQpOpErr,
+    LocProtErr,
+    WrFlushErr,
+    MwBindErr,
+    BadRespErr,
+    LocAccessErr,
+    RemInvReqErr,
+    RemAccessErr,
+    RemOpErr,
+    RetryExcErr,
+    RnrRetryExcErr,
+    RemAbortErr,
+    /// Any other syndrome, or a CQE this library cannot make sense of.
+    GeneralErr,
+}
+
+impl WcStatus {
+    /// The status for an error CQE syndrome (prm-guide §6.4).
+    pub fn from_syndrome(syndrome: u8) -> WcStatus {
+        match syndrome {
+            0x01 => WcStatus::LocLenErr,
+            0x02 => WcStatus::LocQpOpErr,
+            0x04 => WcStatus::LocProtErr,
+            0x05 => WcStatus::WrFlushErr,
+            0x06 => WcStatus::MwBindErr,
+            0x10 => WcStatus::BadRespErr,
+            0x11 => WcStatus::LocAccessErr,
+            0x12 => WcStatus::RemInvReqErr,
+            0x13 => WcStatus::RemAccessErr,
+            0x14 => WcStatus::RemOpErr,
+            0x15 => WcStatus::RetryExcErr,
+            0x16 => WcStatus::RnrRetryExcErr,
+            0x22 => WcStatus::RemAbortErr,
+            _ => WcStatus::GeneralErr,
+        }
+    }
+
+    /// The verbs name without the `IBV_WC_` prefix (`LOC_LEN_ERR`).
+    pub fn name(self) -> &'static str {
+        match self {
+            WcStatus::Success => "SUCCESS",
+            WcStatus::LocLenErr => "LOC_LEN_ERR",
+            WcStatus::LocQpOpErr => "LOC_QP_OP_ERR",
+            WcStatus::LocProtErr => "LOC_PROT_ERR",
+            WcStatus::WrFlushErr => "WR_FLUSH_ERR",
+            WcStatus::MwBindErr => "MW_BIND_ERR",
+            WcStatus::BadRespErr => "BAD_RESP_ERR",
+            WcStatus::LocAccessErr => "LOC_ACCESS_ERR",
+            WcStatus::RemInvReqErr => "REM_INV_REQ_ERR",
+            WcStatus::RemAccessErr => "REM_ACCESS_ERR",
+            WcStatus::RemOpErr => "REM_OP_ERR",
+            WcStatus::RetryExcErr => "RETRY_EXC_ERR",
+            WcStatus::RnrRetryExcErr => "RNR_RETRY_EXC_ERR",
+            WcStatus::RemAbortErr => "REM_ABORT_ERR",
+            WcStatus::GeneralErr => "GENERAL_ERR",
+        }
+    }
+
+    /// `ibv_wc_status_str`.
+    pub fn description(self) -> &'static str {
+        match self {
+            WcStatus::Success => "success",
+            WcStatus::LocLenErr => "local length error",
+            WcStatus::LocQpOpErr => "local QP operation error",
+            WcStatus::LocProtErr => "local protection error",
+            WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::MwBindErr => "memory management operation error",
+            WcStatus::BadRespErr => "bad response error",
+            WcStatus::LocAccessErr => "local access error",
+            WcStatus::RemInvReqErr => "remote invalid request error",
+            WcStatus::RemAccessErr => "remote access error",
+            WcStatus::RemOpErr => "remote operation error",
+            WcStatus::RetryExcErr => "transport retry counter exceeded",
+            WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
+            WcStatus::RemAbortErr => "remote aborted error",
+            WcStatus::GeneralErr => "general error",
+        }
+    }
+
+    pub fn is_ok(self) -> bool {
+        self == WcStatus::Success
+    }
+}
+
+impl fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What completed (`ibv_wc_opcode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum WcOpcode {
+    #[default]
+    Send,
+    RdmaWrite,
+    RdmaRead,
+    CompSwap,
+    FetchAdd,
+    BindMw,
+    LocalInv,
+    /// A SEND arrived (with or without immediate).
+    Recv,
+    /// An RDMA WRITE with immediate arrived.
+    RecvRdmaWithImm,
+}
+
+impl WcOpcode {
+    /// The requester opcode for the mlx5 WQE opcode a CQE reports.
+    pub(crate) fn from_send_opcode(op: u8) -> Option<WcOpcode> {
+        Some(match op {
+            0x01 | 0x0a | 0x0b => WcOpcode::Send,
+            0x08 | 0x09 => WcOpcode::RdmaWrite,
+            0x10 => WcOpcode::RdmaRead,
+            0x11 | 0x14 => WcOpcode::CompSwap,
+            0x12 | 0x15 => WcOpcode::FetchAdd,
+            0x18 | 0x25 => WcOpcode::BindMw,
+            0x1b => WcOpcode::LocalInv,
+            _ => return None,
+        })
+    }
+}
+
+/// One work completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Wc {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    /// The device's vendor syndrome of an error completion.
+    pub vendor_err: u32,
+    pub opcode: WcOpcode,
+    /// Bytes received (responder), read (RDMA READ) or 8 (atomics).
+    pub byte_len: u32,
+    /// The immediate of SEND_WITH_IMM / RDMA_WRITE_WITH_IMM, host order.
+    pub imm_data: Option<u32>,
+    /// Responder: the sender's QPN (meaningful for UD).
+    pub src_qp: u32,
+    /// The local QP this completion belongs to.
+    pub qp_num: u32,
+    /// Responder: the sender set the solicited-event bit.
+    pub solicited: bool,
+    /// Responder (UD): a GRH precedes the payload.
+    pub grh: bool,
+}
+
+impl Wc {
+    pub fn is_ok(&self) -> bool {
+        self.status.is_ok()
+    }
+}

@@ -1,0 +1,314 @@
+//! Send and receive WQE encoding against hand-worked bytes, doorbell record
+//! and BlueFlame doorbell values, ring wrap, and requests refused before
+//! anything is written. Doorbells are recorded, not executed.
+
+mod datapath_support;
+
+/// Named so that `cargo test -p verbs datapath` selects these tests.
+mod datapath {
+    use crate::datapath_support::{be32_at, bytes, cqe, put_cqe, recorded};
+    use verbs::{Ah, Cq, Error, Pd, Qp, QpCap, QpInit, QpType, RecvWr, SendWr, Sge, SrqInit, Wc};
+
+    fn qp(pd: &Pd, cq: &Cq, t: QpType, cap: QpCap) -> Qp {
+        pd.create_qp(&QpInit::new(t, cq, cq).cap(cap)).unwrap()
+    }
+
+    fn cap(send: u32, sge: u32, inline: u32) -> QpCap {
+        QpCap {
+            max_send_wr: send,
+            max_recv_wr: 4,
+            max_send_sge: sge,
+            max_recv_sge: 2,
+            max_inline_data: inline,
+        }
+    }
+
+    fn hex(b: &[u8]) -> String {
+        hex::encode(b)
+    }
+
+    #[test]
+    fn rdma_write_with_two_sges_matches_hand_worked_bytes() {
+        let (ctx, _sim, rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let mut qp = qp(&pd, &cq, QpType::Rc, cap(4, 2, 0));
+        let qpn = qp.qpn();
+        let sgl = [
+            Sge::new(0x1122_3344_5566_7788, 0x100, 0xaabb_ccdd),
+            Sge::new(0x99, 0x20, 0x1234),
+        ];
+        qp.post_send(&SendWr::rdma_write(
+            7,
+            &sgl,
+            0x0102_0304_0506_0708,
+            0xfeed_f00d,
+        ))
+        .unwrap();
+        let sq = qp.send_queue_memory();
+        let got = bytes(sq.addr, 64);
+        let q = qpn.to_be_bytes();
+        let want = format!(
+            "00000008{:02x}{:02x}{:02x}04000000080000000001020304050607 08feedf00d00000000\
+             00000100aabbccdd1122334455667788000000200000123400000000 00000099",
+            q[1], q[2], q[3]
+        )
+        .replace(' ', "");
+        assert_eq!(hex(&got), want);
+        // SND counter = 1 WQEBB; the doorbell is the ctrl's first 8 bytes.
+        assert_eq!(be32_at(sq.doorbell_record + 4), 1);
+        let dbs = rec.0.lock().unwrap().clone();
+        assert_eq!(dbs.len(), 1);
+        assert_eq!(dbs[0].0, qp.uar().page_id());
+        assert_eq!(dbs[0].1, 0x800);
+        assert_eq!(dbs[0].2.to_ne_bytes().to_vec(), got[..8].to_vec());
+    }
+
+    #[test]
+    fn opcodes_flags_and_bf_toggle() {
+        let (ctx, _sim, rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let mut qp = qp(&pd, &cq, QpType::Rc, cap(8, 1, 0));
+        let qpn = qp.qpn();
+        let s = [Sge::new(0x1000, 8, 0x55)];
+        let wrs = [
+            SendWr::send(1, &s).imm(0xdead_beef).solicited(),
+            SendWr::rdma_read(2, &s, 0x2000, 0x66).fence().unsignaled(),
+            SendWr::comp_swap(3, &s, 0x3000, 0x77, 0x0a0b, 0x0c0d),
+            SendWr::fetch_add(4, &s, 0x4000, 0x88, 5),
+            SendWr::rdma_write(5, &s, 0x5000, 0x99).imm(0x42),
+        ];
+        for w in &wrs {
+            qp.post_send(w).unwrap();
+        }
+        let sq = qp.send_queue_memory();
+        let bb = |i: usize| bytes(sq.addr + 64 * i, 64);
+        let ctrl = |i: u32, op: u8, ds: u8, flags: u8, imm: u32| {
+            let mut c = Vec::new();
+            c.extend_from_slice(&((i << 8) | u32::from(op)).to_be_bytes());
+            c.extend_from_slice(&((qpn << 8) | u32::from(ds)).to_be_bytes());
+            c.extend_from_slice(&[0, 0, 0, flags]);
+            c.extend_from_slice(&imm.to_be_bytes());
+            c
+        };
+        // SEND_IMM: ctrl + data; signaled | solicited; the immediate big-endian.
+        assert_eq!(bb(0)[..16], ctrl(0, 0x0b, 2, 0x0a, 0xdead_beef)[..]);
+        assert_eq!(
+            hex(&bb(0)[16..32]),
+            "000000080000005500000000 00001000".replace(' ', "")
+        );
+        // READ: fenced, unsignaled.
+        assert_eq!(bb(1)[..16], ctrl(1, 0x10, 3, 0x80, 0)[..]);
+        assert_eq!(hex(&bb(1)[16..32]), "00000000000020000000006600000000");
+        // CAS: raddr, then swap and compare, then one 8-byte data segment.
+        assert_eq!(bb(2)[..16], ctrl(2, 0x11, 4, 0x08, 0)[..]);
+        assert_eq!(hex(&bb(2)[16..32]), "00000000000030000000007700000000");
+        assert_eq!(hex(&bb(2)[32..48]), "0000000000000c0d0000000000000a0b");
+        assert_eq!(hex(&bb(2)[48..64]), "00000008000000550000000000001000");
+        // FA: the add value in swap_add.
+        assert_eq!(bb(3)[..16], ctrl(3, 0x12, 4, 0x08, 0)[..]);
+        assert_eq!(hex(&bb(3)[32..48]), "00000000000000050000000000000000");
+        assert_eq!(bb(4)[..16], ctrl(4, 0x09, 3, 0x08, 0x42)[..]);
+        let offsets: Vec<usize> = rec.0.lock().unwrap().iter().map(|d| d.1).collect();
+        assert_eq!(offsets, [0x800, 0x900, 0x800, 0x900, 0x800]);
+        assert_eq!(be32_at(sq.doorbell_record + 4), 5);
+    }
+
+    #[test]
+    fn sq_sig_all_signals_everything() {
+        let (ctx, _sim, _rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let mut qp = pd
+            .create_qp(
+                &QpInit::new(QpType::Rc, &cq, &cq)
+                    .cap(cap(4, 1, 0))
+                    .sq_sig_all(true),
+            )
+            .unwrap();
+        qp.post_send(&SendWr::send(1, &[]).unsignaled()).unwrap();
+        let sq = qp.send_queue_memory();
+        assert_eq!(bytes(sq.addr + 11, 1), [0x08]);
+        // An empty gather list: ctrl only.
+        assert_eq!(bytes(sq.addr + 7, 1), [1]);
+    }
+
+    #[test]
+    fn batch_rings_once_with_the_last_ctrl() {
+        let (ctx, _sim, rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(64).unwrap();
+        let mut qp = qp(&pd, &cq, QpType::Rc, cap(16, 1, 0));
+        let s = [Sge::new(0x1000, 64, 1)];
+        let mut b = qp.send_batch();
+        for i in 0..10 {
+            b.rdma_write(i, &s, 0x2000, 2).unwrap();
+        }
+        assert_eq!(b.len(), 10);
+        b.ring();
+        let sq = qp.send_queue_memory();
+        let dbs = rec.0.lock().unwrap().clone();
+        assert_eq!(dbs.len(), 1);
+        assert_eq!(dbs[0].2.to_ne_bytes().to_vec(), bytes(sq.addr + 9 * 64, 8));
+        assert_eq!(be32_at(sq.doorbell_record + 4), 10);
+        // An empty batch rings nothing; a dropped one rings what it wrote.
+        qp.send_batch().ring();
+        {
+            let mut b = qp.send_batch();
+            b.send(11, &s).unwrap();
+        }
+        assert_eq!(rec.0.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn inline_and_ud_segments() {
+        let (ctx, _sim, _rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let mut rc = qp(&pd, &cq, QpType::Rc, cap(4, 1, 40));
+        let data: Vec<u8> = (1..=20).collect();
+        rc.post_send(&SendWr::send(1, &[]).inline_data(&data))
+            .unwrap();
+        let sq = rc.send_queue_memory();
+        let w = bytes(sq.addr, 64);
+        // ds = 1 + ceil((4 + 20) / 16) = 3.
+        assert_eq!(w[7], 3);
+        assert_eq!(hex(&w[16..20]), "80000014");
+        assert_eq!(w[20..40], data[..]);
+
+        let mut ud = qp(&pd, &cq, QpType::Ud, cap(4, 1, 0));
+        let attr = crate::datapath_support::path_to_self(&ctx);
+        let ah = Ah::create(&pd, &attr).unwrap();
+        let s = [Sge::new(0x1000, 16, 3)];
+        ud.post_send(&SendWr::send(9, &s).ud(&ah, 0xabcdef, 0x1111_2222))
+            .unwrap();
+        let sq = ud.send_queue_memory();
+        let w = bytes(sq.addr, 128);
+        assert_eq!(w[7], 5);
+        let mut av = ah.av().as_bytes()[..48].to_vec();
+        av[0..4].copy_from_slice(&0x1111_2222u32.to_be_bytes());
+        av[8..12].copy_from_slice(&0x00ab_cdefu32.to_be_bytes());
+        assert_eq!(w[16..64], av[..]);
+        assert_eq!(hex(&w[64..80]), "00000010000000030000000000001000");
+    }
+
+    #[test]
+    fn a_wqe_wraps_to_the_ring_start() {
+        let (ctx, _sim, _rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(16).unwrap();
+        let mut qp = qp(&pd, &cq, QpType::Rc, cap(2, 1, 100));
+        let sq = qp.send_queue_memory();
+        let n = sq.entries;
+        assert!(n >= 4);
+        let s = [Sge::new(0x1000, 8, 1)];
+        for i in 0..n - 1 {
+            qp.post_send(&SendWr::send(u64::from(i), &s).unsignaled())
+                .unwrap();
+        }
+        // 2 more blocks do not fit until a completion retires the earlier ones.
+        let data = [0x5au8; 100];
+        let wr = SendWr::send(99, &[]).inline_data(&data);
+        let err = qp.post_send(&wr).unwrap_err();
+        assert!(matches!(err, Error::QueueFull { .. }), "{err}");
+        assert_eq!(qp.send_queue().cur_post(), n - 1);
+        put_cqe(&cq, 0, cqe(0x0, 0, qp.qpn(), (n - 2) as u16));
+        let mut wc = [Wc::default(); 2];
+        assert_eq!(cq.poll(&mut wc), 1);
+        assert_eq!(wc[0].wr_id, u64::from(n - 2));
+        assert_eq!(qp.send_queue().in_use(), 0);
+        qp.post_send(&wr).unwrap();
+        // ds = 1 + ceil(104 / 16) = 8: BB n−1 holds ctrl, header and 44 bytes;
+        // BB 0 the remaining 56.
+        let last = bytes(sq.addr + 64 * (n as usize - 1), 64);
+        assert_eq!(last[..4], (((n - 1) << 8) | 0x0a).to_be_bytes());
+        assert_eq!(last[7], 8);
+        assert_eq!(hex(&last[16..20]), "80000064");
+        assert_eq!(last[20..64], [0x5a; 44]);
+        assert_eq!(bytes(sq.addr, 56), [0x5a; 56]);
+        assert_eq!(be32_at(sq.doorbell_record + 4), n + 1);
+    }
+
+    #[test]
+    fn bad_requests_are_refused_before_writing() {
+        let (ctx, _sim, rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let mut qp = qp(&pd, &cq, QpType::Rc, cap(4, 2, 16));
+        let before = bytes(qp.send_queue_memory().addr, 64);
+        let c = qp.cap();
+        let s = vec![Sge::new(0x1000, 8, 1); c.max_send_sge as usize + 1];
+        let big = vec![0u8; c.max_inline_data as usize + 1];
+        let attr = crate::datapath_support::path_to_self(&ctx);
+        let ah = Ah::create(&pd, &attr).unwrap();
+        let bad = [
+            SendWr::send(1, &s),
+            SendWr::send(1, &[]).inline_data(&big),
+            SendWr::comp_swap(1, &s[..2], 0, 0, 0, 0),
+            SendWr::send(1, &s[..1]).ud(&ah, 1, 1),
+        ];
+        for w in &bad {
+            let e = qp.post_send(w).unwrap_err();
+            assert!(e.is_argument(), "{e}");
+        }
+        assert_eq!(qp.send_queue().cur_post(), 0);
+        assert_eq!(bytes(qp.send_queue_memory().addr, 64), before);
+        assert!(rec.0.lock().unwrap().is_empty());
+        let e = qp
+            .post_recv(&RecvWr::new(1, &s[..c.max_recv_sge as usize + 1]))
+            .unwrap_err();
+        assert!(e.is_argument());
+    }
+
+    #[test]
+    fn receive_wqes_and_terminator() {
+        let (ctx, _sim, rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let mut qp = qp(&pd, &cq, QpType::Rc, cap(4, 1, 0));
+        let rq = qp.recv_queue_memory();
+        assert_eq!(rq.stride, 32);
+        let one = [Sge::new(0xabc, 100, 7)];
+        let two = [Sge::new(0x10, 1, 8), Sge::new(0x20, 2, 9)];
+        qp.post_recv(&RecvWr::new(1, &one)).unwrap();
+        qp.post_recv_list(&[RecvWr::new(2, &two), RecvWr::new(3, &one)])
+            .unwrap();
+        assert_eq!(
+            hex(&bytes(rq.addr, 32)),
+            "00000064000000070000000000000abc00000000000001000000000000000000"
+        );
+        assert_eq!(
+            hex(&bytes(rq.addr + 32, 32)),
+            "0000000100000008000000000000001000000002000000090000000000000020"
+        );
+        assert_eq!(be32_at(rq.doorbell_record), 3);
+        // No MMIO for receives.
+        assert!(rec.0.lock().unwrap().is_empty());
+        // Full: all or nothing.
+        let four = [RecvWr::new(4, &one), RecvWr::new(5, &one)];
+        let e = qp.post_recv_list(&four).unwrap_err();
+        assert!(matches!(e, Error::QueueFull { .. }));
+        assert_eq!(be32_at(rq.doorbell_record), 3);
+    }
+
+    #[test]
+    fn srq_wqes_follow_the_next_segment() {
+        let (ctx, _sim, _rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut srq = pd.create_srq(&SrqInit::new(3, 2)).unwrap();
+        let m = srq.memory();
+        let one = [Sge::new(0xabc, 100, 7)];
+        srq.post_recv(&RecvWr::new(1, &one)).unwrap();
+        srq.post_recv(&RecvWr::new(2, &one)).unwrap();
+        let w = bytes(m.addr, m.stride as usize);
+        // The next segment (index 1) is left as the SRQ set it up.
+        assert_eq!(hex(&w[..4]), "00000001");
+        assert_eq!(hex(&w[16..32]), "00000064000000070000000000000abc");
+        assert_eq!(hex(&w[32..40]), "0000000000000100");
+        assert_eq!(be32_at(m.doorbell_record), 2);
+        srq.post_recv(&RecvWr::new(3, &one)).unwrap();
+        let e = srq.post_recv(&RecvWr::new(4, &one)).unwrap_err();
+        assert!(matches!(e, Error::QueueFull { .. }), "{e}");
+    }
+}
