@@ -12,7 +12,7 @@ mod datapath {
     fn bad_lkey_is_a_local_protection_error_then_flush() {
         let (mut a, b) = rc_pair(900);
         let rb = Buf::all(&b.pd, 64);
-        let bad = [Sge::new(0x1000, 8, 0xdead_00)];
+        let bad = [Sge::new(0x1000, 8, 0x00de_ad00)];
         a.qp.post_send(&SendWr::rdma_write(1, &bad, rb.addr(), rb.mr.rkey()))
             .unwrap();
         a.qp.post_send(&SendWr::rdma_write(2, &[], rb.addr(), rb.mr.rkey()))

@@ -46,8 +46,10 @@ mod datapath {
         let cq = ctx.create_cq(256).unwrap();
         let qps = (0..QPS)
             .map(|_| {
-                pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(crate::datapath_support::caps()))
-                    .unwrap()
+                pd.create_qp(
+                    &QpInit::new(QpType::Rc, &cq, &cq).cap(crate::datapath_support::caps()),
+                )
+                .unwrap()
             })
             .collect();
         let buf = Buf::all(&pd, MEM);
