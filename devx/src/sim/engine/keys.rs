@@ -3,7 +3,7 @@
 //! passes them all yields a [`Span`] the engine may touch.
 
 use super::dma::Span;
-use crate::sim::fw::mkey::{self, mode};
+use crate::sim::fw::mkey::{self, mode, Access};
 use crate::sim::fw::state::State;
 
 /// What an access needs from the key.
@@ -28,6 +28,17 @@ pub enum KeyFault {
     Bounds,
 }
 
+/// Whether a key with rights `a` allows `need`.
+pub fn granted(a: Access, need: Need) -> bool {
+    match need {
+        Need::LocalRead => a.local_read,
+        Need::LocalWrite => a.local_write,
+        Need::RemoteRead => a.remote_read,
+        Need::RemoteWrite => a.remote_write,
+        Need::RemoteAtomic => a.atomic,
+    }
+}
+
 /// `[addr, addr + len)` under `key` for a QP of protection domain `pd`.
 pub fn resolve(
     st: &State,
@@ -44,15 +55,7 @@ pub fn resolve(
     if m.pd != pd {
         return Err(KeyFault::Pd);
     }
-    let a = m.access;
-    let granted = match need {
-        Need::LocalRead => a.local_read,
-        Need::LocalWrite => a.local_write,
-        Need::RemoteRead => a.remote_read,
-        Need::RemoteWrite => a.remote_write,
-        Need::RemoteAtomic => a.atomic,
-    };
-    if !granted {
+    if !granted(m.access, need) {
         return Err(KeyFault::Access);
     }
     let off = addr.checked_sub(m.start_addr).ok_or(KeyFault::Bounds)?;

@@ -14,6 +14,7 @@
 //! * All raw memory access is in [`dma`]; every range is checked against an
 //!   MKEY and its registered UMEM in [`keys`] before it is touched.
 
+pub mod cache;
 pub mod cqe;
 pub mod dma;
 pub mod flush;
@@ -62,6 +63,8 @@ pub struct Inner {
     pub scratch: Vec<u8>,
     /// Linked-list SRQ heads: srqn → (WQEs consumed, next WQE index).
     pub srq_heads: HashMap<u32, (u32, u32)>,
+    /// QP views and key checks resolved in the current firmware epoch.
+    pub cache: cache::Cache,
     /// Resolved remote GIDs.
     peers: Vec<([u8; 16], Arc<Engine>)>,
 }

@@ -10,9 +10,10 @@
 
 use std::sync::Arc;
 
+use super::cache::Cache;
 use super::cqe::{self, op, syn, Completion};
 use super::flush;
-use super::keys::{self, Need};
+use super::keys::Need;
 use super::msg::{Msg, Op, Reply};
 use super::queue::{self, QpView, MAX_SQ_WQE};
 use super::responder;
@@ -90,7 +91,7 @@ pub fn drive(
     entry: Entry,
     resume: Option<(Box<Inflight>, Reply)>,
 ) -> Step {
-    let Some(v) = queue::qp_view(st, qpn) else {
+    let Some(v) = inner.cache.qp_view(st, qpn) else {
         inner.busy.retain(|q| *q != qpn);
         inner.rnr.retain(|w| w.qpn != qpn);
         return Step::Idle;
@@ -99,7 +100,7 @@ pub fn drive(
     match resume {
         Some((inf, reply)) => {
             let out = match reply {
-                Reply::Ack => finish(st, &v, &inf.wqe[..inf.len], &inf.msg),
+                Reply::Ack => finish(st, &mut inner.cache, &v, &inf.wqe[..inf.len], &inf.msg),
                 Reply::Nak(s) => Outcome::Error(s),
                 Reply::Rnr(d) => Outcome::Rnr(d),
             };
@@ -273,7 +274,13 @@ fn layout(service: u8, opc: u8) -> Option<(Op, usize)> {
 }
 
 /// Gathers the WQE's data (inline or through local keys) into `out`.
-fn gather(st: &State, v: &QpView, segs: &[u8], out: &mut Vec<u8>) -> Result<(), u8> {
+fn gather(
+    st: &State,
+    cache: &mut Cache,
+    v: &QpView,
+    segs: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), u8> {
     out.clear();
     let mut at = 0;
     while at + 16 <= segs.len() || (at + 4 <= segs.len() && be32(segs, at) & INLINE != 0) {
@@ -294,7 +301,8 @@ fn gather(st: &State, v: &QpView, segs: &[u8], out: &mut Vec<u8>) -> Result<(), 
         if out.len() as u64 + u64::from(bc) > v.max_msg() {
             return Err(syn::LOCAL_LENGTH);
         }
-        let span = keys::resolve(st, lkey, addr, u64::from(bc), v.pd, Need::LocalRead)
+        let span = cache
+            .resolve(st, lkey, addr, u64::from(bc), v.pd, Need::LocalRead)
             .map_err(|_| syn::LOCAL_PROT)?;
         let start = out.len();
         out.resize(start + bc as usize, 0);
@@ -305,7 +313,13 @@ fn gather(st: &State, v: &QpView, segs: &[u8], out: &mut Vec<u8>) -> Result<(), 
 
 /// Checks (and with `data`, fills) the local scatter list of a READ or
 /// atomic; returns the bytes it can take.
-fn local_scatter(st: &State, v: &QpView, segs: &[u8], data: Option<&[u8]>) -> Result<u64, u8> {
+fn local_scatter(
+    st: &State,
+    cache: &mut Cache,
+    v: &QpView,
+    segs: &[u8],
+    data: Option<&[u8]>,
+) -> Result<u64, u8> {
     let mut room = 0u64;
     let mut placed = 0usize;
     for seg in segs.chunks_exact(16) {
@@ -313,15 +327,16 @@ fn local_scatter(st: &State, v: &QpView, segs: &[u8], data: Option<&[u8]>) -> Re
         if bc == 0 {
             continue;
         }
-        let span = keys::resolve(
-            st,
-            be32(seg, 4),
-            be64(seg, 8),
-            u64::from(bc),
-            v.pd,
-            Need::LocalWrite,
-        )
-        .map_err(|_| syn::LOCAL_PROT)?;
+        let span = cache
+            .resolve(
+                st,
+                be32(seg, 4),
+                be64(seg, 8),
+                u64::from(bc),
+                v.pd,
+                Need::LocalWrite,
+            )
+            .map_err(|_| syn::LOCAL_PROT)?;
         if let Some(d) = data {
             let n = (bc as usize).min(d.len() - placed);
             span.write(0, &d[placed..placed + n]);
@@ -379,7 +394,7 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
                 msg.raddr = be64(wqe, 16);
                 msg.rkey = be32(wqe, 24);
             }
-            gather(st, v, segs, &mut msg.data).and_then(|()| {
+            gather(st, &mut inner.cache, v, segs, &mut msg.data).and_then(|()| {
                 if v.service == st::UD && msg.data.len() as u64 > v.mtu_bytes() {
                     Err(syn::LOCAL_LENGTH)
                 } else {
@@ -390,7 +405,7 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
         Op::Read => {
             msg.raddr = be64(wqe, 16);
             msg.rkey = be32(wqe, 24);
-            local_scatter(st, v, segs, None).and_then(|room| {
+            local_scatter(st, &mut inner.cache, v, segs, None).and_then(|room| {
                 msg.len = room;
                 if room > v.max_msg() {
                     Err(syn::LOCAL_LENGTH)
@@ -405,7 +420,7 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
             msg.swap_add = be64(wqe, 32);
             msg.compare = be64(wqe, 40);
             msg.len = 8;
-            match local_scatter(st, v, segs, None) {
+            match local_scatter(st, &mut inner.cache, v, segs, None) {
                 Ok(8) => Ok(()),
                 Ok(_) => Err(syn::LOCAL_LENGTH),
                 Err(e) => Err(e),
@@ -439,7 +454,7 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
         );
     }
     let out = match responder::deliver(st, inner, &mut msg) {
-        Reply::Ack => finish(st, v, wqe, &msg),
+        Reply::Ack => finish(st, &mut inner.cache, v, wqe, &msg),
         Reply::Nak(s) => Outcome::Error(s),
         Reply::Rnr(d) => Outcome::Rnr(d),
     };
@@ -449,14 +464,14 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
 
 /// The requester's part after an ACK: place READ data or the atomic's
 /// original value, and build the CQE.
-fn finish(st: &State, v: &QpView, wqe: &[u8], msg: &Msg) -> Outcome {
+fn finish(st: &State, cache: &mut Cache, v: &QpView, wqe: &[u8], msg: &Msg) -> Outcome {
     let Some((_, data_off)) = layout(v.service, wqe[3]) else {
         return success(v, wqe, 0);
     };
     let segs = wqe.get(data_off..).unwrap_or(&[]);
     match msg.op {
         Op::Read | Op::CmpSwap | Op::FetchAdd => {
-            if let Err(s) = local_scatter(st, v, segs, Some(&msg.data)) {
+            if let Err(s) = local_scatter(st, cache, v, segs, Some(&msg.data)) {
                 return Outcome::Error(s);
             }
             success(v, wqe, msg.data.len() as u32)

@@ -6,9 +6,10 @@
 
 use std::time::Duration;
 
+use super::cache::Cache;
 use super::cqe::{self, op, syn, Completion};
 use super::flush;
-use super::keys::{self, Need};
+use super::keys::Need;
 use super::msg::{Msg, Op, Reply};
 use super::queue::{self, QpView, INVALID_LKEY, MAX_RQ_WQE};
 use super::Inner;
@@ -37,7 +38,7 @@ pub fn deliver(st: &mut State, inner: &mut Inner, msg: &mut Msg) -> Reply {
     } else {
         Reply::Ack
     };
-    let Some(v) = queue::qp_view(st, msg.dst_qpn) else {
+    let Some(v) = inner.cache.qp_view(st, msg.dst_qpn) else {
         return lost;
     };
     if v.service != msg.service || !matches!(v.state, state::RTR | state::RTS) {
@@ -105,6 +106,7 @@ fn fail(
 /// rre/rwe/rae, then the rkey.
 fn remote_span(
     st: &State,
+    cache: &mut Cache,
     v: &QpView,
     msg: &Msg,
     len: u64,
@@ -119,7 +121,7 @@ fn remote_span(
     if !qp_allows {
         return None;
     }
-    keys::resolve(st, msg.rkey, msg.raddr, len, v.pd, need).ok()
+    cache.resolve(st, msg.rkey, msg.raddr, len, v.pd, need).ok()
 }
 
 fn rnr(v: &QpView, reliable: bool) -> Reply {
@@ -140,7 +142,7 @@ fn receive(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: b
         grh = make_grh(msg);
     }
     let parts: [&[u8]; 2] = [if ud { &grh[..] } else { &[] }, &msg.data];
-    match scatter(st, v.pd, &r.wqe[r.sge_off..r.len], parts) {
+    match scatter(st, &mut inner.cache, v.pd, &r.wqe[r.sge_off..r.len], parts) {
         Ok(n) => {
             let c = Completion {
                 opcode: if msg.imm.is_some() {
@@ -183,7 +185,7 @@ fn receive(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: b
 
 fn write(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: bool) -> Reply {
     let len = msg.data.len() as u64;
-    let Some(span) = remote_span(st, v, msg, len, Need::RemoteWrite) else {
+    let Some(span) = remote_span(st, &mut inner.cache, v, msg, len, Need::RemoteWrite) else {
         // UC has no NAKs: a bad write is dropped, the QP keeps going.
         if !reliable {
             return Reply::Ack;
@@ -217,7 +219,7 @@ fn write(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: boo
 }
 
 fn read(st: &mut State, inner: &mut Inner, v: &QpView, msg: &mut Msg) -> Reply {
-    let Some(span) = remote_span(st, v, msg, msg.len, Need::RemoteRead) else {
+    let Some(span) = remote_span(st, &mut inner.cache, v, msg, msg.len, Need::RemoteRead) else {
         return fail(st, inner, v, None, 0, syn::REMOTE_ACCESS, true);
     };
     msg.data.clear();
@@ -233,7 +235,7 @@ fn atomic(st: &mut State, inner: &mut Inner, v: &QpView, msg: &mut Msg) -> Reply
     if !msg.raddr.is_multiple_of(8) {
         return fail(st, inner, v, None, 0, syn::REMOTE_INVAL_REQ, true);
     }
-    let Some(span) = remote_span(st, v, msg, 8, Need::RemoteAtomic) else {
+    let Some(span) = remote_span(st, &mut inner.cache, v, msg, 8, Need::RemoteAtomic) else {
         return fail(st, inner, v, None, 0, syn::REMOTE_ACCESS, true);
     };
     let mut b = [0u8; 8];
@@ -272,7 +274,13 @@ enum ScatterError {
 }
 
 /// Scatters `parts` (in order) over the receive WQE's data segments.
-fn scatter(st: &State, pd: u32, segs: &[u8], parts: [&[u8]; 2]) -> Result<usize, ScatterError> {
+fn scatter(
+    st: &State,
+    cache: &mut Cache,
+    pd: u32,
+    segs: &[u8],
+    parts: [&[u8]; 2],
+) -> Result<usize, ScatterError> {
     let total: usize = parts.iter().map(|p| p.len()).sum();
     let mut part = 0;
     let mut at = 0;
@@ -293,7 +301,8 @@ fn scatter(st: &State, pd: u32, segs: &[u8], parts: [&[u8]; 2]) -> Result<usize,
             seg[8], seg[9], seg[10], seg[11], seg[12], seg[13], seg[14], seg[15],
         ]);
         let take = (bc as usize).min(total - placed);
-        let span = keys::resolve(st, lkey, addr, take as u64, pd, Need::LocalWrite)
+        let span = cache
+            .resolve(st, lkey, addr, take as u64, pd, Need::LocalWrite)
             .map_err(|_| ScatterError::Protection)?;
         let mut done = 0;
         while done < take {

@@ -52,10 +52,18 @@ impl Firmware {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock_state(&self) -> MutexGuard<'_, State> {
         // A handler never panics by design; if one did, the state it left is
         // still the best there is.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The state for a command or other control-path change: bumps the
+    /// epoch, so the data path drops what it cached from the tables.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        let mut st = self.lock_state();
+        st.epoch = st.epoch.wrapping_add(1);
+        st
     }
 
     /// Runs one command. The outbox is zeroed, then filled by the handler or
@@ -139,12 +147,14 @@ impl Firmware {
 
     /// Reads the state (introspection, data path).
     pub fn with<R>(&self, f: impl FnOnce(&State) -> R) -> R {
-        f(&self.lock())
+        f(&self.lock_state())
     }
 
-    /// Changes the state outside a command (data path events).
+    /// Changes the state outside a command (data path events: counters,
+    /// CQ producer index, QP error state; never objects or their rings,
+    /// keys and memory, so the epoch stays).
     pub fn with_mut<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        f(&mut self.lock())
+        f(&mut self.lock_state())
     }
 
     /// Commands executed since the device started.

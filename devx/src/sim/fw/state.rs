@@ -63,6 +63,9 @@ pub struct State {
     pub fc_next: u32,
     /// Flow entries by (table id, flow index).
     pub fte_index: std::collections::HashMap<(u32, u32), u32>,
+    /// Bumped on every command and control-path change (see
+    /// `Firmware::lock`); the data path's caches are valid for one epoch.
+    pub epoch: u64,
 }
 
 impl State {
@@ -111,6 +114,7 @@ impl State {
             fc_ranges: Default::default(),
             fc_next: 1,
             fte_index: Default::default(),
+            epoch: 0,
             profile,
             ident,
         }

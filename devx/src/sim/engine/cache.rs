@@ -1,0 +1,129 @@
+//! What the engine resolved from the firmware tables (QP contexts with their
+//! ring and doorbell spans, MKEY checks down to the backing UMEM span), kept
+//! for one firmware epoch. Every command bumps the epoch, so nothing cached
+//! outlives a create, modify or destroy; in particular no span survives the
+//! deregistration of its UMEM.
+
+use super::dma::Span;
+use super::keys::{self, KeyFault, Need};
+use super::queue::{self, QpView};
+use crate::sim::fw::mkey::{self, mode, Access};
+use crate::sim::fw::state::State;
+
+/// Entries kept per kind before the cache starts over (a linear scan of a
+/// few entries beats hashing; tests and benchmarks use a handful).
+const MAX_ENTRIES: usize = 64;
+
+/// A UMEM-backed MTT key that passed the variant and state checks.
+#[derive(Debug, Clone, Copy)]
+struct KeyInfo {
+    pd: u32,
+    access: Access,
+    start_addr: u64,
+    len: u64,
+    /// The key's whole range in its UMEM; `None` without one (or when the
+    /// tables disagree), and then every access takes the uncached path.
+    span: Option<Span>,
+}
+
+#[derive(Default)]
+pub struct Cache {
+    epoch: Option<u64>,
+    qps: Vec<QpView>,
+    /// `None`: the key does not resolve (a [`KeyFault::BadKey`]).
+    keys: Vec<(u32, Option<KeyInfo>)>,
+}
+
+impl Cache {
+    /// Forgets everything when the firmware changed since the last use.
+    fn sync(&mut self, st: &State) {
+        if self.epoch != Some(st.epoch) {
+            self.qps.clear();
+            self.keys.clear();
+            self.epoch = Some(st.epoch);
+        }
+    }
+
+    /// [`queue::qp_view`], with the context's data-path fields (state and
+    /// the consumer counters, which the engine itself changes) read fresh.
+    pub fn qp_view(&mut self, st: &State, qpn: u32) -> Option<QpView> {
+        self.sync(st);
+        let Some(mut v) = self.qps.iter().find(|v| v.qpn == qpn).copied() else {
+            let v = queue::qp_view(st, qpn)?;
+            if self.qps.len() >= MAX_ENTRIES {
+                self.qps.clear();
+            }
+            self.qps.push(v);
+            return Some(v);
+        };
+        let q = &st.qp.peek(qpn)?.obj.qpc;
+        v.state = q.state();
+        v.sq_ci = q.hw_sq_wqebb_counter();
+        v.rq_ci = q.hw_rq_counter();
+        Some(v)
+    }
+
+    /// [`keys::resolve`] with the key's lookup and UMEM resolution cached;
+    /// the PD, access and bounds checks run on every call.
+    pub fn resolve(
+        &mut self,
+        st: &State,
+        key: u32,
+        addr: u64,
+        len: u64,
+        pd: u32,
+        need: Need,
+    ) -> Result<Span, KeyFault> {
+        self.sync(st);
+        let info = match self.keys.iter().find(|(k, _)| *k == key) {
+            Some((_, i)) => *i,
+            None => {
+                let i = key_info(st, key);
+                if self.keys.len() >= MAX_ENTRIES {
+                    self.keys.clear();
+                }
+                self.keys.push((key, i));
+                i
+            }
+        };
+        let m = info.ok_or(KeyFault::BadKey)?;
+        let Some(span) = m.span else {
+            return keys::resolve(st, key, addr, len, pd, need);
+        };
+        if m.pd != pd {
+            return Err(KeyFault::Pd);
+        }
+        if !keys::granted(m.access, need) {
+            return Err(KeyFault::Access);
+        }
+        let off = addr.checked_sub(m.start_addr).ok_or(KeyFault::Bounds)?;
+        let end = off.checked_add(len).ok_or(KeyFault::Bounds)?;
+        if end > m.len {
+            return Err(KeyFault::Bounds);
+        }
+        // Inside the key's range, which lies inside its UMEM.
+        let off = usize::try_from(off).map_err(|_| KeyFault::Bounds)?;
+        let len = usize::try_from(len).map_err(|_| KeyFault::Bounds)?;
+        span.sub(off, len).ok_or(KeyFault::Bounds)
+    }
+}
+
+/// The parts of `key` that [`keys::resolve`] checks the same way for every
+/// access.
+fn key_info(st: &State, key: u32) -> Option<KeyInfo> {
+    let m = mkey::lookup(st, key)?;
+    if m.mkc.free() == 1 || m.mode != mode::MTT {
+        return None;
+    }
+    let span = m.umem.and_then(|(umem_id, base)| {
+        let umem = st.umem.peek(umem_id)?;
+        Span::of_umem(&umem.obj, base, m.len)
+    });
+    Some(KeyInfo {
+        pd: m.pd,
+        access: m.access,
+        start_addr: m.start_addr,
+        len: m.len,
+        span,
+    })
+}
