@@ -41,78 +41,133 @@ impl std::fmt::Debug for RawCqe {
 }
 
 impl RawCqe {
+    #[inline(always)]
     fn be32(&self, at: usize) -> u32 {
         u32::from_be_bytes([self.0[at], self.0[at + 1], self.0[at + 2], self.0[at + 3]])
     }
 
+    #[inline(always)]
     pub fn op_own(&self) -> u8 {
         self.0[63]
     }
 
+    #[inline(always)]
     pub fn opcode(&self) -> u8 {
         self.op_own() >> 4
     }
 
+    #[inline(always)]
     pub fn format(&self) -> u8 {
         (self.op_own() >> 2) & 3
     }
 
+    #[inline(always)]
     pub fn solicited(&self) -> bool {
         self.op_own() & 2 != 0
     }
 
+    #[inline(always)]
     pub fn owner(&self) -> u8 {
         self.op_own() & 1
     }
 
     /// The software-ownership rule for consumer counter `ci` in a ring of
     /// `2^log_size` entries.
+    #[inline(always)]
     pub fn is_sw_owned(op_own: u8, ci: u32, log_size: u32) -> bool {
         op_own >> 4 != INVALID && u32::from(op_own & 1) == (ci >> log_size) & 1
     }
 
     /// `sop_drop_qpn[23:0]` (`s_wqe_opcode_qpn` in error CQEs).
+    #[inline(always)]
     pub fn qpn(&self) -> u32 {
         self.be32(56) & 0xff_ffff
     }
 
     /// Requester CQEs: the mlx5 opcode of the completed (or failed) WQE.
+    #[inline(always)]
     pub fn send_opcode(&self) -> u8 {
         self.0[56]
     }
 
+    #[inline(always)]
     pub fn wqe_counter(&self) -> u16 {
         u16::from_be_bytes([self.0[60], self.0[61]])
     }
 
+    #[inline(always)]
     pub fn byte_cnt(&self) -> u32 {
         self.be32(44)
     }
 
+    #[inline(always)]
     pub fn imm_inval_pkey(&self) -> u32 {
         self.be32(36)
     }
 
+    #[inline(always)]
     pub fn srqn_uidx(&self) -> u32 {
         self.be32(32) & 0xff_ffff
     }
 
+    #[inline(always)]
     pub fn flags_rqpn(&self) -> u32 {
         self.be32(24)
     }
 
+    #[inline(always)]
     pub fn syndrome(&self) -> u8 {
         self.0[55]
     }
 
+    #[inline(always)]
     pub fn vendor_err_synd(&self) -> u8 {
         self.0[54]
     }
 }
 
-/// Decodes one software-owned CQE, retiring the work it names. `None` for
-/// entries that complete no request (a resize marker).
-fn complete(c: &RawCqe, cache: &mut PollCache) -> Option<Wc> {
+/// Decodes one software-owned CQE into `out`, retiring the work it names.
+/// `false` for entries that complete no request (a resize marker). Writes
+/// straight into the caller's slot: returning the 48-byte `Wc` by value
+/// costs a copy per completion.
+#[inline(always)]
+fn complete(c: &RawCqe, cache: &mut PollCache, out: &mut Wc) -> bool {
+    let op = c.opcode();
+    // The common case first: a successful requester completion of a known
+    // opcode on a known QP. Anything else takes the general path, which
+    // repeats these (idempotent) steps.
+    if op == REQ && c.format() != FORMAT_COMPRESSED {
+        if let Some(opcode) = WcOpcode::from_send_opcode(c.send_opcode()) {
+            if let Some(wr_id) = cache
+                .lookup(c.qpn())
+                .and_then(|t| t.sq_retire(c.wqe_counter()))
+            {
+                let byte_len = match opcode {
+                    WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+                    _ => c.byte_cnt(),
+                };
+                *out = Wc {
+                    wr_id,
+                    opcode,
+                    byte_len,
+                    qp_num: c.qpn(),
+                    ..Wc::default()
+                };
+                return true;
+            }
+        }
+    }
+    match complete_any(c, cache) {
+        Some(w) => {
+            *out = w;
+            true
+        }
+        None => false,
+    }
+}
+
+/// Decodes any software-owned CQE; `None` for a resize marker.
+fn complete_any(c: &RawCqe, cache: &mut PollCache) -> Option<Wc> {
     let op = c.opcode();
     let mut wc = Wc {
         qp_num: c.qpn(),
@@ -212,21 +267,24 @@ impl Cq {
         let ring = unsafe { Ring::new(self.ring_addr, n as usize * CQE_SIZE) };
         let mut got = 0;
         let start = self.ci;
+        // A local copy: stores into `wc` would otherwise make the compiler
+        // reload the counter from `self` for every entry.
+        let mut ci = start;
         while got < wc.len() {
-            let off = (self.ci & (n - 1)) as usize * CQE_SIZE;
+            let off = (ci & (n - 1)) as usize * CQE_SIZE;
             let op_own = ring.load_acquire(off + CQE_SIZE - 1);
-            if !RawCqe::is_sw_owned(op_own, self.ci, log) {
+            if !RawCqe::is_sw_owned(op_own, ci, log) {
                 break;
             }
             let cqe = RawCqe(ring.read64b(off));
-            self.ci = self.ci.wrapping_add(1);
-            if let Some(w) = complete(&cqe, &mut self.dp.cache) {
-                wc[got] = w;
+            ci = ci.wrapping_add(1);
+            if complete(&cqe, &mut self.dp.cache, &mut wc[got]) {
                 got += 1;
             }
         }
-        if self.ci != start {
-            self.dp.dbrec.store(SET_CI, self.ci & 0xff_ffff);
+        if ci != start {
+            self.ci = ci;
+            self.dp.dbrec.store(SET_CI, ci & 0xff_ffff);
         }
         got
     }

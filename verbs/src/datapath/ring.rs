@@ -25,10 +25,12 @@ impl Ring {
         }
     }
 
+    #[inline(always)]
     pub(crate) fn len(&self) -> usize {
         self.mask + 1
     }
 
+    #[inline(always)]
     fn at(&self, off: usize) -> *mut u8 {
         (self.addr + (off & self.mask)) as *mut u8
     }
@@ -72,13 +74,18 @@ impl Ring {
     }
 
     /// Copies 64 bytes starting at `off` (a multiple of 64) out of the ring.
+    /// Call only after [`Ring::load_acquire`] showed the entry is ours.
     #[inline(always)]
     pub(crate) fn read64b(&self, off: usize) -> [u8; 64] {
         debug_assert!(off.is_multiple_of(64) && self.len() >= 64);
         // SAFETY: 64-aligned offset in a ring of ≥ 64 power-of-two bytes: in
-        // bounds. Volatile because the device owns the memory; the caller
-        // established ownership of this entry (owner bit, acquire) first.
-        unsafe { self.at(off).cast::<[u8; 64]>().read_volatile() }
+        // bounds. The caller's acquire load of the owner byte orders this
+        // read after the device's writes of the entry, and the device does
+        // not write it again until the consumer index moves past it, so a
+        // plain read does not race. Not volatile: that would force 64 byte
+        // loads, where a plain read lets the compiler load only the fields
+        // the decoder uses.
+        unsafe { self.at(off).cast::<[u8; 64]>().read() }
     }
 }
 

@@ -79,6 +79,7 @@ impl SendQueue {
 
     /// Starts a batch: requests are written as they come and one doorbell
     /// rings for all of them at [`SendBatch::ring`] (or when the batch drops).
+    #[inline]
     pub fn batch(&mut self) -> SendBatch<'_> {
         SendBatch {
             sq: self,
@@ -105,10 +106,12 @@ impl SendBatch<'_> {
         Ok(())
     }
 
+    #[inline]
     pub fn send(&mut self, wr_id: u64, sgl: &[Sge]) -> Result<()> {
         self.post(&SendWr::send(wr_id, sgl))
     }
 
+    #[inline]
     pub fn rdma_write(
         &mut self,
         wr_id: u64,
@@ -119,6 +122,7 @@ impl SendBatch<'_> {
         self.post(&SendWr::rdma_write(wr_id, sgl, remote_addr, rkey))
     }
 
+    #[inline]
     pub fn rdma_read(
         &mut self,
         wr_id: u64,
@@ -130,19 +134,23 @@ impl SendBatch<'_> {
     }
 
     /// Requests written so far.
+    #[inline]
     pub fn len(&self) -> usize {
         self.count
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
 
     /// Rings the doorbell once for everything written.
+    #[inline]
     pub fn ring(mut self) {
         self.flush();
     }
 
+    #[inline]
     fn flush(&mut self) {
         if let Some(ctrl8) = self.last.take() {
             self.sq.db.ring(self.sq.cur_post, ctrl8);
@@ -151,6 +159,7 @@ impl SendBatch<'_> {
 }
 
 impl Drop for SendBatch<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.flush();
     }
@@ -158,16 +167,19 @@ impl Drop for SendBatch<'_> {
 
 impl Qp {
     /// The send queue, borrowed exclusively: the single-producer contract.
+    #[inline]
     pub fn send_queue(&mut self) -> &mut SendQueue {
         &mut self.dp.sq
     }
 
     /// `ibv_post_send` of one request.
+    #[inline]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<()> {
         self.dp.sq.post(wr)
     }
 
     /// A batch of send requests with one doorbell.
+    #[inline]
     pub fn send_batch(&mut self) -> SendBatch<'_> {
         self.dp.sq.batch()
     }

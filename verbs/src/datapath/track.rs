@@ -12,14 +12,24 @@ fn slots<T: Default>(n: u32) -> Box<[T]> {
     (0..n).map(|_| T::default()).collect()
 }
 
+/// One SQ slot: the wr_id of the WQE starting there and the SQ counter
+/// just past it (what a completion of it frees up to).
+#[derive(Default)]
+struct SqSlot {
+    wr_id: AtomicU64,
+    next: AtomicU32,
+}
+
 /// One QP's outstanding work, shared with the CQs it completes into.
 pub(crate) struct QpTrack {
     pub(crate) qpn: u32,
     alive: AtomicBool,
     /// Per WQEBB index of a WQE's first block: its wr_id and the SQ counter
-    /// just past it (what a completion of it frees up to).
-    sq_wrid: Box<[AtomicU64]>,
-    sq_next: Box<[AtomicU32]>,
+    /// just past it, side by side so a post or a completion touches one
+    /// cache line.
+    sq: Box<[SqSlot]>,
+    /// `sq.len() - 1` (a power of two minus one), or 0 without an SQ.
+    sq_mask: usize,
     /// First WQEBB not yet retired (free running).
     sq_tail: AtomicU32,
     rq_wrid: Box<[AtomicU64]>,
@@ -33,8 +43,8 @@ impl QpTrack {
         QpTrack {
             qpn,
             alive: AtomicBool::new(true),
-            sq_wrid: slots(sq_bbs),
-            sq_next: slots(sq_bbs),
+            sq: slots(sq_bbs),
+            sq_mask: (sq_bbs as usize).saturating_sub(1),
             sq_tail: AtomicU32::new(0),
             rq_wrid: slots(rq_wqes),
             rq_tail: AtomicU32::new(0),
@@ -42,6 +52,7 @@ impl QpTrack {
         }
     }
 
+    #[inline(always)]
     pub(crate) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Relaxed)
     }
@@ -53,9 +64,9 @@ impl QpTrack {
     /// Producer: the WQE starting at SQ counter `at` ends before `next`.
     #[inline(always)]
     pub(crate) fn sq_record(&self, at: u32, next: u32, wr_id: u64) {
-        let i = at as usize & (self.sq_wrid.len() - 1);
-        self.sq_wrid[i].store(wr_id, Ordering::Relaxed);
-        self.sq_next[i].store(next, Ordering::Relaxed);
+        let slot = &self.sq[at as usize & self.sq_mask];
+        slot.wr_id.store(wr_id, Ordering::Relaxed);
+        slot.next.store(next, Ordering::Relaxed);
     }
 
     #[inline(always)]
@@ -66,13 +77,10 @@ impl QpTrack {
     /// Consumer: the WQE at WQEBB index `wqe_counter` and all before it are done.
     #[inline(always)]
     pub(crate) fn sq_retire(&self, wqe_counter: u16) -> Option<u64> {
-        if self.sq_wrid.is_empty() {
-            return None;
-        }
-        let i = usize::from(wqe_counter) & (self.sq_wrid.len() - 1);
-        let next = self.sq_next[i].load(Ordering::Relaxed);
-        self.sq_tail.store(next, Ordering::Release);
-        Some(self.sq_wrid[i].load(Ordering::Relaxed))
+        let slot = self.sq.get(usize::from(wqe_counter) & self.sq_mask)?;
+        self.sq_tail
+            .store(slot.next.load(Ordering::Relaxed), Ordering::Release);
+        Some(slot.wr_id.load(Ordering::Relaxed))
     }
 
     #[inline(always)]
@@ -190,20 +198,35 @@ impl PollCache {
         }
     }
 
+    /// The track of `qpn`: the QP of the previous completion on the fast
+    /// path, else a scan of the cache, else the registry.
     #[inline(always)]
     pub(crate) fn lookup(&mut self, qpn: u32) -> Option<&QpTrack> {
-        let hit = |t: &Arc<QpTrack>| t.qpn == qpn && t.is_alive();
-        if !self.qps.get(self.last).is_some_and(hit) {
-            match self.qps.iter().position(hit) {
-                Some(i) => self.last = i,
-                None => {
-                    let t = self.reg.find(qpn)?;
-                    self.qps.retain(|t| t.is_alive());
-                    self.qps.push(t);
-                    self.last = self.qps.len() - 1;
-                }
-            }
+        let hit = match self.qps.get(self.last) {
+            Some(t) => t.qpn == qpn && t.is_alive(),
+            None => false,
+        };
+        if !hit {
+            self.refresh(qpn)?;
         }
         self.qps.get(self.last).map(|t| &**t)
+    }
+
+    /// Points `last` at `qpn`'s track, fetching it from the registry if the
+    /// cache lacks it. Out of line: the hot path polls one QP after another.
+    #[cold]
+    #[inline(never)]
+    fn refresh(&mut self, qpn: u32) -> Option<()> {
+        let hit = |t: &Arc<QpTrack>| t.qpn == qpn && t.is_alive();
+        match self.qps.iter().position(hit) {
+            Some(i) => self.last = i,
+            None => {
+                let t = self.reg.find(qpn)?;
+                self.qps.retain(|t| t.is_alive());
+                self.qps.push(t);
+                self.last = self.qps.len() - 1;
+            }
+        }
+        Some(())
     }
 }

@@ -43,6 +43,7 @@ pub(crate) struct Plan {
     pub nbb: u32,
 }
 
+#[inline(always)]
 fn be_pair(a: u64, b: u64) -> [u8; 16] {
     let mut s = [0u8; 16];
     s[..8].copy_from_slice(&a.to_be_bytes());
@@ -76,29 +77,47 @@ fn ctrl8(w0: u32, w1: u32) -> u64 {
     u64::from_ne_bytes(((u64::from(w0) << 32) | u64::from(w1)).to_be_bytes())
 }
 
+// Rejections, out of line so the checks in `plan` stay a few compares on
+// the posting path.
+#[cold]
+#[inline(never)]
+fn bad(msg: &'static str) -> Error {
+    Error::argument(VERB, msg)
+}
+
+#[cold]
+#[inline(never)]
+fn inline_too_long(len: usize, max: u32) -> Error {
+    Error::argument(
+        VERB,
+        format!("{len} inline bytes exceed the QP's max_inline_data {max}"),
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn too_many_sges(n: usize, max: u32) -> Error {
+    Error::argument(VERB, format!("{n} SGEs exceed the QP's max_send_sge {max}"))
+}
+
 /// Checks `wr` against the QP and sizes its WQE; nothing is written.
+#[inline(always)]
 pub(crate) fn plan(shape: &SqShape, wr: &SendWr<'_>) -> Result<Plan> {
     let op = &wr.op;
     match shape.qp_type {
         QpType::Ud => {
             if !op.is_send() {
-                return Err(Error::argument(
-                    VERB,
-                    "UD QPs only send (SEND, SEND_WITH_IMM)",
-                ));
+                return Err(bad("UD QPs only send (SEND, SEND_WITH_IMM)"));
             }
             if wr.ud.is_none() {
-                return Err(Error::argument(
-                    VERB,
-                    "a UD send needs a destination (`ud`)",
-                ));
+                return Err(bad("a UD send needs a destination (`ud`)"));
             }
         }
         QpType::Uc if matches!(op, SendOp::RdmaRead { .. }) || op.is_atomic() => {
-            return Err(Error::argument(VERB, "UC QPs have no RDMA READ or atomics"));
+            return Err(bad("UC QPs have no RDMA READ or atomics"));
         }
         _ if wr.ud.is_some() => {
-            return Err(Error::argument(VERB, "a UD destination on a connected QP"));
+            return Err(bad("a UD destination on a connected QP"));
         }
         _ => {}
     }
@@ -111,39 +130,24 @@ pub(crate) fn plan(shape: &SqShape, wr: &SendWr<'_>) -> Result<Plan> {
     }
     if op.is_atomic() {
         if wr.sgl.len() != 1 || wr.inline.is_some() {
-            return Err(Error::argument(
-                VERB,
+            return Err(bad(
                 "an atomic takes exactly one SGE for the original value",
             ));
         }
         ds += 2;
     } else if let Some(data) = wr.inline {
         if matches!(op, SendOp::RdmaRead { .. }) {
-            return Err(Error::argument(VERB, "RDMA READ cannot be inline"));
+            return Err(bad("RDMA READ cannot be inline"));
         }
         if data.len() > shape.max_inline as usize {
-            return Err(Error::argument(
-                VERB,
-                format!(
-                    "{} inline bytes exceed the QP's max_inline_data {}",
-                    data.len(),
-                    shape.max_inline
-                ),
-            ));
+            return Err(inline_too_long(data.len(), shape.max_inline));
         }
         if !data.is_empty() {
             ds += (4 + data.len() as u32).div_ceil(DS as u32);
         }
     } else {
         if wr.sgl.len() > shape.max_sge as usize {
-            return Err(Error::argument(
-                VERB,
-                format!(
-                    "{} SGEs exceed the QP's max_send_sge {}",
-                    wr.sgl.len(),
-                    shape.max_sge
-                ),
-            ));
+            return Err(too_many_sges(wr.sgl.len(), shape.max_sge));
         }
         ds += wr.sgl.iter().filter(|s| s.length != 0).count() as u32;
     }

@@ -14,12 +14,14 @@ pub struct Sge {
 }
 
 impl Sge {
+    #[inline]
     pub fn new(addr: u64, length: u32, lkey: u32) -> Sge {
         Sge { addr, length, lkey }
     }
 
     /// `length` bytes at `offset` into `mr`, with its lkey. Not checked: the
     /// device answers out-of-range entries with a protection error.
+    #[inline]
     pub fn from_mr<M: StableMemory>(mr: &Mr<M>, offset: usize, length: u32) -> Sge {
         Sge {
             addr: (mr.addr() as u64).wrapping_add(offset as u64),
@@ -65,6 +67,7 @@ pub enum SendOp {
 
 impl SendOp {
     /// The mlx5 WQE opcode (prm-guide §5.4).
+    #[inline]
     pub fn mlx5_opcode(&self) -> u8 {
         match self {
             SendOp::Send => 0x0a,
@@ -77,6 +80,7 @@ impl SendOp {
         }
     }
 
+    #[inline]
     pub(crate) fn imm(&self) -> Option<u32> {
         match *self {
             SendOp::SendWithImm(i) | SendOp::RdmaWriteWithImm { imm: i, .. } => Some(i),
@@ -84,10 +88,12 @@ impl SendOp {
         }
     }
 
+    #[inline]
     pub(crate) fn is_send(&self) -> bool {
         matches!(self, SendOp::Send | SendOp::SendWithImm(_))
     }
 
+    #[inline]
     pub(crate) fn is_atomic(&self) -> bool {
         matches!(self, SendOp::CompSwap { .. } | SendOp::FetchAdd { .. })
     }
@@ -120,6 +126,7 @@ pub struct SendWr<'a> {
 }
 
 impl<'a> SendWr<'a> {
+    #[inline]
     pub fn new(wr_id: u64, op: SendOp, sgl: &'a [Sge]) -> SendWr<'a> {
         SendWr {
             wr_id,
@@ -133,18 +140,22 @@ impl<'a> SendWr<'a> {
         }
     }
 
+    #[inline]
     pub fn send(wr_id: u64, sgl: &'a [Sge]) -> SendWr<'a> {
         SendWr::new(wr_id, SendOp::Send, sgl)
     }
 
+    #[inline]
     pub fn rdma_write(wr_id: u64, sgl: &'a [Sge], remote_addr: u64, rkey: u32) -> SendWr<'a> {
         SendWr::new(wr_id, SendOp::RdmaWrite { remote_addr, rkey }, sgl)
     }
 
+    #[inline]
     pub fn rdma_read(wr_id: u64, sgl: &'a [Sge], remote_addr: u64, rkey: u32) -> SendWr<'a> {
         SendWr::new(wr_id, SendOp::RdmaRead { remote_addr, rkey }, sgl)
     }
 
+    #[inline]
     pub fn comp_swap(
         wr_id: u64,
         sge: &'a [Sge],
@@ -162,6 +173,7 @@ impl<'a> SendWr<'a> {
         SendWr::new(wr_id, op, sge)
     }
 
+    #[inline]
     pub fn fetch_add(
         wr_id: u64,
         sge: &'a [Sge],
@@ -182,6 +194,7 @@ impl<'a> SendWr<'a> {
 
     /// Adds an immediate: SEND becomes SEND_WITH_IMM, RDMA_WRITE becomes
     /// RDMA_WRITE_WITH_IMM; other operations are left as they are.
+    #[inline]
     pub fn imm(mut self, imm: u32) -> SendWr<'a> {
         self.op = match self.op {
             SendOp::Send | SendOp::SendWithImm(_) => SendOp::SendWithImm(imm),
@@ -199,31 +212,37 @@ impl<'a> SendWr<'a> {
     }
 
     /// Carries `data` in the WQE; `sgl` is then ignored.
+    #[inline]
     pub fn inline_data(mut self, data: &'a [u8]) -> SendWr<'a> {
         self.inline = Some(data);
         self
     }
 
+    #[inline]
     pub fn signaled(mut self, on: bool) -> SendWr<'a> {
         self.signaled = on;
         self
     }
 
+    #[inline]
     pub fn unsignaled(self) -> SendWr<'a> {
         self.signaled(false)
     }
 
     /// Waits for earlier RDMA READs and atomics before starting.
+    #[inline]
     pub fn fence(mut self) -> SendWr<'a> {
         self.fence = true;
         self
     }
 
+    #[inline]
     pub fn solicited(mut self) -> SendWr<'a> {
         self.solicited = true;
         self
     }
 
+    #[inline]
     pub fn ud(mut self, ah: &'a Ah, remote_qpn: u32, remote_qkey: u32) -> SendWr<'a> {
         self.ud = Some(UdDest {
             ah,
@@ -242,6 +261,7 @@ pub struct RecvWr<'a> {
 }
 
 impl<'a> RecvWr<'a> {
+    #[inline]
     pub fn new(wr_id: u64, sgl: &'a [Sge]) -> RecvWr<'a> {
         RecvWr { wr_id, sgl }
     }
