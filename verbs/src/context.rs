@@ -9,6 +9,7 @@ use prm_layouts::enums::{HcaCapType, Opcode};
 use prm_layouts::{CmdHcaCap, HcaCapUnion, QueryHcaCapIn, QueryHcaCapOut};
 
 use crate::error::{Error, Result, VerbResult};
+use crate::util::outbox;
 
 /// How a port carries packets (`cmd_hca_cap.port_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,9 +144,6 @@ fn query_cap_page(
     let out = devx
         .general_cmd(inbox.as_bytes(), QueryHcaCapOut::SIZE_BYTES)
         .verb(verb)?;
-    let out = QueryHcaCapOut::from_slice(&out).ok_or_else(|| Error::Device {
-        verb,
-        source: devx::Error::argument("QUERY_HCA_CAP returned a short outbox"),
-    })?;
+    let out: &QueryHcaCapOut = outbox(verb, "QUERY_HCA_CAP", &out)?;
     Ok(Box::new(*out.capability()))
 }

@@ -13,7 +13,9 @@ use crate::comp_channel::CompChannel;
 use crate::context::Context;
 use crate::datapath::{Poller, Registry};
 use crate::error::{DestroyError, Error, Result, VerbResult};
-use crate::util::{log2, pow2_at_least, queue_memory, DoorbellRecord, Owned, QueueMemory};
+use crate::util::{
+    log2, outbox, pow2_at_least, queue_memory, sole, DoorbellRecord, Owned, QueueMemory,
+};
 
 /// Bytes per CQE (`cqe_sz` 0).
 pub const CQE_SIZE: usize = 64;
@@ -286,10 +288,7 @@ impl Cq {
             .obj()
             .query(inbox.as_bytes(), QueryCqOut::SIZE_BYTES)
             .verb(VERB)?;
-        let out = QueryCqOut::from_slice(&out).ok_or_else(|| Error::Device {
-            verb: VERB,
-            source: devx::Error::argument("QUERY_CQ returned a short outbox"),
-        })?;
+        let out: &QueryCqOut = outbox(VERB, "QUERY_CQ", &out)?;
         let c = out.cq_context();
         let log = c.log_cq_size().min(31);
         Ok(CqAttr {
@@ -416,17 +415,9 @@ impl Cq {
             arm_sn,
             dp,
         };
-        let inner = match Arc::try_unwrap(shared) {
+        let inner = match sole(shared, VERB, "completion queue") {
             Ok(inner) => inner,
-            Err(shared) => {
-                let users = Arc::strong_count(&shared) - 1;
-                let err = Error::Busy {
-                    verb: VERB,
-                    what: "completion queue",
-                    users,
-                };
-                return Err(DestroyError::new(rebuild(shared), err));
-            }
+            Err((shared, err)) => return Err(DestroyError::new(rebuild(shared), err)),
         };
         let CqShared {
             owned,

@@ -16,7 +16,7 @@ use prm_layouts::{CreateMkeyIn, CreateMkeyOut, QueryMkeyIn, QueryMkeyOut};
 use crate::access::AccessFlags;
 use crate::error::{DestroyError, Error, Result, VerbResult};
 use crate::pd::Pd;
-use crate::util::Owned;
+use crate::util::{outbox, Owned};
 
 /// `mkc.access_mode`: MTT (pages), KLMs (indirect, used by windows).
 pub(crate) const ACCESS_MODE_MTT: u8 = 1;
@@ -152,10 +152,7 @@ pub(crate) fn query_mkey(verb: &'static str, obj: &devx::Obj, variant_key: u32) 
     let out = obj
         .query(inbox.as_bytes(), QueryMkeyOut::SIZE_BYTES)
         .verb(verb)?;
-    let out = QueryMkeyOut::from_slice(&out).ok_or_else(|| Error::Device {
-        verb,
-        source: devx::Error::argument("QUERY_MKEY returned a short outbox"),
-    })?;
+    let out: &QueryMkeyOut = outbox(verb, "QUERY_MKEY", &out)?;
     let m = out.memory_key_mkey_entry();
     let mut access = AccessFlags::NONE;
     for (bit, flag) in [

@@ -8,7 +8,7 @@ use prm_layouts::{AllocPdIn, AllocPdOut, AllocTransportDomainIn, AllocTransportD
 
 use crate::context::Context;
 use crate::error::{DestroyError, Error, Result, VerbResult};
-use crate::util::Owned;
+use crate::util::{sole, Owned};
 
 struct PdInner {
     owned: Owned<()>,
@@ -62,17 +62,9 @@ impl Pd {
     /// `ibv_dealloc_pd`: fails with `Busy` while other handles or objects made
     /// in this PD exist, or with the device's refusal; the PD comes back alive.
     pub fn dealloc(self) -> Result<(), DestroyError<Pd>> {
-        let inner = match Arc::try_unwrap(self.inner) {
+        let inner = match sole(self.inner, "dealloc_pd", "protection domain") {
             Ok(inner) => inner,
-            Err(inner) => {
-                let users = Arc::strong_count(&inner) - 1;
-                let err = Error::Busy {
-                    verb: "dealloc_pd",
-                    what: "protection domain",
-                    users,
-                };
-                return Err(DestroyError::new(Pd { inner }, err));
-            }
+            Err((inner, err)) => return Err(DestroyError::new(Pd { inner }, err)),
         };
         let PdInner { owned, ctx } = inner;
         owned.destroy().map_err(|refused| {

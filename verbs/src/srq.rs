@@ -16,7 +16,9 @@ use crate::context::Context;
 use crate::datapath::SrqTrack;
 use crate::error::{DestroyError, Error, Result, VerbResult};
 use crate::pd::Pd;
-use crate::util::{log2, pow2_at_least, queue_memory, DoorbellRecord, Owned, QueueMemory};
+use crate::util::{
+    log2, outbox, pow2_at_least, queue_memory, sole, DoorbellRecord, Owned, QueueMemory,
+};
 
 /// `rmpc.state` RDY.
 const RMP_STATE_RDY: u8 = 1;
@@ -243,10 +245,7 @@ impl Srq {
             .obj()
             .query(inbox.as_bytes(), QueryRmpOut::SIZE_BYTES)
             .verb(VERB)?;
-        let out = QueryRmpOut::from_slice(&out).ok_or_else(|| Error::Device {
-            verb: VERB,
-            source: devx::Error::argument("QUERY_RMP returned a short outbox"),
-        })?;
+        let out: &QueryRmpOut = outbox(VERB, "QUERY_RMP", &out)?;
         let rmpc = out.rmp_context();
         let wq = rmpc.wq();
         let stride = 1u32 << wq.log_wq_stride().min(31);
@@ -313,17 +312,9 @@ impl Srq {
             head,
             counter,
         };
-        let inner = match Arc::try_unwrap(shared) {
+        let inner = match sole(shared, VERB, "shared receive queue") {
             Ok(inner) => inner,
-            Err(shared) => {
-                let users = Arc::strong_count(&shared) - 1;
-                let err = Error::Busy {
-                    verb: VERB,
-                    what: "shared receive queue",
-                    users,
-                };
-                return Err(DestroyError::new(rebuild(shared), err));
-            }
+            Err((shared, err)) => return Err(DestroyError::new(rebuild(shared), err)),
         };
         let SrqShared { owned, track } = inner;
         owned.destroy().map_err(|refused| {

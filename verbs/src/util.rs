@@ -4,6 +4,10 @@
 use devx::{Obj, Umem};
 use memmap2::MmapMut;
 
+use std::sync::Arc;
+
+use zerocopy::{FromBytes, Immutable, KnownLayout};
+
 use crate::error::{Error, Result, VerbResult};
 
 /// Smallest power of two ≥ `n` (≥ 1), or `None` past `u32`.
@@ -141,6 +145,33 @@ impl<R> Drop for Owned<R> {
         }
         // `deps` drops after this, once the object is gone.
     }
+}
+
+/// The typed view of an outbox, or an error naming the command that returned
+/// too few bytes.
+pub(crate) fn outbox<'a, T>(verb: &'static str, what: &str, out: &'a [u8]) -> Result<&'a T>
+where
+    T: FromBytes + KnownLayout + Immutable,
+{
+    T::ref_from_prefix(out)
+        .map(|(t, _)| t)
+        .map_err(|_| Error::Device {
+            verb,
+            source: devx::Error::argument(format!("{what} returned a short outbox")),
+        })
+}
+
+/// Takes sole ownership of what an object shares with its users before it is
+/// destroyed; while others still hold it, says how many as a `Busy` error.
+pub(crate) fn sole<T>(
+    shared: Arc<T>,
+    verb: &'static str,
+    what: &'static str,
+) -> std::result::Result<T, (Arc<T>, Error)> {
+    Arc::try_unwrap(shared).map_err(|shared| {
+        let users = Arc::strong_count(&shared) - 1;
+        (shared, Error::Busy { verb, what, users })
+    })
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use crate::cq::{Cq, CqShared};
 use crate::error::{DestroyError, Error, Result};
 use crate::pd::Pd;
 use crate::srq::{Srq, SrqShared};
-use crate::util::{DoorbellRecord, Owned, QueueMemory};
+use crate::util::{sole, DoorbellRecord, Owned, QueueMemory};
 
 pub(crate) use geometry::Queue;
 pub use modify::{InitAttr, RtrAttr, RtsAttr, RtsModify};
@@ -331,17 +331,9 @@ impl Qp {
             sq_wqe_size,
             dp,
         };
-        let inner = match Arc::try_unwrap(shared) {
+        let inner = match sole(shared, VERB, "queue pair") {
             Ok(inner) => inner,
-            Err(shared) => {
-                let users = Arc::strong_count(&shared) - 1;
-                let err = Error::Busy {
-                    verb: VERB,
-                    what: "queue pair",
-                    users,
-                };
-                return Err(DestroyError::new(rebuild(shared), err));
-            }
+            Err((shared, err)) => return Err(DestroyError::new(rebuild(shared), err)),
         };
         let QpShared { owned, qp_type } = inner;
         owned.destroy().map_err(|refused| {

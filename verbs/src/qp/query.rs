@@ -8,8 +8,9 @@ use super::{Qp, QpCap, QpType};
 use crate::access::AccessFlags;
 use crate::ah::AhAttr;
 use crate::context::LinkLayer;
-use crate::error::{Error, Result, VerbResult};
+use crate::error::{Result, VerbResult};
 use crate::port::Mtu;
+use crate::util::outbox;
 
 /// What the device reports about a QP (`ibv_qp_attr` + `ibv_qp_init_attr`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,10 +56,7 @@ impl Qp {
             .obj()
             .query(inbox.as_bytes(), QueryQpOut::SIZE_BYTES)
             .verb(VERB)?;
-        let out = QueryQpOut::from_slice(&out).ok_or_else(|| Error::Device {
-            verb: VERB,
-            source: devx::Error::argument("QUERY_QP returned a short outbox"),
-        })?;
+        let out: &QueryQpOut = outbox(VERB, "QUERY_QP", &out)?;
         let q = out.qpc();
         let p = q.primary_address_path();
         let mut access = AccessFlags::NONE;
