@@ -51,7 +51,8 @@ pub trait UarPage: Send + Sync {
     /// Start of the page as mapped into this process.
     fn base(&self) -> *mut u8;
     /// 64-bit doorbell store at `offset` within the page. `value` is written
-    /// exactly as its bytes are laid out in memory (callers pre-swap to big endian).
+    /// exactly as its bytes are laid out in memory (callers pre-swap to big
+    /// endian). A store outside an aligned 8-byte slot of the page is dropped.
     fn write64(&self, offset: usize, value: u64);
 }
 

@@ -4,11 +4,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::context::Context;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::provider::{Handle, UarKind, UarPage};
 
 /// Offset of the first doorbell/BlueFlame register in a UAR page.
 pub const BF_OFFSET: usize = 0x800;
+/// Bytes of a UAR page (the device's 4 KiB adapter page).
+pub const UAR_PAGE_SIZE: usize = 4096;
 /// Offset of the CQ arm doorbell in a UAR page.
 pub const CQ_DOORBELL_OFFSET: usize = 0x20;
 
@@ -63,9 +65,16 @@ impl Uar {
     }
 
     /// Rings a 64-bit doorbell at `offset` in the page; `value` is stored as its
-    /// in-memory bytes.
-    pub fn write64(&self, offset: usize, value: u64) {
+    /// in-memory bytes. The offset must name an aligned 8-byte slot of the page.
+    #[inline]
+    pub fn write64(&self, offset: usize, value: u64) -> Result<()> {
+        if offset & 7 != 0 || offset >= UAR_PAGE_SIZE {
+            return Err(Error::argument(format!(
+                "doorbell offset {offset:#x} is not an aligned 8-byte slot of the {UAR_PAGE_SIZE:#x}-byte UAR page"
+            )));
+        }
         self.page.write64(offset, value);
+        Ok(())
     }
 }
 

@@ -58,7 +58,8 @@ impl Doorbell {
         self.dbrec.store(SND_DBR, cur_post & 0xffff);
         // The record must be visible before the MMIO reaches the device.
         fence(Ordering::Release);
-        self.uar.write64(self.bf_offset, ctrl8);
+        // The offset is always one of the two BlueFlame halves: no check needed.
+        self.uar.page().write64(self.bf_offset, ctrl8);
         self.bf_offset ^= BF_HALF;
     }
 
