@@ -277,7 +277,7 @@ impl LayoutMeta {
     }
 
     /// Finds a field, or a tail element `name[i]` (scalar tails only).
-    fn resolve(&self, field: &str) -> Result<FieldMeta, LayoutError> {
+    fn resolve(&self, field: &str, buf_len: usize) -> Result<FieldMeta, LayoutError> {
         if let Some(f) = self.field(field) {
             return Ok(*f);
         }
@@ -293,9 +293,24 @@ impl LayoutMeta {
                     .and_then(|r| r.strip_suffix(']'))
                     .and_then(|r| r.parse::<u32>().ok())
                 {
+                    // The index comes from the caller: a huge one must not
+                    // overflow the bit offset (it can never fit a buffer).
+                    let offset_bits = i
+                        .checked_mul(t.elem_bits)
+                        .and_then(|o| o.checked_add(self.size_bits))
+                        .filter(|o| o.checked_add(t.elem_bits).is_some())
+                        .ok_or_else(|| {
+                            let end = (u64::from(i) + 1) * u64::from(t.elem_bits)
+                                + u64::from(self.size_bits);
+                            LayoutError::TooShort {
+                                layout: self.name,
+                                need: usize::try_from(end.div_ceil(8)).unwrap_or(usize::MAX),
+                                got: buf_len,
+                            }
+                        })?;
                     return Ok(FieldMeta {
                         name: t.name,
-                        offset_bits: self.size_bits + i * t.elem_bits,
+                        offset_bits,
                         width_bits: t.elem_bits,
                         kind: FieldKind::Scalar,
                     });
@@ -315,7 +330,7 @@ impl LayoutMeta {
     /// Unknown field, or `buf` shorter than the layout or the tail element.
     pub fn get(&self, buf: &[u8], field: &str) -> Result<FieldValue, LayoutError> {
         self.check_len(buf)?;
-        let f = self.resolve(field)?;
+        let f = self.resolve(field, buf.len())?;
         read(self, buf, &f)
     }
 
@@ -338,7 +353,7 @@ impl LayoutMeta {
         value: &FieldValue,
     ) -> Result<(), LayoutError> {
         self.check_len(buf)?;
-        let f = self.resolve(field)?;
+        let f = self.resolve(field, buf.len())?;
         let end = (f.offset_bits + f.width_bits).div_ceil(8) as usize;
         if end > buf.len() {
             return Err(LayoutError::TooShort {

@@ -462,3 +462,19 @@ fn nested_positions() {
     assert_eq!(at("attach_to_mcg_in", "multicast_gid"), 16);
     assert_eq!(at("sqc", "wq.wq_type"), 48);
 }
+
+#[test]
+fn huge_tail_index_is_an_error_not_an_overflow() {
+    let meta = CreateCqIn::META;
+    let mut buf = CreateCqIn::new().as_bytes().to_vec();
+    for name in ["pas[4294967295]", "pas[536870911]", "pas[1000000]"] {
+        assert!(matches!(
+            meta.get(&buf, name),
+            Err(LayoutError::TooShort { .. })
+        ));
+        assert!(matches!(
+            meta.set(&mut buf, name, 1),
+            Err(LayoutError::TooShort { .. })
+        ));
+    }
+}

@@ -205,6 +205,10 @@ fn attributes_are_checked_before_any_command() {
         QpInit::new(QpType::Rc, &cq, &cq).max_send_sge(dev.max_send_sge + 1),
         QpInit::new(QpType::Rc, &cq, &cq).max_recv_sge(dev.max_recv_sge + 1),
         QpInit::new(QpType::Rc, &cq, &cq).max_inline_data(4096),
+        // Sizes near u32::MAX must not overflow the WQE size arithmetic.
+        QpInit::new(QpType::Rc, &cq, &cq).max_inline_data(u32::MAX),
+        QpInit::new(QpType::Rc, &cq, &cq).max_inline_data(u32::MAX - 40),
+        QpInit::new(QpType::Ud, &cq, &cq).max_inline_data(u32::MAX - 100),
         QpInit::new(QpType::Ud, &cq, &cq)
             .max_send_wr(dev.max_qp_wr)
             .max_send_sge(8),

@@ -100,8 +100,9 @@ fn sq_overhead(t: QpType) -> u32 {
     }
 }
 
-fn align(v: u32, to: u32) -> u32 {
-    v.div_ceil(to) * to
+/// `v` rounded up to a multiple of `to`; `None` past `u32` (caller sizes).
+fn align(v: u32, to: u32) -> Option<u32> {
+    v.div_ceil(to).checked_mul(to)
 }
 
 pub(crate) fn compute(
@@ -148,7 +149,7 @@ fn recv_queue(cap: &QpCap, l: &Limits) -> Result<Queue, String> {
     }
     let mut cnt = pow2_at_least(cap.max_recv_wr).ok_or("receive depth overflows")?;
     // The SQ must start WQEBB-aligned: the RQ spans at least 64 bytes.
-    while cnt * wqe_size < WQEBB {
+    while cnt.saturating_mul(wqe_size) < WQEBB {
         cnt *= 2;
     }
     if log2(cnt) > MAX_LOG_QUEUE || cnt > l.max_qp_wr.max(WQEBB / wqe_size) {
@@ -184,13 +185,13 @@ fn send_queue(t: QpType, cap: &QpCap, l: &Limits) -> Result<(Queue, u32, u32), S
     let overhead = sq_overhead(t);
     let gather = overhead + cap.max_send_sge * SEG;
     let inline = if cap.max_inline_data > 0 {
-        overhead
-            .checked_add(align(4u32.saturating_add(cap.max_inline_data), SEG))
+        align(4u32.saturating_add(cap.max_inline_data), SEG)
+            .and_then(|d| overhead.checked_add(d))
             .ok_or("max_inline_data overflows")?
     } else {
         0
     };
-    let size = align(gather.max(inline), WQEBB);
+    let size = align(gather.max(inline), WQEBB).ok_or("send WQE size overflows")?;
     let limit = l.max_wqe_sz_sq.min(MAX_WQE_BYTES);
     if size > limit {
         return Err(format!(
