@@ -40,7 +40,8 @@ pub use comp_channel::CompChannel;
 pub use context::{Context, LinkLayer};
 pub use cq::{Cq, CqAttr, CqInit, CQE_SIZE};
 pub use datapath::{
-    RecvQueue, RecvWr, SendBatch, SendOp, SendQueue, SendWr, Sge, Wc, WcOpcode, WcStatus,
+    next_rkey, MwBind, RecvQueue, RecvWr, SendBatch, SendOp, SendQueue, SendWr, Sge, Wc, WcOpcode,
+    WcStatus,
 };
 pub use device::{AtomicCap, DeviceAttr, DeviceCapFlags};
 pub use error::{DestroyError, Error, Result};

@@ -2,6 +2,7 @@
 //! mode, bound later by a UMR work request (a data-path operation).
 
 use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use prm_layouts::enums::Opcode;
 use prm_layouts::{CreateMkeyIn, CreateMkeyOut};
@@ -27,12 +28,13 @@ const MW_KLMS: u32 = 4;
 pub struct Mw {
     owned: Owned<Pd>,
     mw_type: MwType,
-    rkey: u32,
+    /// Changes with every bind posted (the key tag advances).
+    rkey: AtomicU32,
 }
 
 impl fmt::Debug for Mw {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Mw({:?}, rkey {:#x})", self.mw_type, self.rkey)
+        write!(f, "Mw({:?}, rkey {:#x})", self.mw_type, self.rkey())
     }
 }
 
@@ -65,13 +67,19 @@ impl Mw {
         Ok(Mw {
             owned: Owned::new(obj, pd.clone()),
             mw_type,
-            rkey,
+            rkey: AtomicU32::new(rkey),
         })
     }
 
-    /// The R_Key the window has now (a bind assigns a new variant).
+    /// The R_Key the window has now: the one the last bind posted through
+    /// [`crate::Qp::post_bind_mw`] assigned (a bind advances the key tag).
     pub fn rkey(&self) -> u32 {
-        self.rkey
+        self.rkey.load(Ordering::Relaxed)
+    }
+
+    /// Records the key a posted bind gives the window.
+    pub(crate) fn set_rkey(&self, rkey: u32) {
+        self.rkey.store(rkey, Ordering::Relaxed);
     }
 
     pub fn mw_type(&self) -> MwType {
@@ -88,7 +96,7 @@ impl Mw {
 
     /// `ci_query_mw`: QUERY_MKEY (its PD, key, and whether it is bound).
     pub fn query(&self) -> Result<MrAttr> {
-        query_mkey("query_mw", self.obj(), self.rkey)
+        query_mkey("query_mw", self.obj(), self.rkey())
     }
 
     /// `ibv_dealloc_mw`: DESTROY_MKEY.

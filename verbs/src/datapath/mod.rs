@@ -13,6 +13,7 @@
 //! Pointer work is confined to [`ring`] (queue memory and doorbell records)
 //! and [`Doorbell`] (the ordering of record store and MMIO).
 
+mod bind;
 mod doorbell;
 mod poll;
 mod recv;
@@ -27,6 +28,7 @@ use std::sync::Arc;
 
 use devx::Uar;
 
+pub use bind::{next_rkey, MwBind};
 pub use doorbell::{Doorbell, BF_HALF, BF_OFFSET};
 pub use poll::RawCqe;
 pub use recv::RecvQueue;

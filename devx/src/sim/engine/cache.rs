@@ -112,6 +112,16 @@ impl Cache {
 /// access.
 fn key_info(st: &State, key: u32) -> Option<KeyInfo> {
     let m = mkey::lookup(st, key)?;
+    if super::umr::is_window(m) {
+        let (access, span) = super::umr::window_info(st, m)?;
+        return Some(KeyInfo {
+            pd: m.pd,
+            access,
+            start_addr: m.start_addr,
+            len: m.len,
+            span: Some(span),
+        });
+    }
     if m.mkc.free() == 1 || m.mode != mode::MTT {
         return None;
     }

@@ -65,6 +65,24 @@ impl Span {
         true
     }
 
+    /// Appends `len` bytes from offset `at` to `out` (no zero fill first);
+    /// false (and `out` unchanged) when the range leaves the span.
+    pub fn read_append(&self, at: usize, len: usize, out: &mut Vec<u8>) -> bool {
+        let Some(s) = self.sub(at, len) else {
+            return false;
+        };
+        out.reserve(len);
+        let start = out.len();
+        // SAFETY: the source lies inside a registered UMEM range as in
+        // `read`; `reserve` made room for `len` more bytes after `start`,
+        // and the length is raised only after all of them were written.
+        unsafe {
+            ptr::copy_nonoverlapping(s.base as *const u8, out.as_mut_ptr().add(start), len);
+            out.set_len(start + len);
+        }
+        true
+    }
+
     /// Copies `data` to offset `at`; false (and nothing written) when the
     /// range leaves the span.
     pub fn write(&self, at: usize, data: &[u8]) -> bool {

@@ -49,6 +49,9 @@ pub fn resolve(
     need: Need,
 ) -> Result<Span, KeyFault> {
     let m = mkey::lookup(st, key).ok_or(KeyFault::BadKey)?;
+    if super::umr::is_window(m) {
+        return super::umr::resolve(st, m, addr, len, pd, need);
+    }
     if m.mkc.free() == 1 || m.mode != mode::MTT {
         return Err(KeyFault::BadKey);
     }

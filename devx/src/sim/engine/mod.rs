@@ -8,7 +8,8 @@
 //! * Messages to a QP of this device are delivered under the same lock.
 //!   Messages to another emulated device (found by the destination GID in
 //!   the peers' GID tables) are carried across with this device's lock
-//!   released, so no thread holds two device locks at once.
+//!   released, so no thread holds two device locks at once; consecutive
+//!   WQEs of a QP travel as one batch, delivered under one peer lock.
 //! * RNR waits are retried by a timer thread per device (and by any later
 //!   doorbell for the QP); see [`requester`].
 //! * All raw memory access is in [`dma`]; every range is checked against an
@@ -23,6 +24,7 @@ pub mod msg;
 pub mod queue;
 pub mod requester;
 pub mod responder;
+pub mod umr;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +35,7 @@ use super::fw::Firmware;
 use super::identity::Identity;
 use super::kernel::uar::DoorbellSink;
 use msg::Reply;
-use requester::{Entry, Inflight, Step};
+use requester::{Batch, Entry, Step};
 
 /// BlueFlame / doorbell registers of a UAR page (prm-guide §5.6).
 const BF_REGS: std::ops::Range<usize> = 0x800..0x1000;
@@ -50,7 +52,9 @@ pub struct RnrWait {
 /// Where a destination GID lives.
 pub enum Peer {
     Local,
-    Remote(Arc<Engine>),
+    /// Another device: its index in [`Inner::remote`] (an index, so that
+    /// resolving a peer per WQE costs no reference count traffic).
+    Remote(usize),
 }
 
 /// The engine's bookkeeping; locked only while the device lock is held.
@@ -61,12 +65,33 @@ pub struct Inner {
     pub rnr: Vec<RnrWait>,
     /// Reused message buffer.
     pub scratch: Vec<u8>,
+    /// Message buffers of settled batches, for the next ones.
+    pub spare: Vec<Vec<u8>>,
+    /// The message of the last [`requester`] WQE bound for another device.
+    pub outgoing: Option<msg::Msg>,
+    /// Reused batch storage.
+    pub batch: Option<Batch>,
+    /// Reused receive WQE buffer.
+    pub recv: Vec<u8>,
+    /// Reused send WQE buffer.
+    pub wqe: Option<Box<[u8; queue::MAX_SQ_WQE]>>,
     /// Linked-list SRQ heads: srqn → (WQEs consumed, next WQE index).
     pub srq_heads: HashMap<u32, (u32, u32)>,
     /// QP views and key checks resolved in the current firmware epoch.
     pub cache: cache::Cache,
-    /// Resolved remote GIDs.
+    /// Resolved remote GIDs; entries are never removed, so an index stays
+    /// valid.
     peers: Vec<([u8; 16], Arc<Engine>)>,
+    /// The last GID resolved to a peer, and its index: a QP's WQEs name
+    /// the same destination again and again.
+    last_peer: Option<([u8; 16], usize)>,
+}
+
+impl Inner {
+    /// The engine of resolved peer `i` (see [`Peer::Remote`]).
+    pub fn remote(&self, i: usize) -> Option<&Arc<Engine>> {
+        self.peers.get(i).map(|(_, e)| e)
+    }
 }
 
 /// One device's data-path engine.
@@ -111,11 +136,18 @@ impl Engine {
 
     /// The device a destination GID names: zero or one of ours is local.
     fn peer(&self, inner: &mut Inner, gid: &[u8; 16]) -> Option<Peer> {
+        // Our own GIDs never change, so a GID once found remote stays so.
+        if let Some((g, i)) = inner.last_peer {
+            if g == *gid {
+                return Some(Peer::Remote(i));
+            }
+        }
         if *gid == [0; 16] || self.gids.contains(gid) {
             return Some(Peer::Local);
         }
-        if let Some((_, e)) = inner.peers.iter().find(|(g, _)| g == gid) {
-            return Some(Peer::Remote(Arc::clone(e)));
+        if let Some(i) = inner.peers.iter().position(|(g, _)| g == gid) {
+            inner.last_peer = Some((*gid, i));
+            return Some(Peer::Remote(i));
         }
         // The registry lock is never held while a device lock is taken, so
         // taking it here (under this device's lock) cannot deadlock.
@@ -125,13 +157,15 @@ impl Engine {
             .find(|d| d.index() != self.index && d.shared.dp.gids.contains(gid))
             .map(|d| Arc::clone(&d.shared.dp))?;
         drop(reg);
-        inner.peers.push((*gid, Arc::clone(&e)));
-        Some(Peer::Remote(e))
+        inner.peers.push((*gid, e));
+        let i = inner.peers.len() - 1;
+        inner.last_peer = Some((*gid, i));
+        Some(Peer::Remote(i))
     }
 
     /// Executes QP `qpn`'s send queue (see [`requester::drive`]).
     fn run_qp(&self, qpn: u32, entry: Entry) {
-        let mut resume: Option<(Box<Inflight>, Reply)> = None;
+        let mut resume: Option<Batch> = None;
         loop {
             let step = self.fw.with_mut(|st| {
                 let mut inner = self.lock_inner();
@@ -139,18 +173,28 @@ impl Engine {
             });
             match step {
                 Step::Idle => return,
-                Step::Remote(peer, inf) => resume = Some(peer.accept(inf)),
+                Step::Remote(peer, mut batch) => {
+                    peer.accept(&mut batch);
+                    resume = Some(batch);
+                }
             }
         }
     }
 
-    /// A message from another device's QP arrives here.
-    fn accept(&self, mut inf: Box<Inflight>) -> (Box<Inflight>, Reply) {
-        let reply = self.fw.with_mut(|st| {
+    /// Messages from another device's QP arrive here, in order; delivery
+    /// stops at the first that is not ACKed, as the requester would.
+    fn accept(&self, batch: &mut Batch) {
+        self.fw.with_mut(|st| {
             let mut inner = self.lock_inner();
-            responder::deliver(st, &mut inner, &mut inf.msg)
+            batch.replies.clear();
+            for msg in &mut batch.msgs {
+                let reply = responder::deliver(st, &mut inner, msg);
+                batch.replies.push(reply);
+                if reply != Reply::Ack {
+                    break;
+                }
+            }
         });
-        (inf, reply)
     }
 
     /// Starts the RNR retry timer thread unless it runs already.

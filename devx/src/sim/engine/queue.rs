@@ -89,12 +89,18 @@ impl QpView {
         let sq = self.sq?;
         let mask = self.sq_bbs - 1;
         let bb = |i: u32| ((u32::from(ci) + i) & mask) as usize * 64;
-        if !sq.read(bb(0), &mut out[..16]) {
+        // Most WQEs fit their first WQEBB: take it whole in one copy (bytes
+        // past the WQE are never looked at), else the control segment.
+        let mut done = if sq.read(bb(0), &mut out[..64]) {
+            64
+        } else if sq.read(bb(0), &mut out[..16]) {
+            16
+        } else {
             return None;
-        }
+        };
         let ds = usize::from(out[7] & 0x3f).max(1);
         let bytes = ds * 16;
-        let mut done = 16;
+        done = done.min(bytes);
         while done < bytes {
             let i = (done / 64) as u32;
             let in_bb = done % 64;

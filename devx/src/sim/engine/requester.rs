@@ -2,11 +2,12 @@
 //! device's consumer counter up to the SND counter in the doorbell record.
 //!
 //! A WQE to a QP of this device is delivered inline, under the one device
-//! lock. A WQE to another emulated device leaves as an [`Inflight`]: the
-//! caller drops this device's lock, delivers under the peer's lock, and
-//! comes back with the reply, so no thread ever holds two device locks. A
-//! per-QP busy mark keeps a second doorbell from overtaking the WQE in
-//! flight; that doorbell's work is picked up by the busy thread's loop.
+//! lock. WQEs to another emulated device leave as a [`Batch`]: the caller
+//! drops this device's lock, delivers the batch in order under one
+//! acquisition of the peer's lock, and comes back with the replies, so no
+//! thread ever holds two device locks. A per-QP busy mark keeps a second
+//! doorbell from overtaking WQEs in flight; that doorbell's work is picked
+//! up by the busy thread's loop.
 
 use std::sync::Arc;
 
@@ -40,19 +41,62 @@ const SE: u8 = 0x02;
 /// Inline data segment flag in byte_count.
 const INLINE: u32 = 0x8000_0000;
 
+/// WQEs gathered ahead into one batch for another device; bounds the work
+/// redone when the first of them meets an RNR wait.
+const MAX_BATCH: usize = 64;
+
 /// What a doorbell loop returns to its caller.
 pub enum Step {
     Idle,
-    /// Deliver this to the peer device, then resume with its reply.
-    Remote(Arc<Engine>, Box<Inflight>),
+    /// Deliver this to the peer device, then resume with its replies.
+    Remote(Arc<Engine>, Batch),
 }
 
-/// A WQE whose message is at another device.
-pub struct Inflight {
-    pub qpn: u32,
-    pub msg: Msg,
-    wqe: [u8; MAX_SQ_WQE],
-    len: usize,
+/// Consecutive WQEs of one QP whose messages go to the same other device.
+/// The peer delivers them in order and stops at the first reply that is
+/// not an ACK; the WQEs after it stay posted, as if never started.
+#[derive(Default)]
+pub struct Batch {
+    pub msgs: Vec<Msg>,
+    /// `replies[i]` answers `msgs[i]`; shorter when delivery stopped early.
+    pub replies: Vec<Reply>,
+    /// The WQEs' bytes back to back; WQE `i` ends at `ends[i]`.
+    wqes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Batch {
+    fn push(&mut self, wqe: &[u8], msg: Msg) {
+        self.wqes.extend_from_slice(wqe);
+        self.ends.push(self.wqes.len());
+        self.msgs.push(msg);
+    }
+
+    fn wqe(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.wqes[start..self.ends[i]]
+    }
+
+    /// Empties the batch for reuse; message buffers go back to `inner`.
+    fn recycle(&mut self, inner: &mut Inner) {
+        for m in self.msgs.drain(..) {
+            inner.spare.push(m.data);
+        }
+        self.replies.clear();
+        self.wqes.clear();
+        self.ends.clear();
+    }
+}
+
+/// Whether a WQE may join a batch: its message cannot be delivered on this
+/// device nor change anything here before the batch's replies are settled.
+fn batchable(service: u8, opc: u8) -> bool {
+    use opcode::*;
+    matches!(service, st::RC | st::UC)
+        && matches!(
+            opc,
+            SEND | SEND_IMM | RDMA_WRITE | RDMA_WRITE_IMM | RDMA_READ | ATOMIC_CS | ATOMIC_FA
+        )
 }
 
 /// One WQE's result.
@@ -61,7 +105,9 @@ enum Outcome {
     Done(Option<Completion>),
     Error(u8),
     Rnr(std::time::Duration),
-    Remote(Arc<Engine>, Box<Inflight>),
+    /// The message (left in [`Inner::outgoing`], which keeps this type
+    /// small) is for peer [`Inner::remote`] `.0`.
+    Remote(usize),
 }
 
 fn be32(b: &[u8], at: usize) -> u32 {
@@ -82,30 +128,63 @@ pub struct Entry {
 }
 
 /// Executes QP `qpn`'s posted WQEs until it is idle, blocked on RNR, or
-/// has a WQE in flight to another device.
+/// has WQEs in flight to another device.
 pub fn drive(
     eng: &Engine,
     st: &mut State,
     inner: &mut Inner,
     qpn: u32,
     entry: Entry,
-    resume: Option<(Box<Inflight>, Reply)>,
+    resume: Option<Batch>,
+) -> Step {
+    // One WQE buffer per engine, not zeroed per doorbell: only the bytes
+    // read for the current WQE are ever looked at.
+    let mut wqe = inner
+        .wqe
+        .take()
+        .unwrap_or_else(|| Box::new([0u8; MAX_SQ_WQE]));
+    let step = drive_with(eng, st, inner, qpn, entry, resume, &mut wqe);
+    inner.wqe = Some(wqe);
+    step
+}
+
+fn drive_with(
+    eng: &Engine,
+    st: &mut State,
+    inner: &mut Inner,
+    qpn: u32,
+    entry: Entry,
+    resume: Option<Batch>,
+    wqe: &mut [u8; MAX_SQ_WQE],
 ) -> Step {
     let Some(v) = inner.cache.qp_view(st, qpn) else {
+        if let Some(mut b) = resume {
+            b.recycle(inner);
+            inner.batch = Some(b);
+        }
         inner.busy.retain(|q| *q != qpn);
         inner.rnr.retain(|w| w.qpn != qpn);
         return Step::Idle;
     };
     let mut ci = v.sq_ci;
     match resume {
-        Some((inf, reply)) => {
-            let out = match reply {
-                Reply::Ack => finish(st, &mut inner.cache, &v, &inf.wqe[..inf.len], &inf.msg),
-                Reply::Nak(s) => Outcome::Error(s),
-                Reply::Rnr(d) => Outcome::Rnr(d),
-            };
-            inner.scratch = inf.msg.data;
-            if !settle(eng, st, inner, &v, &inf.wqe[..inf.len], out, entry, &mut ci) {
+        Some(mut b) => {
+            let mut posted = true;
+            for (i, reply) in b.replies.iter().enumerate() {
+                let w = b.wqe(i);
+                let out = match *reply {
+                    Reply::Ack => finish(st, &mut inner.cache, &v, w, &b.msgs[i]),
+                    Reply::Nak(s) => Outcome::Error(s),
+                    Reply::Rnr(d) => Outcome::Rnr(d),
+                };
+                if !settle(eng, st, inner, &v, w, out, entry, &mut ci) {
+                    posted = false;
+                    break;
+                }
+            }
+            b.recycle(inner);
+            inner.batch = Some(b);
+            if !posted {
                 return park(st, inner, qpn, ci);
             }
         }
@@ -120,7 +199,6 @@ pub fn drive(
             inner.busy.push(qpn);
         }
     }
-    let mut wqe = [0u8; MAX_SQ_WQE];
     loop {
         let s = st.qp.peek(qpn).map_or(state::RST, |e| e.obj.qpc.state());
         if flush::flushing(s) {
@@ -142,18 +220,74 @@ pub fn drive(
         if pi == ci {
             return park(st, inner, qpn, ci);
         }
-        let Some(len) = v.read_send_wqe(ci, &mut wqe) else {
+        let Some(len) = v.read_send_wqe(ci, wqe) else {
             return park(st, inner, qpn, ci);
         };
         let out = execute(eng, st, inner, &v, &wqe[..len]);
-        if let Outcome::Remote(peer, mut inf) = out {
-            inf.wqe = wqe;
-            inf.len = len;
+        if let Outcome::Remote(at) = out {
+            let msg = inner.outgoing.take();
+            let (Some(peer), Some(msg)) = (inner.remote(at).cloned(), msg) else {
+                return park(st, inner, qpn, ci);
+            };
+            let mut b = inner.batch.take().unwrap_or_default();
+            let more = matches!(msg.op, Op::Send | Op::Write);
+            b.push(&wqe[..len], msg);
+            if more && batchable(v.service, wqe[3]) {
+                gather_batch(eng, st, inner, &v, at, &mut b, ci, pi, wqe);
+            }
             queue::save_sq(st, qpn, ci);
-            return Step::Remote(peer, inf);
+            return Step::Remote(peer, b);
         }
         if !settle(eng, st, inner, &v, &wqe[..len], out, entry, &mut ci) {
             return park(st, inner, qpn, ci);
+        }
+    }
+}
+
+/// Adds the WQEs after the one at `ci` (already in `b`) that go to `peer`
+/// too, up to the SND counter `pi`. Their messages are only built here:
+/// nothing is delivered or completed until the batch's replies are settled
+/// in order. A READ or atomic ends the batch, since its reply places data
+/// locally that a later WQE might gather.
+#[allow(clippy::too_many_arguments)]
+fn gather_batch(
+    eng: &Engine,
+    st: &mut State,
+    inner: &mut Inner,
+    v: &QpView,
+    peer: usize,
+    b: &mut Batch,
+    ci: u16,
+    pi: u16,
+    wqe: &mut [u8; MAX_SQ_WQE],
+) {
+    let mut next = ci.wrapping_add(b.wqes.len().div_ceil(64) as u16);
+    while b.msgs.len() < MAX_BATCH && next != pi {
+        let Some(len) = v.read_send_wqe(next, wqe) else {
+            return;
+        };
+        if !batchable(v.service, wqe[3]) {
+            return;
+        }
+        match execute(eng, st, inner, v, &wqe[..len]) {
+            Outcome::Remote(p) => {
+                let Some(msg) = inner.outgoing.take() else {
+                    return;
+                };
+                if p != peer {
+                    inner.scratch = msg.data;
+                    return;
+                }
+                let more = matches!(msg.op, Op::Send | Op::Write);
+                b.push(&wqe[..len], msg);
+                if !more {
+                    return;
+                }
+                next = next.wrapping_add(len.div_ceil(64) as u16);
+            }
+            // Completes (or fails) only after the batch: the loop executes
+            // it again then, with the same result.
+            _ => return,
         }
     }
 }
@@ -304,9 +438,9 @@ fn gather(
         let span = cache
             .resolve(st, lkey, addr, u64::from(bc), v.pd, Need::LocalRead)
             .map_err(|_| syn::LOCAL_PROT)?;
-        let start = out.len();
-        out.resize(start + bc as usize, 0);
-        span.read(0, &mut out[start..]);
+        if !span.read_append(0, bc as usize, out) {
+            out.resize(out.len() + bc as usize, 0);
+        }
     }
     Ok(())
 }
@@ -353,6 +487,10 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
     if opc == opcode::NOP {
         return success(v, wqe, 0);
     }
+    if opc == super::umr::OPCODE {
+        return super::umr::execute(st, v, wqe)
+            .map_or_else(Outcome::Error, |()| success(v, wqe, 0));
+    }
     let Some((op, data_off)) = layout(v.service, opc) else {
         return Outcome::Error(syn::LOCAL_QP_OP);
     };
@@ -360,7 +498,11 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
         return Outcome::Error(syn::LOCAL_QP_OP);
     }
     let segs = &wqe[data_off..];
-    let mut msg = Msg::new(op, std::mem::take(&mut inner.scratch));
+    let data = match inner.scratch.capacity() {
+        0 => inner.spare.pop().unwrap_or_default(),
+        _ => std::mem::take(&mut inner.scratch),
+    };
+    let mut msg = Msg::new(op, data);
     msg.service = v.service;
     msg.src_qpn = v.qpn;
     msg.solicited = wqe[11] & SE != 0;
@@ -442,16 +584,9 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
             };
         }
     };
-    if let Peer::Remote(e) = peer {
-        return Outcome::Remote(
-            e,
-            Box::new(Inflight {
-                qpn: v.qpn,
-                msg,
-                wqe: [0; MAX_SQ_WQE],
-                len: 0,
-            }),
-        );
+    if let Peer::Remote(i) = peer {
+        inner.outgoing = Some(msg);
+        return Outcome::Remote(i);
     }
     let out = match responder::deliver(st, inner, &mut msg) {
         Reply::Ack => finish(st, &mut inner.cache, v, wqe, &msg),

@@ -21,11 +21,19 @@ pub const GRH_BYTES: usize = 40;
 
 /// One consumed receive WQE.
 struct Recv {
-    wqe: [u8; MAX_RQ_WQE],
+    /// The engine's reused receive buffer ([`Inner::recv`]); hand it back
+    /// with [`Recv::done`].
+    wqe: Vec<u8>,
     len: usize,
     /// Where the data segments start (after an SRQ's next segment).
     sge_off: usize,
     wqe_counter: u16,
+}
+
+impl Recv {
+    fn done(self, inner: &mut Inner) {
+        inner.recv = self.wqe;
+    }
 }
 
 /// Delivers `msg` to QP `msg.dst_qpn` of this device.
@@ -142,7 +150,7 @@ fn receive(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: b
         grh = make_grh(msg);
     }
     let parts: [&[u8]; 2] = [if ud { &grh[..] } else { &[] }, &msg.data];
-    match scatter(st, &mut inner.cache, v.pd, &r.wqe[r.sge_off..r.len], parts) {
+    let reply = match scatter(st, &mut inner.cache, v.pd, &r.wqe[r.sge_off..r.len], parts) {
         Ok(n) => {
             let c = Completion {
                 opcode: if msg.imm.is_some() {
@@ -180,7 +188,9 @@ fn receive(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: b
             syn::REMOTE_OP,
             reliable,
         ),
-    }
+    };
+    r.done(inner);
+    reply
 }
 
 fn write(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: bool) -> Reply {
@@ -214,6 +224,7 @@ fn write(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: boo
             ..Completion::default()
         };
         cqe::push(st, v.cqn_rcv, &c);
+        r.done(inner);
     }
     Reply::Ack
 }
@@ -223,8 +234,9 @@ fn read(st: &mut State, inner: &mut Inner, v: &QpView, msg: &mut Msg) -> Reply {
         return fail(st, inner, v, None, 0, syn::REMOTE_ACCESS, true);
     };
     msg.data.clear();
-    msg.data.resize(span.len(), 0);
-    span.read(0, &mut msg.data);
+    if !span.read_append(0, span.len(), &mut msg.data) {
+        msg.data.resize(span.len(), 0);
+    }
     Reply::Ack
 }
 
@@ -332,12 +344,24 @@ fn scatter(
 /// Consumes the next receive WQE of the QP's RQ or SRQ; `None` when
 /// software has posted none (or the queue memory is unusable).
 fn take_recv(st: &mut State, inner: &mut Inner, v: &QpView) -> Option<Recv> {
+    // Zeroed once per engine, not per receive: only the `len` bytes just
+    // read are ever looked at.
+    let mut wqe = std::mem::take(&mut inner.recv);
+    wqe.resize(MAX_RQ_WQE, 0);
     let mut r = Recv {
-        wqe: [0u8; MAX_RQ_WQE],
+        wqe,
         len: 0,
         sge_off: 0,
         wqe_counter: 0,
     };
+    if read_recv(st, inner, v, &mut r).is_some() {
+        return Some(r);
+    }
+    r.done(inner);
+    None
+}
+
+fn read_recv(st: &mut State, inner: &mut Inner, v: &QpView, r: &mut Recv) -> Option<()> {
     match v.rq_type {
         rq_type::REGULAR => {
             let posted = v.rcv_counter()?;
@@ -347,7 +371,7 @@ fn take_recv(st: &mut State, inner: &mut Inner, v: &QpView) -> Option<Recv> {
             r.len = v.read_recv_wqe(v.rq_ci, &mut r.wqe)?;
             r.wqe_counter = v.rq_ci as u16;
             queue::save_rq(st, v.qpn, v.rq_ci.wrapping_add(1));
-            Some(r)
+            Some(())
         }
         rq_type::SRQ => {
             let s = queue::srq_view(st, v.srqn)?;
@@ -380,7 +404,7 @@ fn take_recv(st: &mut State, inner: &mut Inner, v: &QpView) -> Option<Recv> {
             };
             inner.srq_heads.insert(s.srqn, (consumed, next));
             queue::save_srq_counter(st, s.srqn, consumed);
-            Some(r)
+            Some(())
         }
         _ => None,
     }

@@ -85,8 +85,11 @@ impl UarPage for SimUarPage {
         if self.freed.load(Ordering::Acquire) {
             return;
         }
-        let sink = self.sink.read().unwrap_or_else(|e| e.into_inner()).clone();
-        if let Some(s) = sink {
+        // Called under the read lock rather than through a cloned Arc: no
+        // reference count traffic per doorbell, and a sink being replaced
+        // waits for doorbells in progress. Sinks never write UAR pages.
+        let sink = self.sink.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = sink.as_ref() {
             s.doorbell(self.page_id, offset, value);
         }
     }
