@@ -1,0 +1,41 @@
+//! Allocation of the DEVX async command fd and async event fd (their reads
+//! and polls are in `syscalls`).
+
+use std::collections::VecDeque;
+
+use crate::kernel::abi::async_fd;
+use crate::kernel::fake::ctx::Ctx;
+use crate::kernel::fake::state::{FdState, State};
+use crate::kernel::fake::FakeKernel;
+use crate::kernel::sys::SysResult;
+
+/// DEVX_ASYNC_CMD_FD_ALLOC.
+pub(super) fn alloc_cmd_fd(s: &mut State, file: u32, ctx: &mut Ctx<'_>) -> SysResult<i32> {
+    let fd = FakeKernel::alloc_fd(
+        s,
+        FdState::AsyncCmd {
+            file,
+            queue: VecDeque::new(),
+            bytes: 0,
+            nonblock: false,
+        },
+    );
+    ctx.set_data(async_fd::HANDLE, fd as u64);
+    Ok(0)
+}
+
+/// DEVX_ASYNC_EVENT_FD_ALLOC.
+pub(super) fn alloc_event_fd(s: &mut State, file: u32, ctx: &mut Ctx<'_>) -> SysResult<i32> {
+    let flags = ctx.input_u64(async_fd::EVENT_FLAGS).unwrap_or(0);
+    let fd = FakeKernel::alloc_fd(
+        s,
+        FdState::AsyncEvent {
+            file,
+            queue: VecDeque::new(),
+            omit_data: flags & u64::from(async_fd::FLAG_OMIT_DATA) != 0,
+            nonblock: false,
+        },
+    );
+    ctx.set_data(async_fd::HANDLE, fd as u64);
+    Ok(0)
+}
