@@ -8,6 +8,7 @@ pub mod cmd_comp;
 pub mod context;
 pub mod device;
 pub mod error;
+pub mod events;
 pub mod fixture;
 pub mod kernel;
 pub mod obj;
@@ -20,6 +21,7 @@ pub use cmd_comp::CmdComp;
 pub use context::Context;
 pub use device::Device;
 pub use error::{Error, FwReport, Result};
+pub use events::{event_type, Events};
 pub use obj::{DestroyFailed, Obj};
 pub use provider::{
     AsyncCompletion, CmdChannel, DeviceInfo, DevxEvent, EventChannel, Handle, Provider,

@@ -220,8 +220,9 @@ impl Node {
             unsafe { *((ring + i * 64 + 63) as *mut u8) = 0xf0 };
         }
         let inbox = support::cq_inbox(log, ring_id, 0, dbr_id, 0, self.uar, self.eqn);
-        let out = create(&self.ctx, &inbox, 16).unwrap();
+        let (h, out) = create_h(&self.ctx, &inbox, 16).unwrap();
         Cq {
+            h,
             cqn: be32(&out, 8) & 0xff_ffff,
             ring,
             dbr,
@@ -370,9 +371,11 @@ impl Node {
 
 /// A CQ polled the way rdma-core does.
 pub struct Cq {
+    /// The context's handle of the CQ (for subscriptions).
+    pub h: devx::Handle,
     pub cqn: u32,
     ring: usize,
-    dbr: usize,
+    pub dbr: usize,
     pub log: u8,
     pub ci: u32,
 }

@@ -1,17 +1,23 @@
-//! Completion event channels: where CQ events will be delivered.
+//! Completion event channels (`ibv_comp_channel`): a DEVX event channel each
+//! CQ created with it is subscribed to for completion events (cookie = CQN).
+//! Reading an event bumps that CQ's arm sequence number, as rdma-core's
+//! `mlx5_cq_event` does inside `ibv_get_cq_event`.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::os::fd::RawFd;
-use std::sync::Arc;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::context::Context;
+use crate::cq_notify::CqNotify;
 use crate::error::{Result, VerbResult};
 
-/// A completion event channel (`ibv_comp_channel`): a DEVX event channel the
-/// CQs created with it report their completion events to.
+/// A completion event channel. Clones share the channel.
 #[derive(Clone)]
 pub struct CompChannel {
     channel: Arc<dyn devx::EventChannel>,
+    /// The CQs subscribed through this channel, by CQN (their cookie).
+    cqs: Arc<Mutex<HashMap<u32, Weak<CqNotify>>>>,
 }
 
 impl fmt::Debug for CompChannel {
@@ -28,12 +34,15 @@ impl CompChannel {
             .provider()
             .create_event_channel(false)
             .verb("create_comp_channel")?;
-        Ok(CompChannel { channel })
+        Ok(CompChannel::from_devx(channel))
     }
 
     /// Wraps an event channel made through DEVX directly.
     pub fn from_devx(channel: Arc<dyn devx::EventChannel>) -> CompChannel {
-        CompChannel { channel }
+        CompChannel {
+            channel,
+            cqs: Arc::default(),
+        }
     }
 
     pub fn fd(&self) -> RawFd {
@@ -42,5 +51,46 @@ impl CompChannel {
 
     pub fn channel(&self) -> &Arc<dyn devx::EventChannel> {
         &self.channel
+    }
+
+    /// `ibv_get_cq_event`: blocks until a CQ of this channel reports a
+    /// completion event and returns its CQN. The CQ is disarmed until the
+    /// next `Cq::req_notify`.
+    pub fn get_cq_event(&self) -> Result<u32> {
+        let ev = self.channel.get().verb("get_cq_event")?;
+        Ok(self.delivered(ev.cookie))
+    }
+
+    /// `ibv_get_cq_event` on a non-blocking channel: `None` when no event
+    /// is queued.
+    pub fn try_get_cq_event(&self) -> Result<Option<u32>> {
+        let ev = self.channel.try_get().verb("get_cq_event")?;
+        Ok(ev.map(|e| self.delivered(e.cookie)))
+    }
+
+    fn delivered(&self, cookie: u64) -> u32 {
+        let cqn = cookie as u32;
+        let cq = self.lock().get(&cqn).and_then(Weak::upgrade);
+        if let Some(n) = cq {
+            n.event();
+        }
+        cqn
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Weak<CqNotify>>> {
+        self.cqs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Files a CQ subscribed through this channel.
+    pub(crate) fn register(&self, cqn: u32, notify: &Arc<CqNotify>) {
+        let mut cqs = self.lock();
+        cqs.retain(|_, w| w.strong_count() > 0);
+        cqs.insert(cqn, Arc::downgrade(notify));
+    }
+}
+
+impl AsRawFd for CompChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.channel.fd()
     }
 }

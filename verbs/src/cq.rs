@@ -11,6 +11,7 @@ use prm_layouts::{CreateCqIn, CreateCqOut, ModifyCqIn, ModifyCqOut, QueryCqIn, Q
 
 use crate::comp_channel::CompChannel;
 use crate::context::Context;
+use crate::cq_notify::{self, CqNotify};
 use crate::datapath::{Poller, Registry};
 use crate::error::{DestroyError, Error, Result, VerbResult};
 use crate::util::{
@@ -107,6 +108,8 @@ pub(crate) struct CqShared {
     ctx: Context,
     channel: Option<CompChannel>,
     eqn: u32,
+    /// Arm sequence number and event counts (see `cq_notify`).
+    notify: Arc<CqNotify>,
     /// The QPs completing here, for the data path's poll.
     pub(crate) tracks: Arc<Registry>,
 }
@@ -130,8 +133,6 @@ pub struct Cq {
     pub(crate) log_size: u32,
     /// Consumer counter (free running), for the data path's poll.
     pub(crate) ci: u32,
-    /// Arm sequence number, bumped on each completion event.
-    pub(crate) arm_sn: u32,
     pub(crate) dp: Poller,
 }
 
@@ -197,6 +198,10 @@ impl Cq {
             .devx()
             .create(inbox.as_bytes(), CreateCqOut::SIZE_BYTES)
             .verb(VERB)?;
+        let notify = Arc::new(CqNotify::default());
+        if let Some(ch) = &init.channel {
+            cq_notify::subscribe(VERB, ch, &obj, &notify)?;
+        }
 
         let ring_addr = ring.addr();
         let tracks = Arc::new(Registry::default());
@@ -214,6 +219,7 @@ impl Cq {
             ctx: ctx.clone(),
             channel: init.channel.clone(),
             eqn,
+            notify,
             tracks,
         };
         Ok(Cq {
@@ -221,7 +227,6 @@ impl Cq {
             ring_addr,
             log_size: log2(n),
             ci: 0,
-            arm_sn: 0,
             dp,
         })
     }
@@ -276,6 +281,10 @@ impl Cq {
 
     pub(crate) fn shared(&self) -> &Arc<CqShared> {
         &self.shared
+    }
+
+    pub(crate) fn notify(&self) -> &Arc<CqNotify> {
+        &self.shared.notify
     }
 
     /// `ibv_query_cq`: QUERY_CQ.
@@ -404,7 +413,6 @@ impl Cq {
             ring_addr,
             log_size,
             ci,
-            arm_sn,
             dp,
         } = self;
         let rebuild = |shared| Cq {
@@ -412,7 +420,6 @@ impl Cq {
             ring_addr,
             log_size,
             ci,
-            arm_sn,
             dp,
         };
         let inner = match sole(shared, VERB, "completion queue") {
@@ -424,6 +431,7 @@ impl Cq {
             ctx,
             channel,
             eqn,
+            notify,
             tracks,
         } = inner;
         owned.destroy().map_err(|refused| {
@@ -433,6 +441,7 @@ impl Cq {
                 ctx,
                 channel,
                 eqn,
+                notify,
                 tracks,
             });
             DestroyError::new(rebuild(shared), Error::Device { verb: VERB, source })

@@ -20,6 +20,7 @@ mod ah;
 mod comp_channel;
 mod context;
 mod cq;
+mod cq_notify;
 pub mod datapath;
 mod device;
 mod error;

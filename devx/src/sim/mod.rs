@@ -28,6 +28,7 @@ use crate::provider::{DeviceInfo, Provider, ProviderContext};
 pub use fw::kind::ObjKind;
 pub use identity::Identity;
 pub use kernel::async_cmd::SimCmdChannel;
+pub use kernel::events::SimEventChannel;
 pub use kernel::uar::{DoorbellSink, SimUarPage};
 pub use kernel::SimContext;
 pub use profile::Profile;

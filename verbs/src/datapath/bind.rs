@@ -8,7 +8,7 @@
 
 use devx::StableMemory;
 
-use super::send::SendQueue;
+use super::send::{has_room, SendQueue};
 use super::wqe::{CTRL_SIGNALED, WQEBB};
 use crate::access::AccessFlags;
 use crate::error::{Error, Result};
@@ -130,7 +130,7 @@ impl SendQueue {
         let ds: u32 = if bind { 12 } else { 8 };
         let nbb = (ds * DS as u32).div_ceil(WQEBB);
         let next = self.cur_post.wrapping_add(nbb);
-        if next.wrapping_sub(self.track.sq_tail()) > self.bbs {
+        if !has_room(next, self.bbs, &mut self.tail_seen, self.track.sq_view()) {
             return Err(Error::QueueFull {
                 verb: VERB,
                 queue: "send queue",
@@ -214,7 +214,7 @@ impl SendQueue {
             ),
         );
         let ctrl8 = u64::from_ne_bytes(((u64::from(c_w0) << 32) | u64::from(c_w1)).to_be_bytes());
-        self.track.sq_record(self.cur_post, next, b.wr_id);
+        self.track.sq_view().record(self.cur_post, next, b.wr_id);
         self.cur_post = next;
         self.db.ring(self.cur_post, ctrl8);
         b.mw.set_rkey(new);

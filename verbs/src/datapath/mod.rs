@@ -82,6 +82,7 @@ impl QpDataPath {
         let sq = SendQueue {
             ring,
             cur_post: 0,
+            tail_seen: 0,
             bbs: l.sq.wqe_cnt,
             shape: SqShape {
                 qpn,
@@ -108,6 +109,7 @@ impl QpDataPath {
     /// The QP went back to RST: counters restart at 0.
     pub(crate) fn reset(&mut self) {
         self.sq.cur_post = 0;
+        self.sq.tail_seen = 0;
         self.sq.db.reset();
         self.rq.head = 0;
         self.sq.track.reset();

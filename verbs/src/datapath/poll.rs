@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::ring::{DbRec, Ring};
-use super::track::{PollCache, Registry};
+use super::track::{PendingTail, PollCache, Registry};
 use super::wc::{Wc, WcOpcode, WcStatus};
 use crate::cq::{Cq, CQE_SIZE};
 
@@ -126,38 +126,51 @@ impl RawCqe {
     }
 }
 
-/// Decodes one software-owned CQE into `out`, retiring the work it names.
-/// `false` for entries that complete no request (a resize marker). Writes
-/// straight into the caller's slot: returning the 48-byte `Wc` by value
-/// costs a copy per completion.
+/// CQE byte offsets the fast path reads (prm-guide §6.1).
+const BYTE_CNT: usize = 44;
+const SOP_DROP_QPN: usize = 56;
+const WQE_COUNTER: usize = 60;
+
+/// Decodes the software-owned CQE at ring offset `off` into `out`, retiring
+/// the work it names. `false` for entries that complete no request (a
+/// resize marker). The common case, a successful requester completion of a
+/// known opcode on a known QP, reads just the fields it needs from the ring;
+/// anything else copies the entry out and takes the general path, which
+/// repeats the (idempotent) fast-path steps.
 #[inline(always)]
-fn complete(c: &RawCqe, cache: &mut PollCache, out: &mut Wc) -> bool {
-    let op = c.opcode();
-    // The common case first: a successful requester completion of a known
-    // opcode on a known QP. Anything else takes the general path, which
-    // repeats these (idempotent) steps.
-    if op == REQ && c.format() != FORMAT_COMPRESSED {
-        if let Some(opcode) = WcOpcode::from_send_opcode(c.send_opcode()) {
-            if let Some(wr_id) = cache
-                .lookup(c.qpn())
-                .and_then(|t| t.sq_retire(c.wqe_counter()))
-            {
+fn complete(
+    ring: &Ring,
+    off: usize,
+    op_own: u8,
+    cache: &mut PollCache,
+    pending: &mut PendingTail,
+    out: &mut Wc,
+) -> bool {
+    // Opcode REQ and not the compressed format.
+    if op_own >> 4 == REQ && (op_own >> 2) & 3 != FORMAT_COMPRESSED {
+        let sop = ring.read_be32(off + SOP_DROP_QPN);
+        if let Some(opcode) = WcOpcode::from_send_opcode((sop >> 24) as u8) {
+            let qpn = sop & 0xff_ffff;
+            let counter = ring.read_be16(off + WQE_COUNTER);
+            if let Some(wr_id) = cache.sq_retire_hot(qpn, counter, pending) {
                 let byte_len = match opcode {
                     WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-                    _ => c.byte_cnt(),
+                    _ => ring.read_be32(off + BYTE_CNT),
                 };
                 *out = Wc {
                     wr_id,
                     opcode,
                     byte_len,
-                    qp_num: c.qpn(),
+                    qp_num: qpn,
                     ..Wc::default()
                 };
                 return true;
             }
         }
     }
-    match complete_any(c, cache) {
+    let (wc, tail) = complete_any(&RawCqe(ring.read64b(off)), cache, *pending);
+    *pending = tail;
+    match wc {
         Some(w) => {
             *out = w;
             true
@@ -166,8 +179,21 @@ fn complete(c: &RawCqe, cache: &mut PollCache, out: &mut Wc) -> bool {
     }
 }
 
-/// Decodes any software-owned CQE; `None` for a resize marker.
-fn complete_any(c: &RawCqe, cache: &mut PollCache) -> Option<Wc> {
+/// Decodes any software-owned CQE; `None` for a resize marker. Takes and
+/// returns the pending SQ tail by value, so the fast path's copy of it is
+/// never spilled for this call.
+#[inline(never)]
+fn complete_any(
+    c: &RawCqe,
+    cache: &mut PollCache,
+    mut pending: PendingTail,
+) -> (Option<Wc>, PendingTail) {
+    let wc = decode_any(c, cache, &mut pending);
+    (wc, pending)
+}
+
+#[inline(always)]
+fn decode_any(c: &RawCqe, cache: &mut PollCache, pending: &mut PendingTail) -> Option<Wc> {
     let op = c.opcode();
     let mut wc = Wc {
         qp_num: c.qpn(),
@@ -176,25 +202,25 @@ fn complete_any(c: &RawCqe, cache: &mut PollCache) -> Option<Wc> {
     if op == RESIZE_CQ {
         return None;
     }
-    let track = match op {
+    let known = match op {
         REQ | REQ_ERR | RESP_WR_IMM | RESP_SEND | RESP_SEND_IMM | RESP_SEND_INV | RESP_ERR
             if c.format() != FORMAT_COMPRESSED =>
         {
-            cache.lookup(c.qpn())
+            cache.lookup(c.qpn(), pending).is_some()
         }
-        _ => None,
+        _ => false,
     };
-    let Some(track) = track else {
+    if !known {
         // Garbage, a format we never enable, or a QP nobody knows.
         wc.status = WcStatus::GeneralErr;
         return Some(wc);
-    };
+    }
     if op == REQ_ERR || op == RESP_ERR {
         wc.status = WcStatus::from_syndrome(c.syndrome());
         wc.vendor_err = u32::from(c.vendor_err_synd());
     }
     if op == REQ || op == REQ_ERR {
-        let Some(wr_id) = track.sq_retire(c.wqe_counter()) else {
+        let Some(wr_id) = cache.sq_retire(c.qpn(), c.wqe_counter(), pending) else {
             wc.status = WcStatus::GeneralErr;
             return Some(wc);
         };
@@ -210,6 +236,10 @@ fn complete_any(c: &RawCqe, cache: &mut PollCache) -> Option<Wc> {
         };
         return Some(wc);
     }
+    let Some(track) = cache.lookup(c.qpn(), pending) else {
+        wc.status = WcStatus::GeneralErr;
+        return Some(wc);
+    };
     let wr_id = match &track.srq {
         Some(srq) => Some(srq.retire(c.wqe_counter())),
         None => track.rq_retire(),
@@ -270,19 +300,22 @@ impl Cq {
         // A local copy: stores into `wc` would otherwise make the compiler
         // reload the counter from `self` for every entry.
         let mut ci = start;
+        let mut pending: PendingTail = None;
         while got < wc.len() {
             let off = (ci & (n - 1)) as usize * CQE_SIZE;
             let op_own = ring.load_acquire(off + CQE_SIZE - 1);
             if !RawCqe::is_sw_owned(op_own, ci, log) {
                 break;
             }
-            let cqe = RawCqe(ring.read64b(off));
             ci = ci.wrapping_add(1);
-            if complete(&cqe, &mut self.dp.cache, &mut wc[got]) {
+            let cache = &mut self.dp.cache;
+            if complete(&ring, off, op_own, cache, &mut pending, &mut wc[got]) {
                 got += 1;
             }
         }
         if ci != start {
+            // SQ room first, then the CQ's: the order per-entry retiring had.
+            self.dp.cache.publish(pending);
             self.ci = ci;
             self.dp.dbrec.store(SET_CI, ci & 0xff_ffff);
         }

@@ -73,6 +73,27 @@ impl Ring {
         unsafe { AtomicU8::from_ptr(self.at(off)).load(Ordering::Acquire) }
     }
 
+    /// Reads the big-endian u32 at `off` (a multiple of 4, wrapped): one
+    /// CQE field. Call only after [`Ring::load_acquire`] showed the entry is
+    /// ours.
+    #[inline(always)]
+    pub(crate) fn read_be32(&self, off: usize) -> u32 {
+        debug_assert!(off.is_multiple_of(4));
+        // SAFETY: `off & mask` is 4-aligned (the base is 16-aligned) and ≤
+        // len − 4, inside the mapping. Ordered after the device's write of
+        // the entry by the caller's acquire load, as in `read64b`.
+        u32::from_be(unsafe { self.at(off).cast::<u32>().read() })
+    }
+
+    /// Reads the big-endian u16 at `off` (a multiple of 2, wrapped); as
+    /// [`Ring::read_be32`].
+    #[inline(always)]
+    pub(crate) fn read_be16(&self, off: usize) -> u16 {
+        debug_assert!(off.is_multiple_of(2));
+        // SAFETY: as in `read_be32`, for 2 bytes at a 2-aligned offset.
+        u16::from_be(unsafe { self.at(off).cast::<u16>().read() })
+    }
+
     /// Copies 64 bytes starting at `off` (a multiple of 64) out of the ring.
     /// Call only after [`Ring::load_acquire`] showed the entry is ours.
     #[inline(always)]

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::doorbell::Doorbell;
 use super::ring::Ring;
-use super::track::QpTrack;
+use super::track::{QpTrack, SqView};
 use super::wqe::{self, SqShape};
 use super::wr::{SendWr, Sge};
 use crate::error::{Error, Result};
@@ -17,6 +17,9 @@ pub struct SendQueue {
     pub(crate) ring: Ring,
     /// Next free WQEBB (free running).
     pub(crate) cur_post: u32,
+    /// The SQ tail as last read. The tail only moves forward, so room this
+    /// shows is there; the shared tail is read again only when it shows none.
+    pub(crate) tail_seen: u32,
     pub(crate) bbs: u32,
     pub(crate) shape: SqShape,
     pub(crate) db: Doorbell,
@@ -35,6 +38,26 @@ impl std::fmt::Debug for SendQueue {
     }
 }
 
+#[cold]
+#[inline(never)]
+fn full(verb: &'static str) -> Error {
+    Error::QueueFull {
+        verb,
+        queue: "send queue",
+    }
+}
+
+/// Whether WQEBBs up to (not including) `next` fit in an SQ of `bbs`,
+/// refreshing the cached tail only when it says they do not.
+#[inline(always)]
+pub(crate) fn has_room(next: u32, bbs: u32, tail_seen: &mut u32, view: SqView<'_>) -> bool {
+    if next.wrapping_sub(*tail_seen) <= bbs {
+        return true;
+    }
+    *tail_seen = view.tail();
+    next.wrapping_sub(*tail_seen) <= bbs
+}
+
 impl SendQueue {
     /// The SQ counter: WQEBBs posted so far (free running).
     pub fn cur_post(&self) -> u32 {
@@ -50,30 +73,14 @@ impl SendQueue {
         &self.db
     }
 
-    /// Writes one WQE without ringing; returns the doorbell value.
-    #[inline(always)]
-    fn write(&mut self, wr: &SendWr<'_>) -> Result<u64> {
-        let p = wqe::plan(&self.shape, wr)?;
-        let next = self.cur_post.wrapping_add(p.nbb);
-        if next.wrapping_sub(self.track.sq_tail()) > self.bbs {
-            return Err(Error::QueueFull {
-                verb: "post_send",
-                queue: "send queue",
-            });
-        }
-        let ctrl8 = wqe::write(&self.ring, self.cur_post, &self.shape, wr, p);
-        self.track.sq_record(self.cur_post, next, wr.wr_id);
-        self.cur_post = next;
-        Ok(ctrl8)
-    }
-
     /// `ibv_post_send` of one request: WQE, doorbell record, doorbell. A bad
     /// request (too many SGEs, inline too long, queue full) fails before
     /// anything is written.
     #[inline]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        let ctrl8 = self.write(wr)?;
-        self.db.ring(self.cur_post, ctrl8);
+        let mut b = self.batch();
+        b.post(wr)?;
+        b.ring();
         Ok(())
     }
 
@@ -81,27 +88,73 @@ impl SendQueue {
     /// rings for all of them at [`SendBatch::ring`] (or when the batch drops).
     #[inline]
     pub fn batch(&mut self) -> SendBatch<'_> {
+        let SendQueue {
+            ring,
+            cur_post,
+            tail_seen,
+            bbs,
+            shape,
+            db,
+            track,
+        } = self;
         SendBatch {
-            sq: self,
-            last: None,
+            ring: *ring,
+            shape: *shape,
+            bbs: *bbs,
+            cur_post: *cur_post,
+            tail_seen: *tail_seen,
+            view: track.sq_view(),
+            home: Home {
+                cur_post,
+                tail_seen,
+                db,
+            },
+            last: 0,
             count: 0,
         }
     }
 }
 
-/// Send requests written but not yet announced to the device.
+/// Where a batch writes its counters back and rings.
+struct Home<'a> {
+    cur_post: &'a mut u32,
+    tail_seen: &'a mut u32,
+    db: &'a mut Doorbell,
+}
+
+/// Send requests written but not yet announced to the device. The queue's
+/// state is copied in by value, so the compiler need not reload it through
+/// the queue after every store into the ring (which it must assume could
+/// alias the queue). The counters go back to the queue at the doorbell.
 pub struct SendBatch<'a> {
-    sq: &'a mut SendQueue,
-    last: Option<u64>,
+    ring: Ring,
+    shape: SqShape,
+    bbs: u32,
+    cur_post: u32,
+    tail_seen: u32,
+    view: SqView<'a>,
+    home: Home<'a>,
+    /// The doorbell value of the last request written; meaningful once
+    /// `count > 0`.
+    last: u64,
     count: usize,
 }
 
 impl SendBatch<'_> {
     /// Writes one request; on error nothing of it was written and the batch
-    /// goes on.
-    #[inline]
+    /// goes on. Always inlined, so a request built at the call site is
+    /// folded into the WQE stores rather than built in memory and read back.
+    #[inline(always)]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        self.last = Some(self.sq.write(wr)?);
+        let p = wqe::plan(&self.shape, wr)?;
+        let next = self.cur_post.wrapping_add(p.nbb);
+        if !has_room(next, self.bbs, &mut self.tail_seen, self.view) {
+            return Err(full("post_send"));
+        }
+        let ctrl8 = wqe::write(&self.ring, self.cur_post, &self.shape, wr, p);
+        self.view.record(self.cur_post, next, wr.wr_id);
+        self.cur_post = next;
+        self.last = ctrl8;
         self.count += 1;
         Ok(())
     }
@@ -152,8 +205,11 @@ impl SendBatch<'_> {
 
     #[inline]
     fn flush(&mut self) {
-        if let Some(ctrl8) = self.last.take() {
-            self.sq.db.ring(self.sq.cur_post, ctrl8);
+        *self.home.tail_seen = self.tail_seen;
+        if self.count != 0 {
+            self.count = 0;
+            *self.home.cur_post = self.cur_post;
+            self.home.db.ring(self.cur_post, self.last);
         }
     }
 }

@@ -15,7 +15,7 @@ fn slots<T: Default>(n: u32) -> Box<[T]> {
 /// One SQ slot: the wr_id of the WQE starting there and the SQ counter
 /// just past it (what a completion of it frees up to).
 #[derive(Default)]
-struct SqSlot {
+pub(crate) struct SqSlot {
     wr_id: AtomicU64,
     next: AtomicU32,
 }
@@ -26,10 +26,9 @@ pub(crate) struct QpTrack {
     alive: AtomicBool,
     /// Per WQEBB index of a WQE's first block: its wr_id and the SQ counter
     /// just past it, side by side so a post or a completion touches one
-    /// cache line.
+    /// cache line. A power of two long (or empty without an SQ), so masking
+    /// with `len - 1` keeps an index in bounds without a separate check.
     sq: Box<[SqSlot]>,
-    /// `sq.len() - 1` (a power of two minus one), or 0 without an SQ.
-    sq_mask: usize,
     /// First WQEBB not yet retired (free running).
     sq_tail: AtomicU32,
     rq_wrid: Box<[AtomicU64]>,
@@ -44,7 +43,6 @@ impl QpTrack {
             qpn,
             alive: AtomicBool::new(true),
             sq: slots(sq_bbs),
-            sq_mask: (sq_bbs as usize).saturating_sub(1),
             sq_tail: AtomicU32::new(0),
             rq_wrid: slots(rq_wqes),
             rq_tail: AtomicU32::new(0),
@@ -61,12 +59,14 @@ impl QpTrack {
         self.alive.store(false, Ordering::Relaxed);
     }
 
-    /// Producer: the WQE starting at SQ counter `at` ends before `next`.
+    /// The producer's view of the SQ bookkeeping, borrowed once per batch so
+    /// the slot table's address stays in a register while WQEs are written.
     #[inline(always)]
-    pub(crate) fn sq_record(&self, at: u32, next: u32, wr_id: u64) {
-        let slot = &self.sq[at as usize & self.sq_mask];
-        slot.wr_id.store(wr_id, Ordering::Relaxed);
-        slot.next.store(next, Ordering::Relaxed);
+    pub(crate) fn sq_view(&self) -> SqView<'_> {
+        SqView {
+            slots: &self.sq,
+            tail: &self.sq_tail,
+        }
     }
 
     #[inline(always)]
@@ -74,13 +74,22 @@ impl QpTrack {
         self.sq_tail.load(Ordering::Acquire)
     }
 
-    /// Consumer: the WQE at WQEBB index `wqe_counter` and all before it are done.
+    /// Consumer: the wr_id of the WQE at WQEBB index `wqe_counter` and the SQ
+    /// counter its completion retires everything up to; `None` without an SQ.
     #[inline(always)]
-    pub(crate) fn sq_retire(&self, wqe_counter: u16) -> Option<u64> {
-        let slot = self.sq.get(usize::from(wqe_counter) & self.sq_mask)?;
-        self.sq_tail
-            .store(slot.next.load(Ordering::Relaxed), Ordering::Release);
-        Some(slot.wr_id.load(Ordering::Relaxed))
+    pub(crate) fn sq_slot(&self, wqe_counter: u16) -> Option<(u64, u32)> {
+        let mask = self.sq.len().wrapping_sub(1);
+        let slot = self.sq.get(usize::from(wqe_counter) & mask)?;
+        Some((
+            slot.wr_id.load(Ordering::Relaxed),
+            slot.next.load(Ordering::Relaxed),
+        ))
+    }
+
+    /// Consumer: publishes the SQ tail, freeing the WQEBBs before it.
+    #[inline(always)]
+    pub(crate) fn set_sq_tail(&self, tail: u32) {
+        self.sq_tail.store(tail, Ordering::Release);
     }
 
     #[inline(always)]
@@ -110,6 +119,34 @@ impl QpTrack {
     pub(crate) fn reset(&self) {
         self.sq_tail.store(0, Ordering::Release);
         self.rq_tail.store(0, Ordering::Release);
+    }
+}
+
+/// The SQ half of a [`QpTrack`] as the producer uses it.
+#[derive(Clone, Copy)]
+pub(crate) struct SqView<'a> {
+    slots: &'a [SqSlot],
+    tail: &'a AtomicU32,
+}
+
+impl SqView<'_> {
+    /// The WQE starting at SQ counter `at` ends before `next`. The SQ is not
+    /// empty here: a post into an SQ of no WQEBBs fails as full first.
+    #[inline(always)]
+    pub(crate) fn record(&self, at: u32, next: u32, wr_id: u64) {
+        // `get`, not indexing: no panic branch (and its unwinding drop of
+        // the batch) in the posting loop for a slot that always exists.
+        let i = at as usize & self.slots.len().wrapping_sub(1);
+        debug_assert!(i < self.slots.len());
+        if let Some(slot) = self.slots.get(i) {
+            slot.wr_id.store(wr_id, Ordering::Relaxed);
+            slot.next.store(next, Ordering::Relaxed);
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn tail(&self) -> u32 {
+        self.tail.load(Ordering::Acquire)
     }
 }
 
@@ -189,6 +226,12 @@ pub(crate) struct PollCache {
     last: usize,
 }
 
+/// The SQ tail a poll call has retired up to on the QP the cache points at,
+/// not yet published. Published once per call, or when the poll moves on to
+/// another QP: a store per completion would write the shared cache line the
+/// producer reads. A value the poll loop carries, so it stays in a register.
+pub(crate) type PendingTail = Option<u32>;
+
 impl PollCache {
     pub(crate) fn new(reg: Arc<Registry>) -> PollCache {
         PollCache {
@@ -199,17 +242,61 @@ impl PollCache {
     }
 
     /// The track of `qpn`: the QP of the previous completion on the fast
-    /// path, else a scan of the cache, else the registry.
+    /// path, else a scan of the cache, else the registry. Moving to another
+    /// QP publishes `pending` first, as it belongs to the one before.
     #[inline(always)]
-    pub(crate) fn lookup(&mut self, qpn: u32) -> Option<&QpTrack> {
-        let hit = match self.qps.get(self.last) {
-            Some(t) => t.qpn == qpn && t.is_alive(),
-            None => false,
-        };
-        if !hit {
+    pub(crate) fn lookup(&mut self, qpn: u32, pending: &mut PendingTail) -> Option<&QpTrack> {
+        if self.hot(qpn).is_none() {
+            self.publish(pending.take());
             self.refresh(qpn)?;
         }
         self.qps.get(self.last).map(|t| &**t)
+    }
+
+    /// The cached track of the previous completion, if it is `qpn`'s.
+    #[inline(always)]
+    fn hot(&self, qpn: u32) -> Option<&QpTrack> {
+        self.qps
+            .get(self.last)
+            .filter(|t| t.qpn == qpn && t.is_alive())
+            .map(|t| &**t)
+    }
+
+    /// Retires the SQ of `qpn` up to and including the WQE at
+    /// `wqe_counter`; its wr_id, or `None` for an unknown QP or one without
+    /// an SQ. The new tail goes to `pending`.
+    #[inline(always)]
+    pub(crate) fn sq_retire(
+        &mut self,
+        qpn: u32,
+        wqe_counter: u16,
+        pending: &mut PendingTail,
+    ) -> Option<u64> {
+        let (wr_id, next) = self.lookup(qpn, pending)?.sq_slot(wqe_counter)?;
+        *pending = Some(next);
+        Some(wr_id)
+    }
+
+    /// The fast path of [`PollCache::sq_retire`]: `None`, touching nothing,
+    /// unless `qpn` is the cached QP.
+    #[inline(always)]
+    pub(crate) fn sq_retire_hot(
+        &self,
+        qpn: u32,
+        wqe_counter: u16,
+        pending: &mut PendingTail,
+    ) -> Option<u64> {
+        let (wr_id, next) = self.hot(qpn)?.sq_slot(wqe_counter)?;
+        *pending = Some(next);
+        Some(wr_id)
+    }
+
+    /// Stores a pending SQ tail into the QP it belongs to.
+    #[inline(always)]
+    pub(crate) fn publish(&self, pending: PendingTail) {
+        if let (Some(tail), Some(t)) = (pending, self.qps.get(self.last)) {
+            t.set_sq_tail(tail);
+        }
     }
 
     /// Points `last` at `qpn`'s track, fetching it from the registry if the

@@ -149,7 +149,11 @@ pub(crate) fn plan(shape: &SqShape, wr: &SendWr<'_>) -> Result<Plan> {
         if wr.sgl.len() > shape.max_sge as usize {
             return Err(too_many_sges(wr.sgl.len(), shape.max_sge));
         }
-        ds += wr.sgl.iter().filter(|s| s.length != 0).count() as u32;
+        ds += match wr.sgl {
+            // One entry is the common case: no loop for it.
+            [s] => u32::from(s.length != 0),
+            sgl => sgl.iter().filter(|s| s.length != 0).count() as u32,
+        };
     }
     Ok(Plan {
         ds,
@@ -214,6 +218,10 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
         if !data.is_empty() {
             ring.write_bytes(seg, &(INLINE_SEG | data.len() as u32).to_be_bytes());
             ring.write_bytes(seg + 4, data);
+        }
+    } else if let [s] = wr.sgl {
+        if s.length != 0 {
+            ring.write_seg(seg, data_seg(s.length, s.lkey, s.addr));
         }
     } else {
         for s in wr.sgl.iter().filter(|s| s.length != 0) {

@@ -3,6 +3,7 @@
 //! wrap parity.
 
 use super::dma::Span;
+use super::notify;
 use crate::sim::fw::state::State;
 
 /// CQE opcodes (op_own[7:4]).
@@ -111,6 +112,7 @@ pub fn push(st: &mut State, cqn: u32, cqe: &Completion) -> bool {
         if let Some(e) = st.cq.peek_mut(cqn) {
             e.obj.cqc.set_status(CQ_STATUS_OVERFLOW);
         }
+        notify::overrun(st, cqn);
         return false;
     }
     let mut bytes = cqe.encode();
@@ -120,8 +122,17 @@ pub fn push(st: &mut State, cqn: u32, cqe: &Completion) -> bool {
     if !ring.write_publish(at, &bytes) {
         return false;
     }
-    if let Some(e) = st.cq.peek_mut(cqn) {
-        e.obj.cqc.set_producer_counter((pi + 1) & 0x00ff_ffff);
+    let armed = match st.cq.peek_mut(cqn) {
+        Some(e) => {
+            e.obj.cqc.set_producer_counter((pi + 1) & 0x00ff_ffff);
+            e.obj.arm.is_some()
+        }
+        None => false,
+    };
+    let solicited = cqe.se || matches!(cqe.opcode, op::REQ_ERR | op::RESP_ERR);
+    // The common case (not armed, not solicited) costs no second lookup.
+    if armed || solicited {
+        notify::completed(st, cqn, pi, solicited);
     }
     true
 }

@@ -21,6 +21,7 @@ pub mod dma;
 pub mod flush;
 pub mod keys;
 pub mod msg;
+pub mod notify;
 pub mod queue;
 pub mod requester;
 pub mod responder;
@@ -290,7 +291,13 @@ impl Engine {
 
 impl DoorbellSink for Engine {
     fn doorbell(&self, page_id: u32, offset: usize, value: u64) {
-        // CQ arm doorbells (+0x20) need no data-path action here.
+        if offset == notify::CQ_ARM_DOORBELL {
+            // Arming is a firmware-state change only; it never waits for
+            // the data path, so a paused engine still takes it.
+            self.fw
+                .with_mut(|st| notify::arm_doorbell(st, page_id, value));
+            return;
+        }
         if !BF_REGS.contains(&offset) {
             return;
         }

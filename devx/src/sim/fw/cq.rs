@@ -39,7 +39,27 @@ pub struct CqObj {
     pub dbr_addr: u64,
     pub eqn: u32,
     pub uar: u32,
+    /// Completion notification request (the arm doorbell), if one is pending.
+    pub arm: Option<Arm>,
+    /// Producer index of the last solicited (or error) CQE written, so an
+    /// arm for solicited events can tell whether one is already waiting.
+    pub last_solicited: Option<u32>,
     holds: Vec<ObjRef>,
+}
+
+/// A pending notification request: its sequence number and whether only
+/// solicited completions fire it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arm {
+    pub sn: u8,
+    pub solicited: bool,
+}
+
+/// `cqc.st` values (arm state).
+pub mod arm_state {
+    pub const SOLICITED_ARMED: u8 = 0x6;
+    pub const ARMED: u8 = 0x9;
+    pub const FIRED: u8 = 0xa;
 }
 
 impl Holder for CqObj {
@@ -112,6 +132,8 @@ pub fn create(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
         dbr_addr: c.dbr_addr(),
         eqn,
         uar,
+        arm: None,
+        last_solicited: None,
         holds: holds.clone(),
     };
     let cqn = st.cq.insert(cmd.uid, obj)?;

@@ -66,6 +66,9 @@ pub struct State {
     /// Bumped on every command and control-path change (see
     /// `Firmware::lock`); the data path's caches are valid for one epoch.
     pub epoch: u64,
+    /// Event subscriptions (the kernel's EQ dispatch), here so that the
+    /// data path can raise events while it holds the device lock.
+    pub events: crate::sim::kernel::events::EventHub,
 }
 
 impl State {
@@ -115,6 +118,7 @@ impl State {
             fc_next: 1,
             fte_index: Default::default(),
             epoch: 0,
+            events: Default::default(),
             profile,
             ident,
         }

@@ -235,7 +235,7 @@ impl AsyncEngine {
             let mut out = vec![0u8; job.outlen];
             let result = match self.fw.execute(&job.inbox, &mut out) {
                 Ok(()) => Ok(out),
-                Err(_) => Err(Error::from_outbox(&job.inbox, &out)),
+                Err(e) => Err(super::with_outbox(&job.inbox, e)),
             };
             job.chan.complete((job.wr_id, result), job.outlen);
             let mut q = lock(&self.q);

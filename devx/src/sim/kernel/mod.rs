@@ -9,6 +9,7 @@
 
 pub mod async_cmd;
 pub mod edits;
+pub mod events;
 pub(crate) mod handles;
 pub mod memprobe;
 pub mod uar;
@@ -17,12 +18,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::admission::{self, CmdClass};
 use crate::error::{Error, FwReport, Result};
-use crate::provider::{CmdChannel, DeviceInfo, Handle, ProviderContext, UarAlloc, UarKind};
+use crate::provider::{
+    CmdChannel, DeviceInfo, EventChannel, Handle, ProviderContext, UarAlloc, UarKind,
+};
 
 use super::fw::cmd::FwError;
 use super::fw::{eq, umem};
 use super::DeviceShared;
 use async_cmd::SimCmdChannel;
+use events::SimEventChannel;
 use handles::{Handles, Named};
 use uar::SimUarPage;
 
@@ -42,6 +46,19 @@ pub struct SimContext {
 
 fn einval(what: impl Into<String>) -> Error {
     Error::os(what, libc::EINVAL)
+}
+
+/// A firmware failure whose outbox went back to the caller. Status and
+/// syndrome come from the firmware's answer itself, so an outbox too short to
+/// hold them still reports them.
+pub(crate) fn with_outbox(inbox: &[u8], e: FwError) -> Error {
+    Error::Firmware {
+        opcode: crate::error::be16(inbox, 0),
+        op_mod: crate::error::be16(inbox, 6),
+        status: e.status,
+        syndrome: e.syndrome,
+        report: FwReport::Outbox,
+    }
 }
 
 /// A firmware failure the kernel reports with an errno only (destroy, UMEM, UAR).
@@ -105,7 +122,7 @@ impl SimContext {
     fn exec(&self, cmd: &[u8], outbox: &mut [u8]) -> Result<()> {
         match self.dev.fw.execute(cmd, outbox) {
             Ok(()) => Ok(()),
-            Err(_) => Err(Error::from_outbox(cmd, outbox)),
+            Err(e) => Err(with_outbox(cmd, e)),
         }
     }
 
@@ -310,6 +327,11 @@ impl ProviderContext for SimContext {
         let result = check.and_then(|()| self.destroy_entry(&entry.named, given));
         if result.is_err() {
             self.handles().restore(obj, entry);
+        } else {
+            // The kernel drops an object's subscriptions with the object.
+            self.dev
+                .fw
+                .with_mut(|st| st.events.forget_handle(self.id, obj));
         }
         result
     }
@@ -443,6 +465,56 @@ impl ProviderContext for SimContext {
                 )
             })
     }
+
+    fn create_event_channel(&self, omit_data: bool) -> Result<Arc<dyn EventChannel>> {
+        Ok(Arc::new(SimEventChannel::new(self.id, omit_data)?))
+    }
+
+    /// SUBSCRIBE_EVENT with the kernel's checks: a DEVX uid, a channel of
+    /// this context, 1 to 16 event numbers valid for an object (the legacy
+    /// affiliated list, completion included) or for the device (PORT_CHANGE),
+    /// and an object handle naming a DEVX object of this context.
+    fn subscribe_event(
+        &self,
+        channel: &dyn EventChannel,
+        obj: Option<Handle>,
+        event_types: &[u16],
+        cookie: u64,
+    ) -> Result<()> {
+        if self.uid == 0 {
+            return Err(einval("SUBSCRIBE_EVENT needs a context with a DEVX uid"));
+        }
+        let Some(chan) = channel.as_any().downcast_ref::<SimEventChannel>() else {
+            return Err(Error::argument("event channel belongs to another provider"));
+        };
+        if chan.inner.ctx_id != self.id {
+            return Err(einval("event channel belongs to another context"));
+        }
+        events::check_event_types(event_types, obj.is_some())?;
+        let target = match obj {
+            None => None,
+            Some(h) => {
+                let handles = self.handles();
+                let Some(entry) = handles.get(h) else {
+                    return Err(Error::os(
+                        format!("handle {h} is not an object of this context"),
+                        libc::ENOENT,
+                    ));
+                };
+                let Named::Obj { key, .. } = &entry.named else {
+                    return Err(einval(format!(
+                        "handle {h} is a UMEM or UAR, not a DEVX object"
+                    )));
+                };
+                Some((h, *key))
+            }
+        };
+        self.dev.fw.with_mut(|st| {
+            st.events
+                .subscribe(self.id, target, event_types, cookie, &chan.inner)
+        });
+        Ok(())
+    }
 }
 
 impl Drop for SimContext {
@@ -451,6 +523,7 @@ impl Drop for SimContext {
     /// then give the uid back.
     fn drop(&mut self) {
         self.dev.engine.cancel_ctx(self.id);
+        self.dev.fw.with_mut(|st| st.events.forget_ctx(self.id));
         let mut left = self.handles().drain_newest_first();
         while !left.is_empty() {
             let before = left.len();

@@ -1,0 +1,145 @@
+//! Firmware events: an event channel (kernel: a DEVX async event fd) and
+//! subscriptions of objects or of the device to event types. Thin over
+//! [`ProviderContext::create_event_channel`] and
+//! [`ProviderContext::subscribe_event`].
+//!
+//! [`ProviderContext::create_event_channel`]: crate::ProviderContext::create_event_channel
+//! [`ProviderContext::subscribe_event`]: crate::ProviderContext::subscribe_event
+
+use std::fmt;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::obj::Obj;
+use crate::provider::{DevxEvent, EventChannel};
+
+/// EQE types (`MLX5_EVENT_TYPE_*`).
+pub mod event_type {
+    pub const COMP: u16 = 0x00;
+    pub const COMM_EST: u16 = 0x02;
+    pub const SQ_DRAINED: u16 = 0x03;
+    pub const CQ_ERROR: u16 = 0x04;
+    pub const WQ_CATAS_ERROR: u16 = 0x05;
+    pub const PORT_CHANGE: u16 = 0x09;
+    pub const SRQ_LAST_WQE: u16 = 0x13;
+}
+
+impl DevxEvent {
+    /// EQE type (byte 1); `None` when the channel omits data.
+    pub fn event_type(&self) -> Option<u8> {
+        self.eqe.get(1).copied()
+    }
+
+    /// EQE sub-type (byte 3).
+    pub fn sub_type(&self) -> Option<u8> {
+        self.eqe.get(3).copied()
+    }
+
+    /// The CQ a completion event names (be32 at byte 56, low 24 bits).
+    pub fn comp_cqn(&self) -> Option<u32> {
+        if self.event_type()? != event_type::COMP as u8 {
+            return None;
+        }
+        let b: [u8; 4] = self.eqe.get(56..60)?.try_into().ok()?;
+        Some(u32::from_be_bytes(b) & 0x00ff_ffff)
+    }
+}
+
+/// An event channel of one context. Its fd polls readable while an event is
+/// queued; `get` blocks, `try_get` does not.
+pub struct Events {
+    ctx: Context,
+    channel: Arc<dyn EventChannel>,
+    omit_data: bool,
+}
+
+impl fmt::Debug for Events {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Events(fd {}, omit_data {})",
+            self.channel.fd(),
+            self.omit_data
+        )
+    }
+}
+
+impl Events {
+    /// A new channel; with `omit_data` reads carry only the cookie and
+    /// repeats of one subscription collapse into one unread event.
+    pub fn new(ctx: &Context, omit_data: bool) -> Result<Events> {
+        let channel = ctx.inner.provider.create_event_channel(omit_data)?;
+        Ok(Events {
+            ctx: ctx.clone(),
+            channel,
+            omit_data,
+        })
+    }
+
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    pub fn omits_data(&self) -> bool {
+        self.omit_data
+    }
+
+    /// The provider's channel (for `subscribe_event` and wrappers).
+    pub fn channel(&self) -> &Arc<dyn EventChannel> {
+        &self.channel
+    }
+
+    pub fn try_get(&self) -> Result<Option<DevxEvent>> {
+        self.channel.try_get()
+    }
+
+    pub fn get(&self) -> Result<DevxEvent> {
+        self.channel.get()
+    }
+
+    fn check_ctx(&self, ctx: &Context) -> Result<()> {
+        if !self.ctx.same_as(ctx) {
+            return Err(Error::argument(
+                "the event channel belongs to another context",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl AsRawFd for Events {
+    fn as_raw_fd(&self) -> RawFd {
+        self.channel.fd()
+    }
+}
+
+impl Obj {
+    /// Subscribes `events` to `types` of this object (0 = completion, for a
+    /// CQ); each event read carries `cookie`.
+    pub fn subscribe(&self, events: &Events, types: &[u16], cookie: u64) -> Result<()> {
+        events.check_ctx(self.context())?;
+        self.context().inner.provider.subscribe_event(
+            &*events.channel,
+            Some(self.handle()),
+            types,
+            cookie,
+        )
+    }
+}
+
+impl Context {
+    /// Subscribes `events` to device-wide (unaffiliated) event `types`.
+    pub fn subscribe_unaffiliated(
+        &self,
+        events: &Events,
+        types: &[u16],
+        cookie: u64,
+    ) -> Result<()> {
+        events.check_ctx(self)?;
+        self.inner
+            .provider
+            .subscribe_event(&*events.channel, None, types, cookie)
+    }
+}
