@@ -31,7 +31,7 @@ pub enum Error {
         report: FwReport,
     },
     /// A system call failed (or a provider answered as the kernel would, with an errno).
-    #[error("{op}: {} (errno {errno})", errno_text(*errno))]
+    #[error("{op}: {} ({})", errno_name(*errno), errno_text(*errno))]
     Os { op: String, errno: i32 },
     /// The caller passed something unusable: a short buffer, an object of another context…
     #[error("invalid argument: {0}")]
@@ -71,7 +71,50 @@ pub fn status_name(status: u8) -> &'static str {
 
 /// `strerror`-like text for an errno, without touching libc's global state.
 pub fn errno_text(errno: i32) -> String {
-    std::io::Error::from_raw_os_error(errno).to_string()
+    let text = std::io::Error::from_raw_os_error(errno).to_string();
+    // std appends " (os error N)"; the name already says which errno it is.
+    match text.rfind(" (os error") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}
+
+/// Symbolic names of the errnos a DEVX stack returns.
+const ERRNO_NAMES: &[(i32, &str)] = &[
+    (libc::EPERM, "EPERM"),
+    (libc::ENOENT, "ENOENT"),
+    (libc::EIO, "EIO"),
+    (libc::ENXIO, "ENXIO"),
+    (libc::EBADF, "EBADF"),
+    (libc::EAGAIN, "EAGAIN"),
+    (libc::ENOMEM, "ENOMEM"),
+    (libc::EACCES, "EACCES"),
+    (libc::EFAULT, "EFAULT"),
+    (libc::EBUSY, "EBUSY"),
+    (libc::EEXIST, "EEXIST"),
+    (libc::ENODEV, "ENODEV"),
+    (libc::EINVAL, "EINVAL"),
+    (libc::ENOTTY, "ENOTTY"),
+    (libc::ENOSPC, "ENOSPC"),
+    (libc::ERANGE, "ERANGE"),
+    (libc::ENOSYS, "ENOSYS"),
+    (libc::ENODATA, "ENODATA"),
+    (libc::EPROTO, "EPROTO"),
+    (libc::EOVERFLOW, "EOVERFLOW"),
+    (libc::EPROTONOSUPPORT, "EPROTONOSUPPORT"),
+    (libc::EOPNOTSUPP, "EOPNOTSUPP"),
+    (libc::ETIMEDOUT, "ETIMEDOUT"),
+    (libc::EREMOTEIO, "EREMOTEIO"),
+    (libc::ECANCELED, "ECANCELED"),
+];
+
+/// `EINVAL` for 22, or `errno 1234` for ones outside the table.
+pub fn errno_name(errno: i32) -> String {
+    ERRNO_NAMES
+        .iter()
+        .find(|(n, _)| *n == errno)
+        .map(|(_, s)| (*s).to_string())
+        .unwrap_or_else(|| format!("errno {errno}"))
 }
 
 impl Error {
