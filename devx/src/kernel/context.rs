@@ -817,12 +817,9 @@ impl CmdChannel for KernelCmdChannel {
     }
 
     fn get(&self) -> Result<AsyncCompletion> {
-        loop {
-            if let Some(c) = self.try_get()? {
-                return Ok(c);
-            }
-            wait_readable(&*self.sys, self.fd, "poll(DEVX async cmd fd)")?;
-        }
+        block_on(&*self.sys, self.fd, "poll(DEVX async cmd fd)", || {
+            self.try_get()
+        })
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -833,6 +830,21 @@ impl CmdChannel for KernelCmdChannel {
 impl Drop for KernelCmdChannel {
     fn drop(&mut self) {
         let _ = self.sys.close(self.fd);
+    }
+}
+
+/// Reads with `try_get` until something arrives, sleeping in poll between tries.
+fn block_on<T>(
+    sys: &dyn Sys,
+    fd: RawFd,
+    op: &str,
+    try_get: impl Fn() -> Result<Option<T>>,
+) -> Result<T> {
+    loop {
+        if let Some(v) = try_get()? {
+            return Ok(v);
+        }
+        wait_readable(sys, fd, op)?;
     }
 }
 
@@ -893,12 +905,9 @@ impl EventChannel for KernelEventChannel {
     }
 
     fn get(&self) -> Result<DevxEvent> {
-        loop {
-            if let Some(ev) = self.try_get()? {
-                return Ok(ev);
-            }
-            wait_readable(&*self.sys, self.fd, "poll(DEVX async event fd)")?;
-        }
+        block_on(&*self.sys, self.fd, "poll(DEVX async event fd)", || {
+            self.try_get()
+        })
     }
 
     fn as_any(&self) -> &dyn Any {
