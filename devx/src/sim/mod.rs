@@ -20,7 +20,7 @@ pub mod syndrome;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::provider::{DeviceInfo, Provider, ProviderContext};
@@ -72,7 +72,6 @@ impl SimDevice {
         let fw = Arc::new(fw::Firmware::new(profile.clone(), ident));
         let engine = Arc::new(kernel::async_cmd::AsyncEngine::new(Arc::clone(&fw)));
         let dp = engine::Engine::new(index, Arc::clone(&fw));
-        let sink: Arc<dyn DoorbellSink> = dp.clone();
         SimDevice {
             index,
             profile,
@@ -80,7 +79,7 @@ impl SimDevice {
                 info,
                 fw,
                 engine,
-                doorbell: Arc::new(RwLock::new(Some(sink))),
+                doorbell: Arc::new(kernel::uar::SinkSlot::with_engine(Arc::clone(&dp))),
                 dp,
                 next_ctx: AtomicU64::new(1),
                 contexts: AtomicUsize::new(0),
@@ -147,11 +146,7 @@ impl SimDevice {
     /// UARs. The data-path engine is installed at creation; replacing it
     /// turns the data path off for this device.
     pub fn set_doorbell_sink(&self, sink: Option<Arc<dyn DoorbellSink>>) {
-        *self
-            .shared
-            .doorbell
-            .write()
-            .unwrap_or_else(|e| e.into_inner()) = sink;
+        self.shared.doorbell.set(sink);
     }
 
     /// Holds send doorbells back (`true`): they are remembered and executed,

@@ -100,12 +100,17 @@ fn drain(cq: &mut Cq, n: u64) -> Result<(), String> {
 #[inline(always)]
 fn post_batch(qp: &mut Qp, sge: &[Sge; 1], raddr: u64, rkey: u32, id: u64) -> Result<(), String> {
     let mut b = qp.send_batch();
+    let mut res = Ok(());
     for i in 0..BATCH {
         let wr = SendWr::rdma_write(id + i, sge, raddr, rkey).signaled(i == BATCH - 1);
-        b.post(&wr).map_err(e("post_send"))?;
+        if let Err(err) = b.post(&wr) {
+            res = Err(err);
+            break;
+        }
     }
     b.ring();
-    Ok(())
+    // Reported after the doorbell: no formatting while the batch is open.
+    res.map_err(e("post_send"))
 }
 
 /// ns per WQE posted, with the engine paused during the timed part.

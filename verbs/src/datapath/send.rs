@@ -38,9 +38,11 @@ impl std::fmt::Debug for SendQueue {
     }
 }
 
+// `extern "C"`: cannot unwind, see `wqe::bad`.
 #[cold]
 #[inline(never)]
-fn full(verb: &'static str) -> Error {
+#[allow(improper_ctypes_definitions)]
+extern "C" fn full(verb: &'static str) -> Error {
     Error::QueueFull {
         verb,
         queue: "send queue",

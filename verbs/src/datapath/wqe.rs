@@ -78,16 +78,20 @@ fn ctrl8(w0: u32, w1: u32) -> u64 {
 }
 
 // Rejections, out of line so the checks in `plan` stay a few compares on
-// the posting path.
+// the posting path. `extern "C"`: a call that cannot unwind needs no
+// cleanup of the caller's batch, so the batch's counters can stay in
+// registers across the posting loop (a panic in here aborts instead).
 #[cold]
 #[inline(never)]
-fn bad(msg: &'static str) -> Error {
+#[allow(improper_ctypes_definitions)]
+extern "C" fn bad(msg: &'static str) -> Error {
     Error::argument(VERB, msg)
 }
 
 #[cold]
 #[inline(never)]
-fn inline_too_long(len: usize, max: u32) -> Error {
+#[allow(improper_ctypes_definitions)]
+extern "C" fn inline_too_long(len: usize, max: u32) -> Error {
     Error::argument(
         VERB,
         format!("{len} inline bytes exceed the QP's max_inline_data {max}"),
@@ -96,7 +100,8 @@ fn inline_too_long(len: usize, max: u32) -> Error {
 
 #[cold]
 #[inline(never)]
-fn too_many_sges(n: usize, max: u32) -> Error {
+#[allow(improper_ctypes_definitions)]
+extern "C" fn too_many_sges(n: usize, max: u32) -> Error {
     Error::argument(VERB, format!("{n} SGEs exceed the QP's max_send_sge {max}"))
 }
 

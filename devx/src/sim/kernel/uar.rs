@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::provider::{UarKind, UarPage};
+use crate::sim::engine::Engine;
 
 /// Receives every doorbell written to an emulated UAR page.
 pub trait DoorbellSink: Send + Sync {
@@ -14,7 +15,69 @@ pub trait DoorbellSink: Send + Sync {
 }
 
 /// A device's doorbell sink slot, shared by all its UAR pages.
-pub type DoorbellSlot = Arc<RwLock<Option<Arc<dyn DoorbellSink>>>>;
+pub type DoorbellSlot = Arc<SinkSlot>;
+
+/// Where doorbells go. The device's own engine is fixed at creation and
+/// called directly, with no lock and no dynamic dispatch, while it is the
+/// installed sink; any other sink (tests) is reached under a read lock.
+pub struct SinkSlot {
+    engine: Option<Arc<Engine>>,
+    /// The engine is the installed sink; written only under `other`'s
+    /// write lock.
+    direct: AtomicBool,
+    other: RwLock<Option<Arc<dyn DoorbellSink>>>,
+}
+
+impl SinkSlot {
+    /// A slot with `engine` installed.
+    pub fn with_engine(engine: Arc<Engine>) -> SinkSlot {
+        SinkSlot {
+            engine: Some(engine),
+            direct: AtomicBool::new(true),
+            other: RwLock::new(None),
+        }
+    }
+
+    /// A slot with nothing installed.
+    pub fn empty() -> SinkSlot {
+        SinkSlot {
+            engine: None,
+            direct: AtomicBool::new(false),
+            other: RwLock::new(None),
+        }
+    }
+
+    /// Installs `sink` (or none). Installing the slot's engine again
+    /// restores the direct path. A doorbell already on its way to the
+    /// engine may still finish after this returns; one to another sink is
+    /// waited for (it holds the read lock).
+    pub fn set(&self, sink: Option<Arc<dyn DoorbellSink>>) {
+        let mut other = self.other.write().unwrap_or_else(|e| e.into_inner());
+        let is_engine = match (&sink, &self.engine) {
+            (Some(s), Some(e)) => std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(e)),
+            _ => false,
+        };
+        self.direct.store(is_engine, Ordering::Release);
+        *other = if is_engine { None } else { sink };
+    }
+
+    #[inline]
+    fn deliver(&self, page_id: u32, offset: usize, value: u64) {
+        if self.direct.load(Ordering::Acquire) {
+            if let Some(e) = &self.engine {
+                e.doorbell(page_id, offset, value);
+            }
+            return;
+        }
+        // Called under the read lock rather than through a cloned Arc: no
+        // reference count traffic, and a sink being replaced waits for
+        // doorbells in progress. Sinks never write UAR pages.
+        let sink = self.other.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = sink.as_ref() {
+            s.doorbell(page_id, offset, value);
+        }
+    }
+}
 
 pub const UAR_PAGE_SIZE: usize = 4096;
 
@@ -85,13 +148,7 @@ impl UarPage for SimUarPage {
         if self.freed.load(Ordering::Acquire) {
             return;
         }
-        // Called under the read lock rather than through a cloned Arc: no
-        // reference count traffic per doorbell, and a sink being replaced
-        // waits for doorbells in progress. Sinks never write UAR pages.
-        let sink = self.sink.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = sink.as_ref() {
-            s.doorbell(self.page_id, offset, value);
-        }
+        self.sink.deliver(self.page_id, offset, value);
     }
 }
 
@@ -109,9 +166,9 @@ mod tests {
 
     #[test]
     fn stores_land_in_the_page_and_reach_the_sink() {
-        let slot: DoorbellSlot = Arc::new(RwLock::new(None));
+        let slot: DoorbellSlot = Arc::new(SinkSlot::empty());
         let log = Arc::new(Log(Mutex::new(Vec::new())));
-        *slot.write().unwrap() = Some(log.clone());
+        slot.set(Some(log.clone()));
         let p = SimUarPage::new(3, UarKind::BlueFlame, slot);
         assert_eq!(p.base() as usize % 4096, 0);
         p.write64(0x20, 0x1122_3344_5566_7788);
