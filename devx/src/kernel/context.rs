@@ -176,6 +176,27 @@ fn fd_of(method: &str, data: u64) -> Result<RawFd> {
 }
 
 impl KernelContext {
+    /// Runs an ALLOC method whose first attribute is FD NEW and returns the new
+    /// fd, made non-blocking so `try_get` never sleeps (`get` waits in poll).
+    fn alloc_async_fd<const N: usize>(
+        &self,
+        mut cmd: IoctlCmd<N>,
+        name: &str,
+        fcntl_op: &str,
+    ) -> Result<RawFd> {
+        // SAFETY: these methods carry no pointer attributes.
+        unsafe { cmd.exec(self.sys(), self.fd) }.map_err(|e| Error::os(name, e as i32))?;
+        let fd = fd_of(name, cmd.attrs[0].data)?;
+        let guard = FdGuard {
+            sys: self.sys(),
+            fd,
+        };
+        self.sys
+            .set_nonblocking(fd)
+            .map_err(|e| Error::os(fcntl_op, e as i32))?;
+        Ok(guard.release())
+    }
+
     /// Opens the device's char device and allocates a DEVX context on it.
     pub fn open(dev: &KernelDevice) -> Result<KernelContext> {
         let sys = dev.sys.clone();
@@ -447,23 +468,12 @@ impl ProviderContext for KernelContext {
 
     fn create_cmd_channel(&self) -> Result<Arc<dyn CmdChannel>> {
         const NAME: &str = "DEVX_ASYNC_CMD_FD_ALLOC";
-        let mut cmd = IoctlCmd::new(
+        let cmd = IoctlCmd::new(
             obj::DEVX_ASYNC_CMD_FD,
             async_fd::METHOD_ALLOC,
             [IoctlAttr::new_obj(async_fd::HANDLE)],
         );
-        // SAFETY: no pointer attributes.
-        unsafe { cmd.exec(self.sys(), self.fd) }.map_err(|e| Error::os(NAME, e as i32))?;
-        let fd = fd_of(NAME, cmd.attrs[0].data)?;
-        let guard = FdGuard {
-            sys: self.sys(),
-            fd,
-        };
-        // Non-blocking, so try_get never sleeps; get() waits in poll().
-        self.sys
-            .set_nonblocking(fd)
-            .map_err(|e| Error::os("fcntl(DEVX async cmd fd, O_NONBLOCK)", e as i32))?;
-        let fd = guard.release();
+        let fd = self.alloc_async_fd(cmd, NAME, "fcntl(DEVX async cmd fd, O_NONBLOCK)")?;
         Ok(Arc::new(KernelCmdChannel {
             sys: self.sys.clone(),
             fd,
@@ -654,7 +664,7 @@ impl ProviderContext for KernelContext {
         } else {
             0
         };
-        let mut cmd = IoctlCmd::new(
+        let cmd = IoctlCmd::new(
             obj::DEVX_ASYNC_EVENT_FD,
             async_fd::METHOD_ALLOC,
             [
@@ -662,17 +672,7 @@ impl ProviderContext for KernelContext {
                 IoctlAttr::u32_in(async_fd::EVENT_FLAGS, flags),
             ],
         );
-        // SAFETY: no pointer attributes.
-        unsafe { cmd.exec(self.sys(), self.fd) }.map_err(|e| Error::os(NAME, e as i32))?;
-        let fd = fd_of(NAME, cmd.attrs[0].data)?;
-        let guard = FdGuard {
-            sys: self.sys(),
-            fd,
-        };
-        self.sys
-            .set_nonblocking(fd)
-            .map_err(|e| Error::os("fcntl(DEVX async event fd, O_NONBLOCK)", e as i32))?;
-        let fd = guard.release();
+        let fd = self.alloc_async_fd(cmd, NAME, "fcntl(DEVX async event fd, O_NONBLOCK)")?;
         Ok(Arc::new(KernelEventChannel {
             sys: self.sys.clone(),
             fd,
