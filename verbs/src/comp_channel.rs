@@ -15,56 +15,54 @@ use crate::error::{Result, VerbResult};
 /// A completion event channel. Clones share the channel.
 #[derive(Clone)]
 pub struct CompChannel {
-    channel: Arc<dyn devx::EventChannel>,
+    events: Arc<devx::Events>,
     /// The CQs subscribed through this channel, by CQN (their cookie).
     cqs: Arc<Mutex<HashMap<u32, Weak<CqNotify>>>>,
 }
 
 impl fmt::Debug for CompChannel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CompChannel(fd {})", self.channel.fd())
+        write!(f, "CompChannel(fd {})", self.fd())
     }
 }
 
 impl CompChannel {
     /// `ibv_create_comp_channel`.
     pub fn new(ctx: &Context) -> Result<CompChannel> {
-        let channel = ctx
-            .devx()
-            .provider()
-            .create_event_channel(false)
-            .verb("create_comp_channel")?;
-        Ok(CompChannel::from_devx(channel))
+        let events = devx::Events::new(ctx.devx(), false).verb("create_comp_channel")?;
+        Ok(CompChannel::from_devx(events))
     }
 
-    /// Wraps an event channel made through DEVX directly.
-    pub fn from_devx(channel: Arc<dyn devx::EventChannel>) -> CompChannel {
+    /// Wraps an event channel made through DEVX directly (it must deliver
+    /// event data: completion events are told apart by their cookie).
+    pub fn from_devx(events: devx::Events) -> CompChannel {
         CompChannel {
-            channel,
+            events: Arc::new(events),
             cqs: Arc::default(),
         }
     }
 
     pub fn fd(&self) -> RawFd {
-        self.channel.fd()
+        self.events.as_raw_fd()
     }
 
-    pub fn channel(&self) -> &Arc<dyn devx::EventChannel> {
-        &self.channel
+    /// The DEVX event channel underneath.
+    pub fn events(&self) -> &devx::Events {
+        &self.events
     }
 
     /// `ibv_get_cq_event`: blocks until a CQ of this channel reports a
     /// completion event and returns its CQN. The CQ is disarmed until the
     /// next `Cq::req_notify`.
     pub fn get_cq_event(&self) -> Result<u32> {
-        let ev = self.channel.get().verb("get_cq_event")?;
+        let ev = self.events.get().verb("get_cq_event")?;
         Ok(self.delivered(ev.cookie))
     }
 
     /// `ibv_get_cq_event` on a non-blocking channel: `None` when no event
     /// is queued.
     pub fn try_get_cq_event(&self) -> Result<Option<u32>> {
-        let ev = self.channel.try_get().verb("get_cq_event")?;
+        let ev = self.events.try_get().verb("get_cq_event")?;
         Ok(ev.map(|e| self.delivered(e.cookie)))
     }
 
@@ -91,6 +89,6 @@ impl CompChannel {
 
 impl AsRawFd for CompChannel {
     fn as_raw_fd(&self) -> RawFd {
-        self.channel.fd()
+        self.fd()
     }
 }

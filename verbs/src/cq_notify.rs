@@ -35,15 +35,12 @@ pub(crate) fn subscribe(
     obj: &devx::Obj,
     notify: &Arc<CqNotify>,
 ) -> Result<()> {
-    obj.context()
-        .provider()
-        .subscribe_event(
-            &**channel.channel(),
-            Some(obj.handle()),
-            &[devx::event_type::COMP],
-            u64::from(obj.id()),
-        )
-        .verb(verb)?;
+    obj.subscribe(
+        channel.events(),
+        &[devx::event_type::COMP],
+        u64::from(obj.id()),
+    )
+    .verb(verb)?;
     channel.register(obj.id(), notify);
     Ok(())
 }
