@@ -142,7 +142,8 @@ mod datapath {
                 vendor_err: 0,
                 opcode: WcOpcode::Recv,
                 byte_len: 40,
-                imm_data: Some(0x1234_5678),
+                imm_data: 0x1234_5678,
+                has_imm: true,
                 src_qp: 0xabcdef,
                 qp_num: qp.qpn(),
                 solicited: true,
@@ -150,11 +151,11 @@ mod datapath {
             }
         );
         assert_eq!(
-            (wc[1].wr_id, wc[1].opcode, wc[1].imm_data),
+            (wc[1].wr_id, wc[1].opcode, wc[1].imm()),
             (101, WcOpcode::RecvRdmaWithImm, Some(7))
         );
         assert_eq!(
-            (wc[2].wr_id, wc[2].opcode, wc[2].imm_data),
+            (wc[2].wr_id, wc[2].opcode, wc[2].imm()),
             (102, WcOpcode::Recv, None)
         );
         assert_eq!(qp.recv_queue().in_use(), 0);
@@ -205,7 +206,7 @@ mod datapath {
             assert_eq!(wc[i].wr_id, i as u64);
             assert_eq!(wc[i].status, *st);
             assert_eq!(wc[i].status.name(), *name);
-            assert_eq!(wc[i].vendor_err, 0x40 + i as u32);
+            assert_eq!(wc[i].vendor_err, 0x40 + i as u8);
             assert_eq!(wc[i].opcode, WcOpcode::RdmaWrite);
         }
         // A responder error retires one receive.

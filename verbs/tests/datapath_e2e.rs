@@ -37,7 +37,7 @@ mod datapath {
         assert_eq!(r[0].status, WcStatus::Success, "{:?}", r[0]);
         assert_eq!(r[0].opcode, WcOpcode::Recv);
         assert_eq!(r[0].byte_len, 1000);
-        assert_eq!(r[0].imm_data, Some(0xcafe));
+        assert_eq!(r[0].imm(), Some(0xcafe));
         assert_eq!(r[0].qp_num, b.qp.qpn());
         assert_eq!(dst.read(100, 300), data[..300]);
         assert_eq!(dst.read(1000, 700), data[300..]);
@@ -78,7 +78,7 @@ mod datapath {
             (r[0].status, r[0].opcode),
             (WcStatus::Success, WcOpcode::RecvRdmaWithImm)
         );
-        assert_eq!(r[0].imm_data, Some(0x1234_5678));
+        assert_eq!(r[0].imm(), Some(0x1234_5678));
         assert_eq!(rb.read(6000, 64), data[..64]);
 
         let remote = pattern(3000, 99);
@@ -227,7 +227,7 @@ mod datapath {
         let r = wait(&mut b.cq, 1);
         assert_eq!(r[0].status, WcStatus::Success, "{:?}", r[0]);
         assert_eq!(r[0].src_qp, a.qp.qpn());
-        assert_eq!(r[0].imm_data, Some(5));
+        assert_eq!(r[0].imm(), Some(5));
         // UD receives start with the 40-byte GRH.
         assert_eq!(r[0].byte_len, 240);
         assert!(r[0].grh);

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use super::ring::{DbRec, Ring};
-use super::track::{PendingTail, PollCache, Registry};
+use super::ring::{DbRec, Entry64, Ring};
+use super::track::{HotSq, PendingTail, PollCache, Registry};
 use super::wc::{Wc, WcOpcode, WcStatus};
 use crate::cq::{Cq, CQE_SIZE};
 
@@ -131,52 +131,32 @@ const BYTE_CNT: usize = 44;
 const SOP_DROP_QPN: usize = 56;
 const WQE_COUNTER: usize = 60;
 
-/// Decodes the software-owned CQE at ring offset `off` into `out`, retiring
-/// the work it names. `false` for entries that complete no request (a
-/// resize marker). The common case, a successful requester completion of a
-/// known opcode on a known QP, reads just the fields it needs from the ring;
-/// anything else copies the entry out and takes the general path, which
-/// repeats the (idempotent) fast-path steps.
+/// Decodes the software-owned CQE `e` if it is the common
+/// case, a successful requester completion of a known opcode on the cached
+/// QP, reading just the fields it needs from the ring; `None`, touching
+/// nothing, for anything else, which the general path then decodes.
 #[inline(always)]
-fn complete(
-    ring: &Ring,
-    off: usize,
-    op_own: u8,
-    cache: &mut PollCache,
-    pending: &mut PendingTail,
-    out: &mut Wc,
-) -> bool {
+fn complete_hot(e: Entry64, op_own: u8, hot: HotSq<'_>, pending: &mut PendingTail) -> Option<Wc> {
     // Opcode REQ and not the compressed format.
-    if op_own >> 4 == REQ && (op_own >> 2) & 3 != FORMAT_COMPRESSED {
-        let sop = ring.read_be32(off + SOP_DROP_QPN);
-        if let Some(opcode) = WcOpcode::from_send_opcode((sop >> 24) as u8) {
-            let qpn = sop & 0xff_ffff;
-            let counter = ring.read_be16(off + WQE_COUNTER);
-            if let Some(wr_id) = cache.sq_retire_hot(qpn, counter, pending) {
-                let byte_len = match opcode {
-                    WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-                    _ => ring.read_be32(off + BYTE_CNT),
-                };
-                *out = Wc {
-                    wr_id,
-                    opcode,
-                    byte_len,
-                    qp_num: qpn,
-                    ..Wc::default()
-                };
-                return true;
-            }
-        }
+    if op_own >> 4 != REQ || (op_own >> 2) & 3 == FORMAT_COMPRESSED {
+        return None;
     }
-    let (wc, tail) = complete_any(&RawCqe(ring.read64b(off)), cache, *pending);
-    *pending = tail;
-    match wc {
-        Some(w) => {
-            *out = w;
-            true
-        }
-        None => false,
-    }
+    let sop = e.read_be32(SOP_DROP_QPN);
+    let opcode = WcOpcode::from_send_opcode((sop >> 24) as u8)?;
+    let qpn = sop & 0xff_ffff;
+    let (wr_id, next) = hot.slot(qpn, e.read_be16(WQE_COUNTER))?;
+    *pending = Some(next);
+    let byte_len = match opcode {
+        WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+        _ => e.read_be32(BYTE_CNT),
+    };
+    Some(Wc {
+        wr_id,
+        opcode,
+        byte_len,
+        qp_num: qpn,
+        ..Wc::default()
+    })
 }
 
 /// Decodes any software-owned CQE; `None` for a resize marker. Takes and
@@ -217,7 +197,7 @@ fn decode_any(c: &RawCqe, cache: &mut PollCache, pending: &mut PendingTail) -> O
     }
     if op == REQ_ERR || op == RESP_ERR {
         wc.status = WcStatus::from_syndrome(c.syndrome());
-        wc.vendor_err = u32::from(c.vendor_err_synd());
+        wc.vendor_err = c.vendor_err_synd();
     }
     if op == REQ || op == REQ_ERR {
         let Some(wr_id) = cache.sq_retire(c.qpn(), c.wqe_counter(), pending) else {
@@ -255,7 +235,8 @@ fn decode_any(c: &RawCqe, cache: &mut PollCache, pending: &mut PendingTail) -> O
         WcOpcode::Recv
     };
     if op == RESP_WR_IMM || op == RESP_SEND_IMM {
-        wc.imm_data = Some(c.imm_inval_pkey());
+        wc.imm_data = c.imm_inval_pkey();
+        wc.has_imm = true;
     }
     if op != RESP_ERR {
         wc.byte_len = c.byte_cnt();
@@ -301,17 +282,28 @@ impl Cq {
         // reload the counter from `self` for every entry.
         let mut ci = start;
         let mut pending: PendingTail = None;
+        let mut hot = self.dp.cache.hot_sq();
         while got < wc.len() {
-            let off = (ci & (n - 1)) as usize * CQE_SIZE;
-            let op_own = ring.load_acquire(off + CQE_SIZE - 1);
+            let e = ring.entry64((ci & (n - 1)) as usize * CQE_SIZE);
+            let op_own = e.load_acquire(CQE_SIZE - 1);
             if !RawCqe::is_sw_owned(op_own, ci, log) {
                 break;
             }
             ci = ci.wrapping_add(1);
-            let cache = &mut self.dp.cache;
-            if complete(&ring, off, op_own, cache, &mut pending, &mut wc[got]) {
+            if let Some(w) = hot.and_then(|h| complete_hot(e, op_own, h, &mut pending)) {
+                wc[got] = w;
+                got += 1;
+                continue;
+            }
+            let raw = RawCqe(e.read64b());
+            let (w, tail) = complete_any(&raw, &mut self.dp.cache, pending);
+            pending = tail;
+            if let Some(w) = w {
+                wc[got] = w;
                 got += 1;
             }
+            // The general path may have moved the cache to another QP.
+            hot = self.dp.cache.hot_sq();
         }
         if ci != start {
             // SQ room first, then the CQ's: the order per-entry retiring had.

@@ -62,51 +62,69 @@ impl Ring {
             std::ptr::copy_nonoverlapping(tail.as_ptr(), self.at(0), tail.len());
         }
     }
+}
 
-    /// Reads the byte at `off` with acquire ordering: the device's CQE owner
-    /// byte, after which the rest of the entry may be read.
-    #[inline(always)]
-    pub(crate) fn load_acquire(&self, off: usize) -> u8 {
-        // SAFETY: one byte inside the mapping; an atomic view of a byte is
-        // always aligned, and the device's concurrent store to it is atomic on
-        // every target we run on.
-        unsafe { AtomicU8::from_ptr(self.at(off)).load(Ordering::Acquire) }
-    }
+/// One 64-byte entry of a [`Ring`] (a CQE), located once so its fields are
+/// read without wrapping each offset again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Entry64 {
+    addr: usize,
+}
 
-    /// Reads the big-endian u32 at `off` (a multiple of 4, wrapped): one
-    /// CQE field. Call only after [`Ring::load_acquire`] showed the entry is
-    /// ours.
+impl Ring {
+    /// The 64-byte entry holding offset `off` (a multiple of 64, wrapped).
     #[inline(always)]
-    pub(crate) fn read_be32(&self, off: usize) -> u32 {
-        debug_assert!(off.is_multiple_of(4));
-        // SAFETY: `off & mask` is 4-aligned (the base is 16-aligned) and ≤
-        // len − 4, inside the mapping. Ordered after the device's write of
-        // the entry by the caller's acquire load, as in `read64b`.
-        u32::from_be(unsafe { self.at(off).cast::<u32>().read() })
-    }
-
-    /// Reads the big-endian u16 at `off` (a multiple of 2, wrapped); as
-    /// [`Ring::read_be32`].
-    #[inline(always)]
-    pub(crate) fn read_be16(&self, off: usize) -> u16 {
-        debug_assert!(off.is_multiple_of(2));
-        // SAFETY: as in `read_be32`, for 2 bytes at a 2-aligned offset.
-        u16::from_be(unsafe { self.at(off).cast::<u16>().read() })
-    }
-
-    /// Copies 64 bytes starting at `off` (a multiple of 64) out of the ring.
-    /// Call only after [`Ring::load_acquire`] showed the entry is ours.
-    #[inline(always)]
-    pub(crate) fn read64b(&self, off: usize) -> [u8; 64] {
+    pub(crate) fn entry64(&self, off: usize) -> Entry64 {
         debug_assert!(off.is_multiple_of(64) && self.len() >= 64);
-        // SAFETY: 64-aligned offset in a ring of ≥ 64 power-of-two bytes: in
-        // bounds. The caller's acquire load of the owner byte orders this
-        // read after the device's writes of the entry, and the device does
-        // not write it again until the consumer index moves past it, so a
-        // plain read does not race. Not volatile: that would force 64 byte
-        // loads, where a plain read lets the compiler load only the fields
-        // the decoder uses.
-        unsafe { self.at(off).cast::<[u8; 64]>().read() }
+        Entry64 {
+            addr: self.at(off & !63) as usize,
+        }
+    }
+}
+
+impl Entry64 {
+    /// Byte `at` (< 64) with acquire ordering: the owner byte, after which
+    /// the rest of the entry may be read.
+    #[inline(always)]
+    pub(crate) fn load_acquire(&self, at: usize) -> u8 {
+        assert!(at < 64);
+        // SAFETY: a byte of a 64-byte entry of the ring (`entry64` rounded the
+        // wrapped offset down to 64 in a power-of-two ring of ≥ 64 bytes); an
+        // atomic view of a byte is always aligned, and the device's
+        // concurrent store to it is atomic on every target we run on.
+        unsafe { AtomicU8::from_ptr((self.addr + at) as *mut u8).load(Ordering::Acquire) }
+    }
+
+    /// The big-endian u32 at `at` (a multiple of 4, < 64): one CQE field.
+    /// Call only after [`Entry64::load_acquire`] showed the entry is ours.
+    #[inline(always)]
+    pub(crate) fn read_be32(&self, at: usize) -> u32 {
+        assert!(at <= 60 && at.is_multiple_of(4));
+        // SAFETY: 4 aligned bytes inside the entry (the ring base is
+        // 16-aligned), ordered after the device's write of the entry by the
+        // caller's acquire load, as in `read64b`.
+        u32::from_be(unsafe { ((self.addr + at) as *const u32).read() })
+    }
+
+    /// The big-endian u16 at `at` (a multiple of 2, < 64).
+    #[inline(always)]
+    pub(crate) fn read_be16(&self, at: usize) -> u16 {
+        assert!(at <= 62 && at.is_multiple_of(2));
+        // SAFETY: as in `read_be32`, for 2 bytes at a 2-aligned offset.
+        u16::from_be(unsafe { ((self.addr + at) as *const u16).read() })
+    }
+
+    /// Copies the whole entry out. Call only after
+    /// [`Entry64::load_acquire`] showed the entry is ours.
+    #[inline(always)]
+    pub(crate) fn read64b(&self) -> [u8; 64] {
+        // SAFETY: the entry lies in the ring. The caller's acquire load of the
+        // owner byte orders this read after the device's writes of the entry,
+        // and the device does not write it again until the consumer index
+        // moves past it, so a plain read does not race. Not volatile: that
+        // would force 64 byte loads, where a plain read lets the compiler load
+        // only the fields the decoder uses.
+        unsafe { (self.addr as *const [u8; 64]).read() }
     }
 }
 

@@ -226,6 +226,31 @@ pub(crate) struct PollCache {
     last: usize,
 }
 
+/// The cached QP's SQ as a poll call's fast path reads it: its QPN and slot
+/// table, taken once per call (and again when the general path moves the
+/// cache), so a completion reloads neither the cache nor the track.
+#[derive(Clone, Copy)]
+pub(crate) struct HotSq<'a> {
+    qpn: u32,
+    mask: usize,
+    slots: &'a [SqSlot],
+}
+
+impl HotSq<'_> {
+    /// As [`QpTrack::sq_slot`], for `qpn`'s completions only.
+    #[inline(always)]
+    pub(crate) fn slot(&self, qpn: u32, wqe_counter: u16) -> Option<(u64, u32)> {
+        if qpn != self.qpn {
+            return None;
+        }
+        let slot = self.slots.get(usize::from(wqe_counter) & self.mask)?;
+        Some((
+            slot.wr_id.load(Ordering::Relaxed),
+            slot.next.load(Ordering::Relaxed),
+        ))
+    }
+}
+
 /// The SQ tail a poll call has retired up to on the QP the cache points at,
 /// not yet published. Published once per call, or when the poll moves on to
 /// another QP: a store per completion would write the shared cache line the
@@ -262,6 +287,19 @@ impl PollCache {
             .map(|t| &**t)
     }
 
+    /// The SQ of the cached QP, if it is still alive.
+    #[inline(always)]
+    pub(crate) fn hot_sq(&self) -> Option<HotSq<'_>> {
+        self.qps
+            .get(self.last)
+            .filter(|t| t.is_alive())
+            .map(|t| HotSq {
+                qpn: t.qpn,
+                mask: t.sq.len().wrapping_sub(1),
+                slots: &t.sq,
+            })
+    }
+
     /// Retires the SQ of `qpn` up to and including the WQE at
     /// `wqe_counter`; its wr_id, or `None` for an unknown QP or one without
     /// an SQ. The new tail goes to `pending`.
@@ -273,20 +311,6 @@ impl PollCache {
         pending: &mut PendingTail,
     ) -> Option<u64> {
         let (wr_id, next) = self.lookup(qpn, pending)?.sq_slot(wqe_counter)?;
-        *pending = Some(next);
-        Some(wr_id)
-    }
-
-    /// The fast path of [`PollCache::sq_retire`]: `None`, touching nothing,
-    /// unless `qpn` is the cached QP.
-    #[inline(always)]
-    pub(crate) fn sq_retire_hot(
-        &self,
-        qpn: u32,
-        wqe_counter: u16,
-        pending: &mut PendingTail,
-    ) -> Option<u64> {
-        let (wr_id, next) = self.hot(qpn)?.sq_slot(wqe_counter)?;
         *pending = Some(next);
         Some(wr_id)
     }

@@ -121,8 +121,9 @@ impl WcOpcode {
     pub(crate) fn from_send_opcode(op: u8) -> Option<WcOpcode> {
         // A table rather than a match: one load instead of an indirect jump
         // per polled completion.
-        const fn table() -> [Option<WcOpcode>; 0x20] {
-            let mut t = [None; 0x20];
+        // Every u8 has an entry, so the lookup needs no bounds check.
+        const fn table() -> [Option<WcOpcode>; 0x100] {
+            let mut t = [None; 0x100];
             t[0x01] = Some(WcOpcode::Send);
             t[0x0a] = Some(WcOpcode::Send);
             t[0x0b] = Some(WcOpcode::Send);
@@ -135,40 +136,48 @@ impl WcOpcode {
             t[0x15] = Some(WcOpcode::FetchAdd);
             t[0x18] = Some(WcOpcode::BindMw);
             t[0x1b] = Some(WcOpcode::LocalInv);
+            t[0x25] = Some(WcOpcode::BindMw);
             t
         }
-        const TABLE: [Option<WcOpcode>; 0x20] = table();
-        match op {
-            0x25 => Some(WcOpcode::BindMw),
-            _ => TABLE.get(usize::from(op)).copied().flatten(),
-        }
+        const TABLE: [Option<WcOpcode>; 0x100] = table();
+        TABLE[usize::from(op)]
     }
 }
 
-/// One work completion.
+/// One work completion. 32 bytes, so a poll writes each in two stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Wc {
     pub wr_id: u64,
-    pub status: WcStatus,
-    /// The device's vendor syndrome of an error completion.
-    pub vendor_err: u32,
-    pub opcode: WcOpcode,
     /// Bytes received (responder), read (RDMA READ) or 8 (atomics).
     pub byte_len: u32,
-    /// The immediate of SEND_WITH_IMM / RDMA_WRITE_WITH_IMM, host order.
-    pub imm_data: Option<u32>,
+    /// The immediate of SEND_WITH_IMM / RDMA_WRITE_WITH_IMM, host order;
+    /// meaningful only with `has_imm` (see [`Wc::imm`]), 0 otherwise.
+    pub imm_data: u32,
     /// Responder: the sender's QPN (meaningful for UD).
     pub src_qp: u32,
     /// The local QP this completion belongs to.
     pub qp_num: u32,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    /// The device's vendor syndrome of an error completion.
+    pub vendor_err: u8,
+    /// `imm_data` holds an immediate (`IBV_WC_WITH_IMM`).
+    pub has_imm: bool,
     /// Responder: the sender set the solicited-event bit.
     pub solicited: bool,
     /// Responder (UD): a GRH precedes the payload.
     pub grh: bool,
 }
 
+const _: () = assert!(std::mem::size_of::<Wc>() == 32);
+
 impl Wc {
     pub fn is_ok(&self) -> bool {
         self.status.is_ok()
+    }
+
+    /// The immediate, if the completion carries one.
+    pub fn imm(&self) -> Option<u32> {
+        self.has_imm.then_some(self.imm_data)
     }
 }

@@ -28,7 +28,7 @@ pub mod responder;
 pub mod umr;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -40,6 +40,16 @@ use requester::{Batch, Entry, Step};
 
 /// BlueFlame / doorbell registers of a UAR page (prm-guide §5.6).
 const BF_REGS: std::ops::Range<usize> = 0x800..0x1000;
+
+/// [`Engine::last_held`] when nothing is held: no (page, 24-bit QPN) packs
+/// to it.
+const NO_HELD: u64 = u64::MAX;
+
+/// A held doorbell as one word, for [`Engine::last_held`].
+#[inline(always)]
+fn held_key(page: u32, qpn: u32) -> u64 {
+    u64::from(page) << 32 | u64::from(qpn)
+}
 
 /// A QP waiting for the responder to post a receive.
 #[derive(Debug, Clone, Copy)]
@@ -104,6 +114,10 @@ pub struct Engine {
     paused: AtomicBool,
     /// Doorbells rung while paused: (UAR page, QPN), in order.
     held: Mutex<Vec<(u32, u32)>>,
+    /// `held`'s last entry as [`held_key`] ([`NO_HELD`] when empty), written
+    /// under its lock: a paused doorbell for the same QP again, the common
+    /// case, is then dropped without taking the lock.
+    last_held: AtomicU64,
     timer: AtomicBool,
     me: Weak<Engine>,
 }
@@ -118,6 +132,7 @@ impl Engine {
             inner: Mutex::new(Inner::default()),
             paused: AtomicBool::new(false),
             held: Mutex::new(Vec::new()),
+            last_held: AtomicU64::new(NO_HELD),
             timer: AtomicBool::new(false),
             me: me.clone(),
         })
@@ -261,7 +276,11 @@ impl Engine {
     /// Executes the doorbells held while paused, and retries RNR waits and
     /// QPs that need flushing, now, whether paused or not.
     pub fn run(&self) {
-        let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(|e| e.into_inner()));
+        let held = {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            self.last_held.store(NO_HELD, Ordering::Release);
+            std::mem::take(&mut *held)
+        };
         for (page, qpn) in held {
             self.run_qp(
                 qpn,
@@ -305,10 +324,17 @@ impl DoorbellSink for Engine {
         let b = value.to_ne_bytes();
         let qpn = u32::from_be_bytes([b[4], b[5], b[6], b[7]]) >> 8;
         if self.paused.load(Ordering::Acquire) {
+            let key = held_key(page_id, qpn);
+            // Running a QP executes everything posted to it so far, so a
+            // repeat of the last held doorbell adds nothing.
+            if self.last_held.load(Ordering::Acquire) == key {
+                return;
+            }
             let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
             if held.last() != Some(&(page_id, qpn)) {
                 held.push((page_id, qpn));
             }
+            self.last_held.store(key, Ordering::Release);
             return;
         }
         self.run_qp(
