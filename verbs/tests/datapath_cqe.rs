@@ -8,7 +8,7 @@ mod datapath_support;
 mod datapath {
     use crate::datapath_support::{be32_at, cqe, put_cqe, recorded};
     use verbs::datapath::RawCqe;
-    use verbs::{QpCap, QpInit, QpType, RecvWr, SendWr, Sge, SrqInit, Wc, WcOpcode, WcStatus};
+    use verbs::{Cq, QpCap, QpInit, QpType, RecvWr, SendWr, Sge, SrqInit, Wc, WcOpcode, WcStatus};
 
     fn cap() -> QpCap {
         QpCap {
@@ -85,6 +85,47 @@ mod datapath {
             (4, WcOpcode::RdmaRead, 8)
         );
         assert_eq!(cq.poll(&mut []), 0);
+    }
+
+    #[test]
+    fn one_poll_runs_past_the_ring_end_and_around_a_responder_cqe() {
+        let (ctx, _sim, _rec) = recorded(500);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(7).unwrap();
+        assert_eq!(cq.memory().entries, 8);
+        let mut qp = pd
+            .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap()))
+            .unwrap();
+        let s = [Sge::new(0x1000, 8, 1)];
+        qp.post_recv(&RecvWr::new(100, &s)).unwrap();
+        let send = |cq: &Cq, qp: &mut verbs::Qp, id: u64, slot: u32| {
+            qp.post_send(&SendWr::send(id, &s)).unwrap();
+            let idx = qp.send_queue().cur_post() - 1;
+            let mut c = cqe(0x0, ((slot >> 3) & 1) as u8, qp.qpn(), idx as u16);
+            c[56] = 0x0a;
+            put_cqe(cq, slot, c);
+        };
+        for i in 0..4 {
+            send(&cq, &mut qp, i, i as u32);
+        }
+        let mut wc = [Wc::default(); 8];
+        assert_eq!(cq.poll(&mut wc[..4]), 4);
+        send(&cq, &mut qp, 4, 4);
+        send(&cq, &mut qp, 5, 5);
+        put_cqe(&cq, 6, cqe(0x2, 0, qp.qpn(), 0));
+        // The last three: slot 7 of lap 0, then slots 0 and 1 of lap 1.
+        for (id, slot) in [(6, 7), (7, 8), (8, 9)] {
+            send(&cq, &mut qp, id, slot);
+        }
+        assert_eq!(cq.poll(&mut wc), 6);
+        let ids: Vec<u64> = wc[..6].iter().map(|w| w.wr_id).collect();
+        assert_eq!(ids, [4, 5, 100, 6, 7, 8]);
+        assert_eq!(wc[2].opcode, WcOpcode::Recv);
+        assert!(wc[..6].iter().all(|w| w.is_ok() && w.qp_num == qp.qpn()));
+        assert_eq!(qp.send_queue().in_use(), 0);
+        assert_eq!(cq.consumer_index(), 10);
+        assert_eq!(cq.doorbell_ci(), 10);
+        assert_eq!(cq.poll(&mut wc), 0);
     }
 
     #[test]

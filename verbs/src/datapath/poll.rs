@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::ring::{DbRec, Entry64, Ring};
+use super::ring::{DbRec, Ring, Run64};
 use super::track::{HotSq, PendingTail, PollCache, Registry};
 use super::wc::{Wc, WcOpcode, WcStatus};
 use crate::cq::{Cq, CQE_SIZE};
@@ -131,43 +131,71 @@ const BYTE_CNT: usize = 44;
 const SOP_DROP_QPN: usize = 56;
 const WQE_COUNTER: usize = 60;
 
-/// Decodes the software-owned CQE `e` if it is the common
-/// case, a successful requester completion of a known opcode on the cached
-/// QP, reading just the fields it needs from the ring; `None`, touching
-/// nothing, for anything else, which the general path then decodes.
+/// Whether `op_own` is that of a requester CQE in the uncompressed format
+/// that software owns in the lap with owner bit `lap`: opcode REQ (high
+/// nibble 0), format (bits 3:2) not 3, owner bit (bit 0) equal to `lap`.
+/// Rotating the owner bit (after the xor, 0 when it matches) to the top
+/// leaves one range check: the result is below 6 exactly when the top bit,
+/// the opcode bits and the format bits are all as required.
 #[inline(always)]
-fn complete_hot(e: Entry64, op_own: u8, hot: HotSq<'_>, pending: &mut PendingTail) -> Option<Wc> {
-    // Opcode REQ and not the compressed format.
-    if op_own >> 4 != REQ || (op_own >> 2) & 3 == FORMAT_COMPRESSED {
-        return None;
-    }
-    let sop = e.read_be32(SOP_DROP_QPN);
-    let opcode = WcOpcode::from_send_opcode((sop >> 24) as u8)?;
-    let qpn = sop & 0xff_ffff;
-    let (wr_id, next) = hot.slot(qpn, e.read_be16(WQE_COUNTER))?;
-    *pending = Some(next);
-    let byte_len = match opcode {
-        WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-        _ => e.read_be32(BYTE_CNT),
-    };
-    Some(Wc {
-        wr_id,
-        opcode,
-        byte_len,
-        qp_num: qpn,
-        ..Wc::default()
-    })
+fn is_hot_req(op_own: u8, lap: u8) -> bool {
+    (op_own ^ lap).rotate_right(1) < 6
 }
 
-/// Decodes any software-owned CQE; `None` for a resize marker. Takes and
-/// returns the pending SQ tail by value, so the fast path's copy of it is
-/// never spilled for this call.
+/// The hot path over one stretch of the ring in lap `lap`: takes successful
+/// requester completions of `sq`'s QP into `out` until an entry is not one
+/// (or not software's); returns how many.
+#[inline(always)]
+fn take_run(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
+    // The QPN as it lies in `sop_drop_qpn` (big-endian, below the opcode
+    // byte), so each entry's is compared without swapping its bytes.
+    let qpn_be = sq.qpn().to_be();
+    let qpn_mask_be = 0xff_ffff_u32.to_be();
+    // One index for both, so one bound: `run64` gave no more entries than
+    // `out` has room for.
+    let Some(out) = out.get_mut(..run.len()) else {
+        return 0;
+    };
+    for k in 0..out.len() {
+        let (Some(w), Some(e)) = (out.get_mut(k), run.get(k)) else {
+            return k;
+        };
+        if !is_hot_req(e.load_acquire(CQE_SIZE - 1), lap) {
+            return k;
+        }
+        let Some(opcode) = WcOpcode::from_send_opcode(e.read_u8(SOP_DROP_QPN)) else {
+            return k;
+        };
+        if e.read_ne32(SOP_DROP_QPN) & qpn_mask_be != qpn_be {
+            return k;
+        }
+        let Some(wr_id) = sq.wr_id(e.read_be16(WQE_COUNTER)) else {
+            return k;
+        };
+        // Read unconditionally (the entry is ours), so the atomics' fixed 8
+        // is a select rather than a branch.
+        let byte_cnt = e.read_be32(BYTE_CNT);
+        let byte_len = match opcode {
+            WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+            _ => byte_cnt,
+        };
+        *w = Wc {
+            wr_id,
+            opcode,
+            byte_len,
+            qp_num: sq.qpn(),
+            ..Wc::default()
+        };
+    }
+    out.len()
+}
+
+/// Decodes any software-owned CQE; `None` for a resize marker. Also returns
+/// the SQ tail it retires up to on the QP the cache then points at, for the
+/// caller to publish.
 #[inline(never)]
-fn complete_any(
-    c: &RawCqe,
-    cache: &mut PollCache,
-    mut pending: PendingTail,
-) -> (Option<Wc>, PendingTail) {
+fn complete_any(c: &RawCqe, cache: &mut PollCache) -> (Option<Wc>, PendingTail) {
+    let mut pending = None;
     let wc = decode_any(c, cache, &mut pending);
     (wc, pending)
 }
@@ -270,46 +298,105 @@ impl Cq {
     /// completions and returns how many. Updates the consumer index in the
     /// doorbell record once per call. `&mut`: one consumer at a time.
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
-        let log = self.log_size;
-        let n = 1u32 << log;
-        // SAFETY: `ring_addr` is this CQ's current ring of `n` 64-byte
-        // entries, kept mapped by the CQ; `resize` (which moves it) needs
-        // `&mut self` too, so it cannot run during this call.
-        let ring = unsafe { Ring::new(self.ring_addr, n as usize * CQE_SIZE) };
-        let mut got = 0;
         let start = self.ci;
-        // A local copy: stores into `wc` would otherwise make the compiler
-        // reload the counter from `self` for every entry.
-        let mut ci = start;
-        let mut pending: PendingTail = None;
-        let mut hot = self.dp.cache.hot_sq();
-        while got < wc.len() {
-            let e = ring.entry64((ci & (n - 1)) as usize * CQE_SIZE);
-            let op_own = e.load_acquire(CQE_SIZE - 1);
-            if !RawCqe::is_sw_owned(op_own, ci, log) {
+        let mut got = self.take_hot(wc);
+        if got < wc.len() && self.next_is_sw_owned() {
+            got = self.take_general(wc, got);
+        }
+        if self.ci != start {
+            self.dp.dbrec.store(SET_CI, self.ci & 0xff_ffff);
+        }
+        got
+    }
+
+    /// The CQE ring.
+    #[inline(always)]
+    fn ring(&self) -> Ring {
+        // SAFETY: `ring_addr` is this CQ's current ring of `2^log_size`
+        // 64-byte entries, kept mapped by the CQ; `resize` (which moves it)
+        // needs `&mut self`, so it cannot run while a poll uses the copy.
+        unsafe { Ring::new(self.ring_addr, CQE_SIZE << self.log_size) }
+    }
+
+    /// Whether the entry at the consumer counter is software's.
+    #[inline(always)]
+    fn next_is_sw_owned(&self) -> bool {
+        let e = self.ring().entry64(self.ci as usize * CQE_SIZE);
+        RawCqe::is_sw_owned(e.load_acquire(CQE_SIZE - 1), self.ci, self.log_size)
+    }
+
+    /// Takes successful requester completions of the cached QP into `wc`,
+    /// reading just the fields they need, until the ring runs dry or an
+    /// entry needs the general path (which then looks at it afresh); returns
+    /// how many. Moves the consumer counter and publishes the SQ tail they
+    /// retire up to. Out of line, so its loop has the registers to itself:
+    /// everything it needs is loaded once into locals.
+    #[inline(never)]
+    fn take_hot(&mut self, wc: &mut [Wc]) -> usize {
+        let Some(sq) = self.dp.cache.hot_sq() else {
+            return 0;
+        };
+        let ring = self.ring();
+        let log = self.log_size;
+        let start = self.ci;
+        let mut c = start;
+        // At most 2^32 − 1 at once: the count is the counter's progress.
+        let n = wc.len().min(u32::MAX as usize);
+        let mut out = &mut wc[..n];
+        loop {
+            // A stretch up to the ring's end: one lap, no wrapping.
+            let run = ring.run64(c as usize * CQE_SIZE, out.len());
+            let lap = ((c >> log) & 1) as u8;
+            let k = take_run(run, lap, sq, out);
+            c = c.wrapping_add(k as u32);
+            // Done unless the whole stretch was taken and there is room for
+            // more (`k == 0` also ends a stretch of none, which `run64` never
+            // makes while `out` has room).
+            if k == 0 || k < run.len() || k == out.len() {
                 break;
             }
-            ci = ci.wrapping_add(1);
-            if let Some(w) = hot.and_then(|h| complete_hot(e, op_own, h, &mut pending)) {
-                wc[got] = w;
-                got += 1;
-                continue;
+            out = &mut out[k..];
+        }
+        if c == start {
+            return 0;
+        }
+        // The SQ tail is the last completion's: read once here rather than
+        // carried through the loop. The entry stays ours until `set_ci`
+        // moves past it, and its slot until the tail does.
+        let last = ring.entry64(c.wrapping_sub(1) as usize * CQE_SIZE);
+        // SQ room first, then the CQ's: the order per-entry retiring had.
+        self.dp
+            .cache
+            .publish(sq.next_after(last.read_be16(WQE_COUNTER)));
+        self.ci = c;
+        c.wrapping_sub(start) as usize
+    }
+
+    /// Polls on from `wc[got]` with the general decoder, back to the hot
+    /// path after each entry it takes; returns the count so far. Out of
+    /// line: a CQ of one QP's requester completions never gets here but to
+    /// find its ring empty.
+    #[inline(never)]
+    fn take_general(&mut self, wc: &mut [Wc], mut got: usize) -> usize {
+        let ring = self.ring();
+        while got < wc.len() {
+            let ci = self.ci;
+            let e = ring.entry64(ci as usize * CQE_SIZE);
+            let op_own = e.load_acquire(CQE_SIZE - 1);
+            if !RawCqe::is_sw_owned(op_own, ci, self.log_size) {
+                break;
             }
+            self.ci = ci.wrapping_add(1);
             let raw = RawCqe(e.read64b());
-            let (w, tail) = complete_any(&raw, &mut self.dp.cache, pending);
-            pending = tail;
+            let (w, tail) = complete_any(&raw, &mut self.dp.cache);
+            // Published now, as the hot path that follows publishes its own
+            // (later) tail; the cache may have moved to another QP.
+            self.dp.cache.publish(tail);
             if let Some(w) = w {
                 wc[got] = w;
                 got += 1;
             }
-            // The general path may have moved the cache to another QP.
-            hot = self.dp.cache.hot_sq();
-        }
-        if ci != start {
-            // SQ room first, then the CQ's: the order per-entry retiring had.
-            self.dp.cache.publish(pending);
-            self.ci = ci;
-            self.dp.dbrec.store(SET_CI, ci & 0xff_ffff);
+            got += self.take_hot(&mut wc[got..]);
         }
         got
     }

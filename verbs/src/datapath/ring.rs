@@ -64,8 +64,10 @@ impl Ring {
     }
 }
 
-/// One 64-byte entry of a [`Ring`] (a CQE), located once so its fields are
-/// read without wrapping each offset again.
+/// One 64-byte entry of a [`Ring`] (a CQE, or a WQE basic block), located
+/// once so its fields are read or written without wrapping each offset again.
+/// Made only by [`Ring::entry64`] and [`Run64::get`], so it always lies
+/// inside its ring, a multiple of 64 bytes from the (16-aligned) start.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Entry64 {
     addr: usize,
@@ -82,14 +84,53 @@ impl Ring {
     }
 }
 
+/// Consecutive 64-byte entries of a [`Ring`] that do not wrap: stepping
+/// through them is one pointer increment each.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Run64 {
+    addr: usize,
+    len: usize,
+}
+
+impl Ring {
+    /// Up to `max` entries from offset `off` (a multiple of 64, wrapped) on,
+    /// stopping at the ring's end.
+    #[inline(always)]
+    pub(crate) fn run64(&self, off: usize, max: usize) -> Run64 {
+        let first = self.entry64(off);
+        // Whole entries from the first to the end; `entry64` wants a ring
+        // of ≥ 64 bytes, so this is at least 1.
+        let to_end = (self.len() - (off & self.mask & !63)) / 64;
+        Run64 {
+            addr: first.addr,
+            len: to_end.min(max),
+        }
+    }
+}
+
+impl Run64 {
+    #[inline(always)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Entry `j` of the run, if it has that many: `j < len` keeps it before
+    /// the ring's end.
+    #[inline(always)]
+    pub(crate) fn get(&self, j: usize) -> Option<Entry64> {
+        (j < self.len).then(|| Entry64 {
+            addr: self.addr + 64 * j,
+        })
+    }
+}
+
 impl Entry64 {
     /// Byte `at` (< 64) with acquire ordering: the owner byte, after which
     /// the rest of the entry may be read.
     #[inline(always)]
     pub(crate) fn load_acquire(&self, at: usize) -> u8 {
         assert!(at < 64);
-        // SAFETY: a byte of a 64-byte entry of the ring (`entry64` rounded the
-        // wrapped offset down to 64 in a power-of-two ring of ≥ 64 bytes); an
+        // SAFETY: a byte of a 64-byte entry inside the ring (see `Entry64`); an
         // atomic view of a byte is always aligned, and the device's
         // concurrent store to it is atomic on every target we run on.
         unsafe { AtomicU8::from_ptr((self.addr + at) as *mut u8).load(Ordering::Acquire) }
@@ -106,12 +147,43 @@ impl Entry64 {
         u32::from_be(unsafe { ((self.addr + at) as *const u32).read() })
     }
 
+    /// The byte at `at` (< 64). Call only after [`Entry64::load_acquire`]
+    /// showed the entry is ours.
+    #[inline(always)]
+    pub(crate) fn read_u8(&self, at: usize) -> u8 {
+        assert!(at < 64);
+        // SAFETY: a byte inside the entry, ordered as in `read_be32`.
+        unsafe { ((self.addr + at) as *const u8).read() }
+    }
+
+    /// The 4 bytes at `at` (a multiple of 4, < 64) as they lie in memory,
+    /// for comparing with a value converted to big-endian once.
+    #[inline(always)]
+    pub(crate) fn read_ne32(&self, at: usize) -> u32 {
+        assert!(at <= 60 && at.is_multiple_of(4));
+        // SAFETY: as in `read_be32`.
+        unsafe { ((self.addr + at) as *const u32).read() }
+    }
+
     /// The big-endian u16 at `at` (a multiple of 2, < 64).
     #[inline(always)]
     pub(crate) fn read_be16(&self, at: usize) -> u16 {
         assert!(at <= 62 && at.is_multiple_of(2));
         // SAFETY: as in `read_be32`, for 2 bytes at a 2-aligned offset.
         u16::from_be(unsafe { ((self.addr + at) as *const u16).read() })
+    }
+
+    /// Stores one 16-byte segment at byte `at` of the entry (rounded down to
+    /// a multiple of 16 below 64). Used on WQE blocks, which the device reads
+    /// only after the doorbell record store that follows.
+    #[inline(always)]
+    pub(crate) fn write_seg(&self, at: usize, seg: [u8; 16]) {
+        debug_assert!(at < 64 && at.is_multiple_of(16));
+        // SAFETY: `at & 48` keeps the 16 bytes inside the 64-byte entry, which
+        // lies in the ring a multiple of 64 bytes from its 16-aligned start
+        // (see `Entry64`), so they are 16-aligned too; the ordering argument
+        // is the one of `Ring::write_seg`.
+        unsafe { ((self.addr + (at & 48)) as *mut [u8; 16]).write(seg) }
     }
 
     /// Copies the whole entry out. Call only after

@@ -104,7 +104,9 @@ impl SendQueue {
             shape: *shape,
             bbs: *bbs,
             cur_post: *cur_post,
-            tail_seen: *tail_seen,
+            // `cur_post − tail_seen ≤ bbs` always: WQEs are written only into
+            // room the cached tail shows.
+            room: bbs.wrapping_sub(cur_post.wrapping_sub(*tail_seen)),
             view: track.sq_view(),
             home: Home {
                 cur_post,
@@ -133,7 +135,9 @@ pub struct SendBatch<'a> {
     shape: SqShape,
     bbs: u32,
     cur_post: u32,
-    tail_seen: u32,
+    /// WQEBBs free as of the cached tail: one counter to test and count
+    /// down per request, where the tail and the size would be two.
+    room: u32,
     view: SqView<'a>,
     home: Home<'a>,
     /// The doorbell value of the last request written; meaningful once
@@ -148,17 +152,29 @@ impl SendBatch<'_> {
     /// folded into the WQE stores rather than built in memory and read back.
     #[inline(always)]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        let p = wqe::plan(&self.shape, wr)?;
+        let p = match wqe::plan(&self.shape, wr) {
+            Ok(p) => p,
+            Err(r) => return Err(r.error()),
+        };
         let next = self.cur_post.wrapping_add(p.nbb);
-        if !has_room(next, self.bbs, &mut self.tail_seen, self.view) {
+        if p.nbb > self.room && !self.refresh_room(p.nbb) {
             return Err(full("post_send"));
         }
+        self.room -= p.nbb;
         let ctrl8 = wqe::write(&self.ring, self.cur_post, &self.shape, wr, p);
         self.view.record(self.cur_post, next, wr.wr_id);
         self.cur_post = next;
         self.last = ctrl8;
         self.count += 1;
         Ok(())
+    }
+
+    /// Reads the shared SQ tail again; whether `nbb` WQEBBs fit now.
+    #[inline(always)]
+    fn refresh_room(&mut self, nbb: u32) -> bool {
+        let tail = self.view.tail();
+        self.room = self.bbs.wrapping_sub(self.cur_post.wrapping_sub(tail));
+        nbb <= self.room
     }
 
     #[inline]
@@ -201,13 +217,17 @@ impl SendBatch<'_> {
 
     /// Rings the doorbell once for everything written.
     #[inline]
-    pub fn ring(mut self) {
-        self.flush();
+    pub fn ring(self) {
+        // Flushed here, so dropping would only flush an empty batch again.
+        // Without drop glue nothing needs the batch in memory should the
+        // doorbell's MMIO call unwind, and its state stays in registers.
+        let mut this = std::mem::ManuallyDrop::new(self);
+        this.flush();
     }
 
     #[inline]
     fn flush(&mut self) {
-        *self.home.tail_seen = self.tail_seen;
+        *self.home.tail_seen = self.cur_post.wrapping_sub(self.bbs).wrapping_add(self.room);
         if self.count != 0 {
             self.count = 0;
             *self.home.cur_post = self.cur_post;

@@ -237,24 +237,31 @@ pub(crate) struct HotSq<'a> {
 }
 
 impl HotSq<'_> {
-    /// As [`QpTrack::sq_slot`], for `qpn`'s completions only.
     #[inline(always)]
-    pub(crate) fn slot(&self, qpn: u32, wqe_counter: u16) -> Option<(u64, u32)> {
-        if qpn != self.qpn {
-            return None;
-        }
+    pub(crate) fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The wr_id of the WQE at WQEBB index `wqe_counter`.
+    #[inline(always)]
+    pub(crate) fn wr_id(&self, wqe_counter: u16) -> Option<u64> {
         let slot = self.slots.get(usize::from(wqe_counter) & self.mask)?;
-        Some((
-            slot.wr_id.load(Ordering::Relaxed),
-            slot.next.load(Ordering::Relaxed),
-        ))
+        Some(slot.wr_id.load(Ordering::Relaxed))
+    }
+
+    /// The SQ counter just past the WQE at WQEBB index `wqe_counter`: what
+    /// its completion retires everything up to.
+    #[inline(always)]
+    pub(crate) fn next_after(&self, wqe_counter: u16) -> Option<u32> {
+        let slot = self.slots.get(usize::from(wqe_counter) & self.mask)?;
+        Some(slot.next.load(Ordering::Relaxed))
     }
 }
 
-/// The SQ tail a poll call has retired up to on the QP the cache points at,
-/// not yet published. Published once per call, or when the poll moves on to
-/// another QP: a store per completion would write the shared cache line the
-/// producer reads. A value the poll loop carries, so it stays in a register.
+/// The SQ tail a poll has retired up to on the QP the cache points at, not
+/// yet published. The hot path publishes once per run of completions and
+/// the general path once per entry, not per completion: a store per
+/// completion would write the shared cache line the producer reads.
 pub(crate) type PendingTail = Option<u32>;
 
 impl PollCache {

@@ -1,9 +1,9 @@
 //! Send WQE composition (prm-guide §5.2–§5.3): validate a request, size it,
 //! then store its segments into the SQ ring, wrapping at the ring end.
 
-use super::ring::Ring;
+use super::ring::{Entry64, Ring};
 use super::wr::{SendOp, SendWr, Sge};
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::qp::QpType;
 
 /// WQE basic block and DS unit.
@@ -62,67 +62,72 @@ fn raddr_seg(remote_addr: u64, rkey: u32) -> [u8; 16] {
     be_pair(remote_addr, u64::from(rkey) << 32)
 }
 
-/// The first 8 bytes of a control segment as two host-order words.
+/// The first 8 bytes of a control segment (opmod_idx_opcode, qpn_ds) as one
+/// host-order word. Built as a u64 from the start, so the WQE index is one
+/// shift into a word whose other bits stay the same for a batch.
 #[inline(always)]
-fn ctrl_words(cur_post: u32, opcode: u8, qpn: u32, ds: u32) -> (u32, u32) {
-    (
-        ((cur_post & 0xffff) << 8) | u32::from(opcode),
-        (qpn << 8) | (ds & 0x3f),
-    )
+fn ctrl_word(cur_post: u32, opcode: u8, qpn: u32, ds: u32) -> u64 {
+    (u64::from(cur_post & 0xffff) << 40)
+        | (u64::from(opcode) << 32)
+        | u64::from((qpn << 8) | (ds & 0x3f))
 }
 
 /// The doorbell value: the control segment's first 8 bytes as in memory.
 #[inline(always)]
-fn ctrl8(w0: u32, w1: u32) -> u64 {
-    u64::from_ne_bytes(((u64::from(w0) << 32) | u64::from(w1)).to_be_bytes())
+fn ctrl8(w: u64) -> u64 {
+    u64::from_ne_bytes(w.to_be_bytes())
 }
 
-// Rejections, out of line so the checks in `plan` stay a few compares on
-// the posting path. `extern "C"`: a call that cannot unwind needs no
-// cleanup of the caller's batch, so the batch's counters can stay in
-// registers across the posting loop (a panic in here aborts instead).
-#[cold]
-#[inline(never)]
-#[allow(improper_ctypes_definitions)]
-extern "C" fn bad(msg: &'static str) -> Error {
-    Error::argument(VERB, msg)
+/// Why [`plan`] refused a request. A plain value built where the check
+/// fails, so the compiler knows on each path whether `plan` succeeded; the
+/// [`Error`] is made out of line by [`Reject::error`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Reject {
+    Bad(&'static str),
+    InlineTooLong(usize, u32),
+    TooManySges(usize, u32),
 }
 
-#[cold]
-#[inline(never)]
-#[allow(improper_ctypes_definitions)]
-extern "C" fn inline_too_long(len: usize, max: u32) -> Error {
-    Error::argument(
-        VERB,
-        format!("{len} inline bytes exceed the QP's max_inline_data {max}"),
-    )
-}
-
-#[cold]
-#[inline(never)]
-#[allow(improper_ctypes_definitions)]
-extern "C" fn too_many_sges(n: usize, max: u32) -> Error {
-    Error::argument(VERB, format!("{n} SGEs exceed the QP's max_send_sge {max}"))
+impl Reject {
+    // Out of line so the checks in `plan` stay a few compares on the posting
+    // path. `extern "C"`: a call that cannot unwind needs no cleanup of the
+    // caller's batch, so the batch's counters can stay in registers across
+    // the posting loop (a panic in here aborts instead).
+    #[cold]
+    #[inline(never)]
+    #[allow(improper_ctypes_definitions)]
+    pub(crate) extern "C" fn error(self) -> Error {
+        match self {
+            Reject::Bad(msg) => Error::argument(VERB, msg),
+            Reject::InlineTooLong(len, max) => Error::argument(
+                VERB,
+                format!("{len} inline bytes exceed the QP's max_inline_data {max}"),
+            ),
+            Reject::TooManySges(n, max) => {
+                Error::argument(VERB, format!("{n} SGEs exceed the QP's max_send_sge {max}"))
+            }
+        }
+    }
 }
 
 /// Checks `wr` against the QP and sizes its WQE; nothing is written.
 #[inline(always)]
-pub(crate) fn plan(shape: &SqShape, wr: &SendWr<'_>) -> Result<Plan> {
+pub(crate) fn plan(shape: &SqShape, wr: &SendWr<'_>) -> std::result::Result<Plan, Reject> {
     let op = &wr.op;
     match shape.qp_type {
         QpType::Ud => {
             if !op.is_send() {
-                return Err(bad("UD QPs only send (SEND, SEND_WITH_IMM)"));
+                return Err(Reject::Bad("UD QPs only send (SEND, SEND_WITH_IMM)"));
             }
             if wr.ud.is_none() {
-                return Err(bad("a UD send needs a destination (`ud`)"));
+                return Err(Reject::Bad("a UD send needs a destination (`ud`)"));
             }
         }
         QpType::Uc if matches!(op, SendOp::RdmaRead { .. }) || op.is_atomic() => {
-            return Err(bad("UC QPs have no RDMA READ or atomics"));
+            return Err(Reject::Bad("UC QPs have no RDMA READ or atomics"));
         }
         _ if wr.ud.is_some() => {
-            return Err(bad("a UD destination on a connected QP"));
+            return Err(Reject::Bad("a UD destination on a connected QP"));
         }
         _ => {}
     }
@@ -135,24 +140,24 @@ pub(crate) fn plan(shape: &SqShape, wr: &SendWr<'_>) -> Result<Plan> {
     }
     if op.is_atomic() {
         if wr.sgl.len() != 1 || wr.inline.is_some() {
-            return Err(bad(
+            return Err(Reject::Bad(
                 "an atomic takes exactly one SGE for the original value",
             ));
         }
         ds += 2;
     } else if let Some(data) = wr.inline {
         if matches!(op, SendOp::RdmaRead { .. }) {
-            return Err(bad("RDMA READ cannot be inline"));
+            return Err(Reject::Bad("RDMA READ cannot be inline"));
         }
         if data.len() > shape.max_inline as usize {
-            return Err(inline_too_long(data.len(), shape.max_inline));
+            return Err(Reject::InlineTooLong(data.len(), shape.max_inline));
         }
         if !data.is_empty() {
             ds += (4 + data.len() as u32).div_ceil(DS as u32);
         }
     } else {
         if wr.sgl.len() > shape.max_sge as usize {
-            return Err(too_many_sges(wr.sgl.len(), shape.max_sge));
+            return Err(Reject::TooManySges(wr.sgl.len(), shape.max_sge));
         }
         ds += match wr.sgl {
             // One entry is the common case: no loop for it.
@@ -166,12 +171,40 @@ pub(crate) fn plan(shape: &SqShape, wr: &SendWr<'_>) -> Result<Plan> {
     })
 }
 
+/// The segments after a WQE's control segment, stored one after another.
+/// Each 64-byte block is located (wrapped) once, and where the WQE's layout
+/// is fixed the compiler sees each segment's place in its block, so the
+/// stores of a one-block WQE all go to one computed address.
+struct Segs<'r> {
+    ring: &'r Ring,
+    /// Ring offset of the next segment.
+    off: usize,
+    block: Entry64,
+}
+
+impl Segs<'_> {
+    #[inline(always)]
+    fn push(&mut self, seg: [u8; 16]) {
+        let at = self.off % WQEBB as usize;
+        if at == 0 {
+            self.block = self.ring.entry64(self.off);
+        }
+        self.block.write_seg(at, seg);
+        self.off += DS;
+    }
+}
+
 /// Stores the WQE for `wr` at SQ counter `cur_post`; returns the doorbell
 /// value. `plan` must come from [`plan`] for the same request.
 #[inline(always)]
 pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>, p: Plan) -> u64 {
     let base = (cur_post as usize) * WQEBB as usize;
-    let mut seg = base + DS;
+    let first = ring.entry64(base);
+    let mut segs = Segs {
+        ring,
+        off: base + DS,
+        block: first,
+    };
     let op = &wr.op;
     if let Some(ud) = &wr.ud {
         let mut av = [0u8; 48];
@@ -182,8 +215,7 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
         for chunk in av.chunks_exact(DS) {
             let mut s = [0u8; 16];
             s.copy_from_slice(chunk);
-            ring.write_seg(seg, s);
-            seg += DS;
+            segs.push(s);
         }
     }
     match *op {
@@ -192,8 +224,7 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
             remote_addr, rkey, ..
         }
         | SendOp::RdmaRead { remote_addr, rkey } => {
-            ring.write_seg(seg, raddr_seg(remote_addr, rkey));
-            seg += DS;
+            segs.push(raddr_seg(remote_addr, rkey));
         }
         SendOp::CompSwap {
             remote_addr,
@@ -201,37 +232,34 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
             compare,
             swap,
         } => {
-            ring.write_seg(seg, raddr_seg(remote_addr, rkey));
-            ring.write_seg(seg + DS, be_pair(swap, compare));
-            seg += 2 * DS;
+            segs.push(raddr_seg(remote_addr, rkey));
+            segs.push(be_pair(swap, compare));
         }
         SendOp::FetchAdd {
             remote_addr,
             rkey,
             add,
         } => {
-            ring.write_seg(seg, raddr_seg(remote_addr, rkey));
-            ring.write_seg(seg + DS, be_pair(add, 0));
-            seg += 2 * DS;
+            segs.push(raddr_seg(remote_addr, rkey));
+            segs.push(be_pair(add, 0));
         }
         SendOp::Send | SendOp::SendWithImm(_) => {}
     }
     if op.is_atomic() {
         let s: &Sge = &wr.sgl[0];
-        ring.write_seg(seg, data_seg(ATOMIC_SIZE, s.lkey, s.addr));
+        segs.push(data_seg(ATOMIC_SIZE, s.lkey, s.addr));
     } else if let Some(data) = wr.inline {
         if !data.is_empty() {
-            ring.write_bytes(seg, &(INLINE_SEG | data.len() as u32).to_be_bytes());
-            ring.write_bytes(seg + 4, data);
+            ring.write_bytes(segs.off, &(INLINE_SEG | data.len() as u32).to_be_bytes());
+            ring.write_bytes(segs.off + 4, data);
         }
     } else if let [s] = wr.sgl {
         if s.length != 0 {
-            ring.write_seg(seg, data_seg(s.length, s.lkey, s.addr));
+            segs.push(data_seg(s.length, s.lkey, s.addr));
         }
     } else {
         for s in wr.sgl.iter().filter(|s| s.length != 0) {
-            ring.write_seg(seg, data_seg(s.length, s.lkey, s.addr));
-            seg += DS;
+            segs.push(data_seg(s.length, s.lkey, s.addr));
         }
     }
     let mut fm_ce_se = 0u8;
@@ -244,15 +272,8 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
     if wr.fence {
         fm_ce_se |= CTRL_FENCE;
     }
-    let (w0, w1) = ctrl_words(cur_post, op.mlx5_opcode(), shape.qpn, p.ds);
-    let w2 = u32::from(fm_ce_se);
-    let w3 = op.imm().unwrap_or(0);
-    ring.write_seg(
-        base,
-        be_pair(
-            (u64::from(w0) << 32) | u64::from(w1),
-            (u64::from(w2) << 32) | u64::from(w3),
-        ),
-    );
-    ctrl8(w0, w1)
+    let w = ctrl_word(cur_post, op.mlx5_opcode(), shape.qpn, p.ds);
+    let imm = op.imm().unwrap_or(0);
+    first.write_seg(0, be_pair(w, (u64::from(fm_ce_se) << 32) | u64::from(imm)));
+    ctrl8(w)
 }
