@@ -11,6 +11,7 @@ pub mod error;
 pub mod events;
 pub mod fixture;
 pub mod kernel;
+pub mod live;
 pub mod obj;
 pub mod provider;
 pub mod sim;
@@ -22,10 +23,13 @@ pub use context::Context;
 pub use device::Device;
 pub use error::{Error, FwReport, Result};
 pub use events::{event_type, Events};
+pub use live::{live_objects, LiveObject};
 pub use obj::{DestroyFailed, Obj};
 pub use provider::{
     AsyncCompletion, CmdChannel, DeviceInfo, DevxEvent, EventChannel, Handle, Provider,
     ProviderContext, UarAlloc, UarKind, UarPage,
 };
+/// Names the emulated device's syndromes (`sim::syndrome::name`).
+pub use sim::syndrome::name as syndrome_name;
 pub use uar::Uar;
 pub use umem::{access, StableMemory, Umem};

@@ -190,6 +190,23 @@ pub fn table_full(kind: ObjKind) -> Check {
     }
 }
 
+/// The name of a syndrome the emulated device answers (`CQ_TOO_LARGE`,
+/// `NOT_FOUND(cq)`), `None` for one it never gives. Real firmware syndromes
+/// are opaque; only the emulator's can be named.
+pub fn name(syndrome: u32) -> Option<String> {
+    if let Some(c) = ALL.iter().find(|c| c.syndrome == syndrome) {
+        return Some(c.name.to_string());
+    }
+    let kind = ObjKind::ALL
+        .iter()
+        .find(|k| k.code() == syndrome & 0xffff)?;
+    let family = [not_found, foreign, busy, table_full]
+        .into_iter()
+        .map(|f| f(*kind))
+        .find(|c| c.syndrome == syndrome)?;
+    Some(format!("{}({kind})", family.name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,5 +229,20 @@ mod tests {
             );
             assert_ne!(c.status, status::OK);
         }
+    }
+
+    #[test]
+    fn syndromes_have_names() {
+        assert_eq!(name(CQ_TOO_LARGE.syndrome).as_deref(), Some("CQ_TOO_LARGE"));
+        assert_eq!(
+            name(not_found(ObjKind::Cq).syndrome).as_deref(),
+            Some("NOT_FOUND(cq)")
+        );
+        assert_eq!(
+            name(busy(ObjKind::Umem).syndrome).as_deref(),
+            Some("IN_USE(umem)")
+        );
+        assert_eq!(name(0), None);
+        assert_eq!(name(0x2001_00ff), None);
     }
 }

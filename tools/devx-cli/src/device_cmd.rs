@@ -2,7 +2,11 @@
 
 use devx::{Context, Device};
 
-use crate::layout_cmd::print_decoded;
+use prm_layouts::enums::HcaCapType;
+use prm_layouts::{NopIn, NopOut, Opcode, QueryHcaCapIn, QueryHcaCapOut};
+
+use crate::fields::{json_str, status_text};
+use crate::layout_cmd::{decoded_fields, fields_json, print_decoded, print_fields_text};
 use crate::values::parse_hex_arg;
 use crate::CliResult;
 
@@ -32,9 +36,9 @@ pub fn devices(json: bool) -> CliResult {
             .map(|d| {
                 let i = d.info();
                 format!(
-                    "{{\"name\": \"{}\", \"provider\": \"{}\", \"emulated\": {}, \"location\": \"{}\", \"node_guid\": \"{:016x}\", \"fw_version\": \"{}\", \"vendor_id\": {}, \"vendor_part_id\": {}, \"num_ports\": {}}}",
-                    i.name, i.provider, i.emulated, i.location.replace('"', "'"), i.node_guid,
-                    i.fw_version, i.vendor_id, i.vendor_part_id, i.num_ports
+                    "{{\"name\": {}, \"provider\": {}, \"emulated\": {}, \"location\": {}, \"node_guid\": {}, \"fw_version\": {}, \"vendor_id\": {}, \"vendor_part_id\": {}, \"num_ports\": {}}}",
+                    json_str(&i.name), json_str(&i.provider), i.emulated, json_str(&i.location),
+                    i.node_guid, json_str(&i.fw_version), i.vendor_id, i.vendor_part_id, i.num_ports
                 )
             })
             .collect();
@@ -56,57 +60,138 @@ pub fn devices(json: bool) -> CliResult {
             i.name, kind, i.node_guid, i.fw_version, i.location
         );
     }
+    println!(
+        "Any sim0 … sim{} names an emulated device, created on first use \
+         (rc_pingpong uses sim1 and sim2); only those made so far are listed.",
+        devx::sim::MAX_DEVICE_INDEX
+    );
     Ok(())
 }
 
-/// QUERY_HCA_CAP for the general capabilities, current values.
-pub fn query_general_caps(ctx: &Context) -> devx::Result<Vec<u8>> {
-    let mut inbox = prm_layouts::QueryHcaCapIn::new();
-    inbox.set_opcode(prm_layouts::Opcode::QueryHcaCap as u16);
-    inbox.set_op_mod(0x01);
-    ctx.general_cmd(inbox.as_bytes(), prm_layouts::QueryHcaCapOut::SIZE_BYTES)
+/// Which values `caps` shows: what the device can do, or what is set now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CapMode {
+    /// The maximum the device supports.
+    Max,
+    /// The values currently in effect.
+    Cur,
 }
 
-pub fn caps(json: bool, all: bool) -> CliResult {
+/// The capability pages `caps --page` knows, with the layout each decodes by.
+const CAP_PAGES: &[(HcaCapType, &str)] = &[
+    (HcaCapType::General, "cmd_hca_cap"),
+    (
+        HcaCapType::EthernetOffloads,
+        "per_protocol_networking_offload_caps",
+    ),
+    (HcaCapType::Odp, "odp_cap"),
+    (HcaCapType::Atomic, "atomic_caps"),
+    (HcaCapType::Roce, "roce_cap"),
+    (HcaCapType::FlowTable, "flow_table_nic_cap"),
+    (HcaCapType::General2, "cmd_hca_cap_2"),
+];
+
+/// Names `caps --page` accepts, for its help and errors.
+pub fn cap_page_names() -> String {
+    CAP_PAGES
+        .iter()
+        .map(|(t, _)| t.name().to_ascii_lowercase())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A capability page by name: any case, `-` or `_`, or a unique prefix (`eth`).
+pub fn parse_cap_page(name: &str) -> CliResult<HcaCapType> {
+    let want = name.to_ascii_uppercase().replace('-', "_");
+    let exact = CAP_PAGES.iter().find(|(t, _)| t.name() == want);
+    let prefixed: Vec<_> = CAP_PAGES
+        .iter()
+        .filter(|(t, _)| t.name().starts_with(&want))
+        .collect();
+    match (exact, prefixed.as_slice()) {
+        (Some((t, _)), _) | (None, [(t, _)]) => Ok(*t),
+        _ => Err(format!(
+            "unknown capability page '{name}' (pages: {})",
+            cap_page_names()
+        )),
+    }
+}
+
+/// The layout a capability page decodes by.
+fn cap_page_layout(page: HcaCapType) -> Option<&'static prm_layouts::LayoutMeta> {
+    CAP_PAGES
+        .iter()
+        .find(|(t, _)| *t == page)
+        .and_then(|(_, name)| prm_layouts::find(name))
+}
+
+/// QUERY_HCA_CAP for one page; returns the whole outbox.
+pub fn query_caps(ctx: &Context, page: HcaCapType, mode: CapMode) -> devx::Result<Vec<u8>> {
+    let mut inbox = QueryHcaCapIn::new();
+    inbox.set_opcode(Opcode::QueryHcaCap.raw());
+    inbox.set_op_mod(page.op_mod(mode == CapMode::Cur));
+    ctx.general_cmd(inbox.as_bytes(), QueryHcaCapOut::SIZE_BYTES)
+}
+
+/// The capability page inside a QUERY_HCA_CAP outbox.
+fn page_bytes(out: &[u8]) -> CliResult<&[u8]> {
+    QueryHcaCapOut::from_slice(out)
+        .map(|o| o.capability().as_bytes())
+        .ok_or_else(|| {
+            format!(
+                "QUERY_HCA_CAP answered {} bytes; its outbox is {}",
+                out.len(),
+                QueryHcaCapOut::SIZE_BYTES
+            )
+        })
+}
+
+pub fn caps(page: &str, mode: CapMode, json: bool, all: bool) -> CliResult {
+    let page = parse_cap_page(page)?;
+    let meta = cap_page_layout(page).ok_or_else(|| format!("no layout for page {page}"))?;
     let ctx = crate::session::context()?;
-    let out = query_general_caps(&ctx).map_err(|e| e.to_string())?;
-    // The capability page starts at byte 16 of the outbox.
-    let meta = prm_layouts::CmdHcaCap::META;
-    let page = &out[16..16 + meta.size_bytes()];
-    print_decoded(meta, page, all, json)
+    let out = query_caps(&ctx, page, mode).map_err(crate::session::dev_err)?;
+    print_decoded(meta, &page_bytes(&out)?[..meta.size_bytes()], all, json)
 }
 
 pub fn cmd(hex_arg: &str, outlen: Option<usize>, json: bool) -> CliResult {
     let inbox = parse_hex_arg(hex_arg)?;
-    if inbox.len() < 16 {
+    if inbox.len() < NopIn::SIZE_BYTES {
         return Err(format!(
-            "the inbox is {} bytes; a command needs at least its 16-byte header",
-            inbox.len()
+            "the inbox is {} bytes; a command needs at least its {}-byte header",
+            inbox.len(),
+            NopIn::SIZE_BYTES
         ));
     }
     let opcode = u16::from_be_bytes([inbox[0], inbox[1]]);
     let layouts = prm_layouts::mailbox_layouts(opcode);
-    let outlen = match (outlen, layouts) {
-        (Some(n), _) => n,
-        (None, Some((_, out))) => out.size_bytes(),
-        (None, None) => {
-            return Err(format!(
-                "no known output layout for opcode {opcode:#x}; give --outlen"
-            ))
-        }
-    };
+    // Every outbox starts with status and syndrome (NOP's outbox is only
+    // that): enough for the device to answer an opcode we have no layout for.
+    let outlen = outlen
+        .or(layouts.map(|(_, out)| out.size_bytes()))
+        .unwrap_or(NopOut::SIZE_BYTES);
     let ctx = crate::session::context()?;
-    let out = ctx.general_cmd(&inbox, outlen).map_err(|e| e.to_string())?;
-    if opcode == prm_layouts::Opcode::QueryHcaCap as u16 {
-        if let Some(page) = cap_page_layout(u16::from_be_bytes([inbox[6], inbox[7]]) >> 1) {
-            if out.len() >= 16 + page.size_bytes() {
+    let out = ctx
+        .general_cmd(&inbox, outlen)
+        .map_err(crate::session::dev_err)?;
+    if opcode == Opcode::QueryHcaCap.raw() {
+        let op_mod = u16::from_be_bytes([inbox[6], inbox[7]]);
+        let page = HcaCapType::from_raw(op_mod >> 1).and_then(cap_page_layout);
+        if let (Some(page), Ok(bytes)) = (page, page_bytes(&out)) {
+            let fields = decoded_fields(page, &bytes[..page.size_bytes()], false)?;
+            let status = out[0];
+            let syndrome = u32::from_be_bytes([out[4], out[5], out[6], out[7]]);
+            if json {
                 println!(
-                    "status = {:#x}, syndrome = {:#x}",
-                    out[0],
-                    u32::from_be_bytes([out[4], out[5], out[6], out[7]])
+                    "{{\"layout\": {}, \"status\": {status}, \"syndrome\": {syndrome}, \"fields\": {{{}}}}}",
+                    json_str(page.name),
+                    fields_json(&fields)
                 );
-                return print_decoded(page, &out[16..16 + page.size_bytes()], false, json);
+            } else {
+                println!("status = {}, syndrome = {syndrome:#x}", status_text(status));
+                print_fields_text(page, &fields, "");
             }
+            return Ok(());
         }
     }
     match layouts {
@@ -119,23 +204,18 @@ pub fn cmd(hex_arg: &str, outlen: Option<usize>, json: bool) -> CliResult {
             print_decoded(meta, fixed, false, json)
         }
         _ => {
-            println!("{}", hex::encode(&out));
+            let status = out[0];
+            let syndrome = u32::from_be_bytes([out[4], out[5], out[6], out[7]]);
+            if json {
+                println!(
+                    "{{\"opcode\": {opcode}, \"status\": {status}, \"syndrome\": {syndrome}, \"outbox\": {}}}",
+                    json_str(&hex::encode(&out))
+                );
+            } else {
+                println!("status = {}, syndrome = {syndrome:#x}", status_text(status));
+                println!("outbox = {}", hex::encode(&out));
+            }
             Ok(())
         }
     }
-}
-
-/// The capability page layout QUERY_HCA_CAP returns for a cap type.
-fn cap_page_layout(cap_type: u16) -> Option<&'static prm_layouts::LayoutMeta> {
-    let name = match cap_type {
-        0x00 => "cmd_hca_cap",
-        0x01 => "per_protocol_networking_offload_caps",
-        0x02 => "odp_cap",
-        0x03 => "atomic_caps",
-        0x04 => "roce_cap",
-        0x07 => "flow_table_nic_cap",
-        0x20 => "cmd_hca_cap_2",
-        _ => return None,
-    };
-    prm_layouts::find(name)
 }

@@ -2,12 +2,14 @@
 
 use prm_layouts::{FieldKind, FieldValue, LayoutMeta};
 
-use crate::values::{parse_hex, parse_hex_arg, parse_number, split_assignment};
+use crate::fields;
+use crate::values::{parse_hex, parse_hex_arg, parse_number, split_assignments};
 use crate::CliResult;
 
-/// Finds a layout or says which names come closest.
+/// Finds a layout (any case) or says which names come closest.
 pub fn find_layout(name: &str) -> CliResult<&'static LayoutMeta> {
-    prm_layouts::find(name).ok_or_else(|| {
+    let found = prm_layouts::find(name).or_else(|| prm_layouts::find(&name.to_ascii_lowercase()));
+    found.ok_or_else(|| {
         let near = prm_layouts::nearest_layouts(name, 3);
         if near.is_empty() {
             format!("unknown layout '{name}'")
@@ -17,11 +19,22 @@ pub fn find_layout(name: &str) -> CliResult<&'static LayoutMeta> {
     })
 }
 
-pub fn layout(name: Option<&str>, json: bool) -> CliResult {
+pub fn layout(name: Option<&str>, names_only: bool, json: bool) -> CliResult {
     let layouts: Vec<&LayoutMeta> = match name {
         Some(n) => vec![find_layout(n)?],
         None => prm_layouts::registry().to_vec(),
     };
+    if names_only {
+        if json {
+            let names: Vec<String> = layouts.iter().map(|m| fields::json_str(m.name)).collect();
+            println!("[{}]", names.join(", "));
+        } else {
+            for m in &layouts {
+                println!("{}", m.name);
+            }
+        }
+        return Ok(());
+    }
     if json {
         println!("{}", layouts_json(&layouts));
         return Ok(());
@@ -110,8 +123,7 @@ pub fn parse_field_value(m: &LayoutMeta, name: &str, text: &str) -> CliResult<Fi
 /// Builds a mailbox of layout `m` from `field=value` arguments.
 pub fn build_mailbox(m: &LayoutMeta, assignments: &[String]) -> CliResult<Vec<u8>> {
     let mut buf = vec![0u8; m.size_bytes()];
-    for a in assignments {
-        let (name, text) = split_assignment(a)?;
+    for (name, text) in split_assignments(assignments)? {
         let value = parse_field_value(m, name, text)?;
         m.set_value(&mut buf, name, &value)
             .map_err(|e| e.to_string())?;
@@ -126,45 +138,60 @@ pub fn encode(layout: &str, fields: &[String]) -> CliResult {
     Ok(())
 }
 
-/// The decoded fields of `buf`, one `name = value` per line.
-pub fn decoded_lines(m: &LayoutMeta, buf: &[u8], all: bool) -> CliResult<Vec<(String, String)>> {
+/// The decoded fields of `buf` (only the non-zero ones unless `all`),
+/// tail entries as `name[i]`.
+pub fn decoded_fields(
+    m: &LayoutMeta,
+    buf: &[u8],
+    all: bool,
+) -> CliResult<Vec<(String, FieldValue)>> {
     let fields = m.decode(buf, all).map_err(|e| e.to_string())?;
-    let mut out: Vec<(String, String)> = fields
+    let mut out: Vec<(String, FieldValue)> = fields
         .into_iter()
-        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .map(|(n, v)| (n.to_string(), v))
         .collect();
     if let Some(t) = m.tail {
         let tail = m.tail_values(buf).map_err(|e| e.to_string())?;
-        for (i, v) in tail.iter().enumerate() {
+        for (i, v) in tail.into_iter().enumerate() {
             if all || !v.is_zero() {
-                out.push((format!("{}[{i}]", t.name), v.to_string()));
+                out.push((format!("{}[{i}]", t.name), v));
             }
         }
     }
     Ok(out)
 }
 
+/// `"name": value, …` of decoded fields (the inside of a JSON object).
+pub fn fields_json(fields: &[(String, FieldValue)]) -> String {
+    fields
+        .iter()
+        .map(|(n, v)| format!("{}: {}", fields::json_str(n), fields::json(v)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `name = value` lines, aligned, each prefixed with `indent`.
+pub fn print_fields_text(m: &LayoutMeta, fields: &[(String, FieldValue)], indent: &str) {
+    let width = fields.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    for (n, v) in fields {
+        println!("{indent}{n:<width$} = {}", fields::text(m.name, n, v));
+    }
+}
+
 pub fn print_decoded(m: &LayoutMeta, buf: &[u8], all: bool, json: bool) -> CliResult {
-    let lines = decoded_lines(m, buf, all)?;
+    let fields = decoded_fields(m, buf, all)?;
     if json {
-        let body: Vec<String> = lines
-            .iter()
-            .map(|(n, v)| format!("\"{n}\": \"{v}\""))
-            .collect();
         println!(
-            "{{\"layout\": \"{}\", \"fields\": {{{}}}}}",
-            m.name,
-            body.join(", ")
+            "{{\"layout\": {}, \"fields\": {{{}}}}}",
+            fields::json_str(m.name),
+            fields_json(&fields)
         );
         return Ok(());
     }
-    if lines.is_empty() {
+    if fields.is_empty() {
         println!("{}: every field is zero", m.name);
     }
-    let width = lines.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
-    for (n, v) in lines {
-        println!("{n:<width$} = {v}");
-    }
+    print_fields_text(m, &fields, "");
     Ok(())
 }
 

@@ -6,8 +6,10 @@ mod bench_cmd;
 mod bench_datapath;
 mod device_cmd;
 mod devinfo_cmd;
+mod fields;
 mod layout_cmd;
 mod obj_cmd;
+mod rdma_cmd;
 mod replay_cmd;
 mod session;
 mod values;
@@ -23,7 +25,17 @@ pub type CliResult<T = ()> = Result<T, String>;
 #[command(
     name = "devx-cli",
     version,
-    about = "mlx5 DEVX commands, objects and PRM layouts"
+    about = "mlx5 DEVX commands, objects and PRM layouts",
+    arg_required_else_help = true,
+    after_help = "\
+Examples:
+  $ devx-cli devices
+  $ devx-cli caps --page roce --mode max
+  $ devx-cli --device sim0 obj create alloc_pd
+  $ devx-cli layout --names
+
+JSON (--json, -j): every value is a number (byte strings longer than 64 bits
+are hex strings); errors are {\"error\": …, \"kind\": …} with a non-zero exit."
 )]
 struct Cli {
     /// Device to use; default: the first real mlx5 device, else the emulated sim0.
@@ -40,47 +52,94 @@ struct Cli {
 enum Command {
     /// List devices (real and emulated).
     Devices {
-        #[arg(long)]
+        #[arg(long, short)]
         json: bool,
     },
-    /// Show the device's general capabilities by name.
+    /// One line per device, like `rdma dev`.
+    #[command(after_help = "Example:\n  $ devx-cli dev -j")]
+    Dev {
+        #[arg(long, short)]
+        json: bool,
+    },
+    /// Port state, physical state and MTU per port, like `rdma link`.
+    #[command(after_help = "Example:\n  $ devx-cli link")]
+    Link {
+        #[arg(long, short)]
+        json: bool,
+    },
+    /// Live firmware objects of the device, like `rdma res` and `rdma res show qp`.
+    #[command(after_help = rdma_cmd::RES_HELP)]
+    Res {
+        /// Only objects of this kind (qp, cq, pd, mr, umem, uar, srq, …); every
+        /// kind's count without it.
+        kind: Option<String>,
+        #[arg(long, short)]
+        json: bool,
+    },
+    /// Show a capability page by name, like `mlx5ctl DEV cap --id=ROCE --mode=max`.
+    #[command(after_help = "Example:\n  $ devx-cli caps --page roce --mode max")]
     Caps {
-        #[arg(long)]
+        #[arg(long, short)]
         json: bool,
         /// Show every field, zero or not.
         #[arg(long)]
         all: bool,
+        /// Capability page: general, ethernet_offloads, odp, atomic, roce,
+        /// flow_table, general_2 (any case; a unique prefix such as `eth` works).
+        #[arg(long, default_value = "general")]
+        page: String,
+        /// Maximum supported values or the current ones.
+        #[arg(long, value_enum, default_value = "cur")]
+        mode: device_cmd::CapMode,
     },
     /// Run a raw general command given as hex; prints the outbox decoded.
+    #[command(after_help = "\
+An opcode with no known output layout is sent with a 16-byte outbox (status
+and syndrome) and the device's answer is shown.
+Example:
+  $ devx-cli cmd 010000000000000100000000000000000000000000000000")]
     Cmd {
         /// The inbox as hex (or `-` for stdin).
         hex: String,
         /// Outbox length in bytes (default: the opcode's output layout size).
         #[arg(long)]
         outlen: Option<usize>,
-        #[arg(long)]
+        #[arg(long, short)]
         json: bool,
     },
-    /// Show one PRM layout, or all of them.
+    /// Show one PRM layout (any case), or all of them.
+    #[command(
+        after_help = "Examples:\n  $ devx-cli layout CREATE_CQ_IN\n  $ devx-cli layout --names"
+    )]
     Layout {
         name: Option<String>,
+        /// Layout names only.
         #[arg(long)]
+        names: bool,
+        #[arg(long, short)]
         json: bool,
     },
-    /// Build a mailbox: `encode create_cq_in opcode=0x400 cq_context.log_cq_size=5`.
+    /// Build a mailbox from field=value pairs.
+    #[command(after_help = "\
+Numbers are decimal or 0x-hex; a leading zero (0800) is refused as ambiguous.
+Example:
+  $ devx-cli encode create_cq_in opcode=0x400 cq_context.log_cq_size=5")]
     Encode {
         layout: String,
         /// field=value pairs; values in decimal or 0x-hex, byte fields in hex.
         fields: Vec<String>,
     },
     /// Decode a mailbox given as hex (or `-` for stdin).
+    #[command(
+        after_help = "Example:\n  $ devx-cli decode alloc_pd_out 05000000000000420000000000000000"
+    )]
     Decode {
         layout: String,
         hex: String,
         /// Print every field, not only the non-zero ones.
         #[arg(long)]
         all: bool,
-        #[arg(long)]
+        #[arg(long, short)]
         json: bool,
     },
     /// Create, query, modify and destroy firmware objects by layout and field name.
@@ -92,33 +151,128 @@ enum Command {
     /// Run the lines of FILE (`-`: stdin) as `shell` does, stopping at the first error.
     #[command(after_help = session::HELP)]
     Script { file: String },
-    /// Replay a fixture through the devx API and report each command; fails on any mismatch.
+    /// Check a fixture, or replay it against a live device with --device.
+    #[command(after_help = replay_cmd::HELP)]
     Replay {
         file: String,
-        #[arg(long)]
+        #[arg(long, short)]
         json: bool,
     },
     /// Device identity, limits and ports, like `ibv_devinfo -v`.
+    #[command(
+        after_help = "Examples:\n  $ devx-cli devinfo -v -d sim0 -i 1\n  $ devx-cli devinfo -l"
+    )]
     Devinfo {
-        #[arg(long)]
+        #[arg(long, short)]
         json: bool,
+        /// Accepted for `ibv_devinfo -v` habits: the report is always verbose.
+        #[arg(short, long)]
+        verbose: bool,
+        /// Device (as `ibv_devinfo -d`; same as the global --device).
+        #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+        ib_dev: Option<String>,
+        /// Only this port.
+        #[arg(short = 'i', long = "ib-port", value_name = "PORT")]
+        ib_port: Option<u8>,
+        /// Only list device names.
+        #[arg(short, long)]
+        list: bool,
     },
-    /// Measure the library: `mailbox`, `cmd`, `kernel`.
+    /// Measure the library: `mailbox`, `cmd`, `kernel`, `datapath` (on emulated devices).
+    #[command(after_help = "Example:\n  $ devx-cli bench mailbox --iterations 1000 --json")]
     Bench {
         what: bench::BenchKind,
-        #[arg(long)]
+        #[arg(long, short)]
         json: bool,
-        /// Iterations (default depends on the benchmark).
-        #[arg(long)]
+        /// Iterations, at least 1 (default depends on the benchmark).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         iterations: Option<u64>,
     },
 }
 
-fn run(cli: Cli) -> CliResult {
-    session::configure(cli.device.as_deref(), cli.record.as_deref());
-    if cli.record.is_some() && matches!(cli.command, Command::Replay { .. }) {
-        return Err("--record cannot be used with replay".into());
+impl Command {
+    /// The subcommand's name, for messages.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Devices { .. } => "devices",
+            Command::Dev { .. } => "dev",
+            Command::Link { .. } => "link",
+            Command::Res { .. } => "res",
+            Command::Caps { .. } => "caps",
+            Command::Cmd { .. } => "cmd",
+            Command::Layout { .. } => "layout",
+            Command::Encode { .. } => "encode",
+            Command::Decode { .. } => "decode",
+            Command::Obj(_) => "obj",
+            Command::Shell => "shell",
+            Command::Script { .. } => "script",
+            Command::Replay { .. } => "replay",
+            Command::Devinfo { .. } => "devinfo",
+            Command::Bench { .. } => "bench",
+        }
     }
+
+    /// Whether `--json` was asked for.
+    fn json(&self) -> bool {
+        match self {
+            Command::Devices { json }
+            | Command::Dev { json }
+            | Command::Link { json }
+            | Command::Res { json, .. }
+            | Command::Caps { json, .. }
+            | Command::Cmd { json, .. }
+            | Command::Layout { json, .. }
+            | Command::Decode { json, .. }
+            | Command::Replay { json, .. }
+            | Command::Devinfo { json, .. }
+            | Command::Bench { json, .. } => *json,
+            Command::Obj(o) => o.json(),
+            Command::Encode { .. } | Command::Shell | Command::Script { .. } => false,
+        }
+    }
+
+    /// Whether the command can use `--device` (and `--record` the commands it sends).
+    fn uses_device(&self) -> (bool, bool) {
+        match self {
+            Command::Layout { .. }
+            | Command::Encode { .. }
+            | Command::Decode { .. }
+            | Command::Devices { .. }
+            | Command::Bench { .. } => (false, false),
+            // Listing reads every device; replay sends the fixture's own commands.
+            Command::Dev { .. } | Command::Replay { .. } => (true, false),
+            _ => (true, true),
+        }
+    }
+}
+
+fn run(cli: Cli) -> CliResult {
+    let (device_ok, record_ok) = cli.command.uses_device();
+    let cmd = cli.command.name();
+    if cli.device.is_some() && !device_ok {
+        return Err(format!(
+            "{cmd} uses no device; --device does not apply to it"
+        ));
+    }
+    if cli.record.is_some() && !record_ok {
+        return Err(format!(
+            "{cmd} sends no commands of its own to record; --record does not apply to it"
+        ));
+    }
+    let mut device = cli.device;
+    if let Command::Devinfo {
+        ib_dev: Some(d), ..
+    } = &cli.command
+    {
+        if device.as_ref().is_some_and(|g| g != d) {
+            return Err(format!(
+                "devinfo -d {d} and --device {} disagree",
+                device.unwrap_or_default()
+            ));
+        }
+        device = Some(d.clone());
+    }
+    session::configure(device.as_deref(), cli.record.as_deref());
     let result = dispatch(cli.command);
     session::close(result)
 }
@@ -127,10 +281,23 @@ fn run(cli: Cli) -> CliResult {
 fn dispatch(command: Command) -> CliResult {
     match command {
         Command::Devices { json } => device_cmd::devices(json),
-        Command::Devinfo { json } => devinfo_cmd::devinfo(json),
-        Command::Caps { json, all } => device_cmd::caps(json, all),
+        Command::Dev { json } => rdma_cmd::dev(json),
+        Command::Link { json } => rdma_cmd::link(json),
+        Command::Res { kind, json } => rdma_cmd::res(kind.as_deref(), json),
+        Command::Devinfo {
+            json,
+            ib_port,
+            list,
+            ..
+        } => devinfo_cmd::devinfo(json, ib_port, list),
+        Command::Caps {
+            json,
+            all,
+            page,
+            mode,
+        } => device_cmd::caps(&page, mode, json, all),
         Command::Cmd { hex, outlen, json } => device_cmd::cmd(&hex, outlen, json),
-        Command::Layout { name, json } => layout_cmd::layout(name.as_deref(), json),
+        Command::Layout { name, names, json } => layout_cmd::layout(name.as_deref(), names, json),
         Command::Encode { layout, fields } => layout_cmd::encode(&layout, &fields),
         Command::Decode {
             layout,
@@ -146,8 +313,22 @@ fn dispatch(command: Command) -> CliResult {
         Command::Obj(args) => obj_cmd::run(args),
         Command::Shell => session::shell(),
         Command::Script { file } => session::script(&file),
-        Command::Replay { file, json } => replay_cmd::run(&file, json),
+        Command::Replay { file, json } => replay_cmd::run(&file, session::device_name(), json),
     }
+}
+
+/// An error for programs reading `--json` output: one object on stdout.
+fn json_error(message: &str, kind: &str) {
+    println!(
+        "{{\"error\": {}, \"kind\": {}}}",
+        fields::json_str(message),
+        fields::json_str(kind)
+    );
+}
+
+/// Whether the raw arguments ask for JSON (for errors before parsing succeeds).
+fn args_want_json() -> bool {
+    std::env::args().skip(1).any(|a| a == "--json" || a == "-j")
 }
 
 fn main() -> ExitCode {
@@ -158,15 +339,29 @@ fn main() -> ExitCode {
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => e.exit(),
+        // Help and version, and `devx-cli` alone (help, exit 2): clap's own output.
+        Err(e)
+            if !e.use_stderr()
+                || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+        {
+            e.exit()
+        }
         Err(e) => {
-            eprintln!("devx-cli: error: {}", session::clap_one_line(&e));
+            let text = session::clap_message(&e);
+            if args_want_json() {
+                json_error(&text, "usage");
+            }
+            eprintln!("devx-cli: {}", e.render().to_string().trim_end());
             return ExitCode::from(2);
         }
     };
+    let json = cli.command.json();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
+            if json {
+                json_error(&msg, "failed");
+            }
             eprintln!("devx-cli: error: {msg}");
             ExitCode::FAILURE
         }

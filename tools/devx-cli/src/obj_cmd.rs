@@ -5,9 +5,12 @@ use clap::{Args, Subcommand};
 use devx::{Obj, Uar, UarKind, Umem};
 use prm_layouts::{FieldValue, LayoutMeta};
 
-use crate::layout_cmd::{decoded_lines, find_layout, parse_field_value};
+use crate::fields::json_str;
+use crate::layout_cmd::{
+    decoded_fields, fields_json, find_layout, parse_field_value, print_fields_text,
+};
 use crate::session::{self, Resource, Slot};
-use crate::values::{parse_number, split_assignment};
+use crate::values::{parse_number, split_assignments};
 use crate::CliResult;
 
 #[derive(Args)]
@@ -18,7 +21,11 @@ shell or script). Field values may name them: `$cq` is the CQ's number,
 `$buf` a UMEM's id, `$buf.addr` its address (`$buf.addr+0x40`), `$buf.len`
 its size, `$u` a UAR's page id, `$e` an EQ number. Objects die with the
 process: use `devx-cli shell` or `devx-cli script FILE` to keep them
-across commands.")]
+across commands.
+
+Examples:
+  $ devx-cli obj create alloc_pd
+  $ printf 'e = obj eqn 0\nu = obj uar\nb = obj umem 4096\nd = obj umem 64\ncq = obj create create_cq cq_context.log_cq_size=5 cq_context.c_eqn=$e cq_context.uar_page=$u cq_umem_valid=1 cq_umem_id=$b cq_context.dbr_umem_valid=1 cq_context.dbr_umem_id=$d\nobj query $cq\n' | devx-cli shell")]
 pub struct ObjArgs {
     #[command(subcommand)]
     cmd: ObjCmd,
@@ -26,8 +33,8 @@ pub struct ObjArgs {
 
 #[derive(Subcommand)]
 enum ObjCmd {
-    /// Create an object: `obj create create_cq_in cq_context.log_cq_size=5 …`
-    /// (the opcode is filled in from the layout unless given).
+    /// Create an object: `obj create alloc_pd` (the opcode is filled in from
+    /// the layout unless given; a CQ needs its EQ, UAR and memory, see `obj --help`).
     Create {
         /// Input layout (`create_cq_in`; `create_cq` and `CREATE_CQ` work too).
         layout: String,
@@ -39,7 +46,7 @@ enum ObjCmd {
         /// Name to refer to the object by (`$NAME`).
         #[arg(long)]
         name: Option<String>,
-        #[arg(long)]
+        #[arg(long, short)]
         json: bool,
     },
     /// Query an object: `obj query $cq` (layout and object number are filled in).
@@ -50,7 +57,7 @@ enum ObjCmd {
         args: Vec<String>,
         #[arg(long)]
         outlen: Option<usize>,
-        #[arg(long)]
+        #[arg(long, short)]
         json: bool,
     },
     /// Modify an object: `obj modify $qp rst2init_qp_in qpc.pm_state=3 …`.
@@ -61,7 +68,7 @@ enum ObjCmd {
         fields: Vec<String>,
         #[arg(long)]
         outlen: Option<usize>,
-        #[arg(long)]
+        #[arg(long, short)]
         json: bool,
     },
     /// Destroy an object (or deregister a UMEM, free a UAR).
@@ -92,6 +99,18 @@ enum ObjCmd {
     },
     /// List what the session holds.
     List,
+}
+
+impl ObjArgs {
+    /// Whether `--json` was asked for.
+    pub fn json(&self) -> bool {
+        match &self.cmd {
+            ObjCmd::Create { json, .. }
+            | ObjCmd::Query { json, .. }
+            | ObjCmd::Modify { json, .. } => *json,
+            _ => false,
+        }
+    }
 }
 
 pub fn run(args: ObjArgs) -> CliResult {
@@ -180,8 +199,7 @@ fn resolve_ref(text: &str) -> CliResult<u64> {
 fn build(m: &LayoutMeta, fields: &[String]) -> CliResult<(Vec<u8>, Vec<String>)> {
     let mut buf = vec![0u8; m.size_bytes()];
     let mut set = Vec::new();
-    for a in fields {
-        let (name, text) = split_assignment(a)?;
+    for (name, text) in split_assignments(fields)? {
         let value = if text.starts_with('$') {
             FieldValue::Scalar(resolve_ref(text).map_err(|e| format!("field {name}: {e}"))?)
         } else {
@@ -226,51 +244,34 @@ fn out_len(opcode: u16, given: Option<usize>) -> CliResult<usize> {
 /// Prints an outbox decoded by its layout (hex when there is none).
 fn print_out(head: &str, opcode: u16, out: &[u8], json: bool, extra_json: &str) -> CliResult {
     let meta = prm_layouts::mailbox_layouts(opcode).map(|(_, o)| o);
-    let lines = match meta {
+    let (meta, fields) = match meta {
         Some(m) if out.len() >= m.size_bytes() => {
             let fixed = if m.tail.is_some() {
                 out
             } else {
                 &out[..m.size_bytes()]
             };
-            decoded_lines(m, fixed, false)?
+            (Some(m), decoded_fields(m, fixed, false)?)
         }
-        _ => vec![("hex".to_string(), hex::encode(out))],
+        _ => (
+            None,
+            vec![("hex".to_string(), FieldValue::Bytes(out.to_vec()))],
+        ),
     };
     if json {
-        let fields: Vec<String> = lines
-            .iter()
-            .map(|(n, v)| format!("{}: {}", json_str(n), json_str(v)))
-            .collect();
         println!(
             "{{{extra_json}\"opcode\": {}, \"outbox\": {{{}}}}}",
             json_str(&prm_layouts::enums::opcode_name(opcode)),
-            fields.join(", ")
+            fields_json(&fields)
         );
         return Ok(());
     }
     println!("{head}");
-    let width = lines.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
-    for (n, v) in lines {
-        println!("  {n:<width$} = {v}");
+    match meta {
+        Some(m) => print_fields_text(m, &fields, "  "),
+        None => println!("  hex = {}", hex::encode(out)),
     }
     Ok(())
-}
-
-pub fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// ` (name)` after a `$N`, or nothing.
@@ -298,7 +299,7 @@ fn create(
     let opcode = fill_opcode(m, &mut buf, &set)?;
     let outlen = out_len(opcode, outlen)?;
     let ctx = session::context()?;
-    let obj = ctx.create(&buf, outlen).map_err(|e| e.to_string())?;
+    let obj = ctx.create(&buf, outlen).map_err(session::dev_err)?;
     let (id, handle, out) = (obj.id(), obj.handle(), obj.out().to_vec());
     let label = label(name.as_deref());
     let n = session::add(name, Resource::Obj(obj))?;
@@ -430,7 +431,7 @@ fn command(
         },
         _ => unreachable_resource(),
     })?
-    .map_err(|e| e.to_string())?;
+    .map_err(session::dev_err)?;
     let head = format!("${n}: {}", prm_layouts::enums::opcode_name(opcode));
     print_out(&head, opcode, &out, json, &format!("\"ref\": \"${n}\", "))
 }
@@ -447,7 +448,7 @@ fn destroy(reference: &str) -> CliResult {
         Resource::Obj(o) => match o.destroy() {
             Ok(()) => Ok(()),
             Err(failed) => {
-                let msg = failed.error.to_string();
+                let msg = session::dev_err(failed.error);
                 session::put_back(
                     n,
                     Slot {
@@ -468,7 +469,7 @@ fn destroy(reference: &str) -> CliResult {
                         res: Resource::Umem(u),
                     },
                 );
-                Err(e.to_string())
+                Err(session::dev_err(e))
             }
         },
         Resource::Uar(u) => {
@@ -491,7 +492,7 @@ fn umem(size: &str, access: &str, name: Option<String>) -> CliResult {
         ));
     }
     let ctx = session::context()?;
-    let u = Umem::register(&ctx, vec![0u8; size as usize], access).map_err(|e| e.to_string())?;
+    let u = Umem::register(&ctx, vec![0u8; size as usize], access).map_err(session::dev_err)?;
     let (id, addr) = (u.id(), u.addr());
     let label = label(name.as_deref());
     let n = session::add(name, Resource::Umem(u))?;
@@ -506,7 +507,7 @@ fn uar(noncached: bool, name: Option<String>) -> CliResult {
         UarKind::BlueFlame
     };
     let ctx = session::context()?;
-    let u = Uar::alloc_kind(&ctx, kind).map_err(|e| e.to_string())?;
+    let u = Uar::alloc_kind(&ctx, kind).map_err(session::dev_err)?;
     let page = u.page_id();
     let label = label(name.as_deref());
     let n = session::add(name, Resource::Uar(u))?;
@@ -517,7 +518,7 @@ fn uar(noncached: bool, name: Option<String>) -> CliResult {
 fn eqn(vector: &str, name: Option<String>) -> CliResult {
     let vector = u32::try_from(parse_number(vector)?).map_err(|_| "vector is 32 bits")?;
     let ctx = session::context()?;
-    let e = ctx.query_eqn(vector).map_err(|e| e.to_string())?;
+    let e = ctx.query_eqn(vector).map_err(session::dev_err)?;
     let label = label(name.as_deref());
     let n = session::add(name, Resource::Eqn(e, vector))?;
     println!("${n}{label} = eqn {e:#x} (vector {vector})");

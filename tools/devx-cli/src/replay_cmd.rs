@@ -3,10 +3,24 @@
 
 use devx::fixture::{drive, StepOutcome, StepReport};
 
-use crate::obj_cmd::json_str;
+use crate::fields::json_str;
 use crate::CliResult;
 
-pub fn run(file: &str, json: bool) -> CliResult {
+pub const HELP: &str = "\
+Without --device: parse the fixture and check it against itself (every
+recorded command is re-issued through the devx API to a provider that
+answers from the recording), which catches a malformed or inconsistent file.
+Example:
+  $ devx-cli replay fixtures/rc_qp_lifecycle.fixture";
+
+pub fn run(file: &str, device: Option<String>, json: bool) -> CliResult {
+    if device.is_some() {
+        return Err(
+            "replaying against a live device (--device) is not implemented; \
+             without --device, replay checks the fixture against itself"
+                .into(),
+        );
+    }
     let report = drive::replay_file(file).map_err(|e| e.to_string())?;
     if json {
         println!("{}", to_json(file, &report));

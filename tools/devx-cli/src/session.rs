@@ -40,6 +40,8 @@ struct Session {
     slots: Vec<Option<Slot>>,
     /// True inside `shell` and `script`.
     interactive: bool,
+    /// True while the session reads its lines from stdin (`shell`, `script -`).
+    stdin_is_session: bool,
 }
 
 /// How lines of `shell` and `script` read (their `--help`).
@@ -110,6 +112,16 @@ pub fn context() -> CliResult<Context> {
         .map_err(|e| format!("opening {}: {e}", dev.name()))?;
     SESSION.with(|s| s.borrow_mut().ctx = Some(ctx.clone()));
     Ok(ctx)
+}
+
+/// A devx error as users read it; on an emulated device a firmware
+/// syndrome is followed by its name (`syndrome 0x30000001 (CQ_TOO_LARGE)`).
+pub fn dev_err(e: devx::Error) -> String {
+    let emulated = SESSION.with(|s| s.borrow().device.as_ref().map(Device::is_emulated));
+    match (e.syndrome().and_then(devx::syndrome_name), emulated) {
+        (Some(name), Some(true)) => format!("{e} ({name})"),
+        _ => e.to_string(),
+    }
 }
 
 /// Adds a resource; returns its number.
@@ -354,7 +366,7 @@ fn run_line(line: &str) -> CliResult<bool> {
                 print!("{e}");
                 return Ok(true);
             }
-            return Err(clap_one_line(&e));
+            return Err(clap_message(&e));
         }
     };
     if cli.device.is_some() && cli.device != device_name() {
@@ -379,29 +391,43 @@ fn run_line(line: &str) -> CliResult<bool> {
     }
 }
 
-/// The first line of a clap error, without its `error: ` prefix.
-pub fn clap_one_line(e: &clap::Error) -> String {
+/// A clap error as clap words it (the problem, a hint, the usage line),
+/// without its `error: ` prefix.
+pub fn clap_message(e: &clap::Error) -> String {
     let text = e.render().to_string();
-    let first = text.lines().next().unwrap_or("invalid arguments");
-    first.strip_prefix("error: ").unwrap_or(first).to_string()
+    let text = text.trim_end();
+    text.strip_prefix("error: ").unwrap_or(text).to_string()
 }
 
-fn begin() -> CliResult {
+/// Marks the session started; fails inside a session, before anything
+/// touches stdin (the outer session holds its lock).
+fn begin(reads_stdin: bool) -> CliResult {
     SESSION.with(|s| {
         let mut s = s.borrow_mut();
         if s.interactive {
             return Err("a shell or script cannot start another session".into());
         }
         s.interactive = true;
+        s.stdin_is_session = reads_stdin;
         Ok(())
     })
+}
+
+/// Fails when stdin carries the session's own lines (`shell`, `script -`),
+/// so `decode LAYOUT -` there cannot wait on it.
+pub fn stdin_available() -> CliResult {
+    if SESSION.with(|s| s.borrow().stdin_is_session) {
+        return Err(
+            "stdin carries this session's commands; give the hex on the line instead of `-`".into(),
+        );
+    }
+    Ok(())
 }
 
 /// Runs lines from `input`. `source` names it in errors; with `keep_going`
 /// an error is printed and the next line runs (an interactive shell),
 /// otherwise the first error ends the run.
 fn run_lines(input: impl BufRead, source: &str, prompt: bool, keep_going: bool) -> CliResult {
-    begin()?;
     let mut lines = input.lines();
     let mut n = 0;
     loop {
@@ -429,12 +455,14 @@ fn run_lines(input: impl BufRead, source: &str, prompt: bool, keep_going: bool) 
 /// `devx-cli shell`: lines from stdin; a prompt and keep-going on a terminal,
 /// stop-at-first-error otherwise (so `shell < FILE` acts like `script FILE`).
 pub fn shell() -> CliResult {
+    begin(true)?;
     let tty = std::io::stdin().is_terminal();
     run_lines(std::io::stdin().lock(), "<stdin>", tty, tty)
 }
 
 /// `devx-cli script FILE` (`-` for stdin): the same lines, stopping at the first error.
 pub fn script(file: &str) -> CliResult {
+    begin(file == "-")?;
     if file == "-" {
         return run_lines(std::io::stdin().lock(), "<stdin>", false, false);
     }

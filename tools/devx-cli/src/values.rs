@@ -9,6 +9,13 @@ pub fn parse_number(text: &str) -> CliResult<u64> {
     let t = text.trim().replace('_', "");
     let parsed = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
         u64::from_str_radix(h, 16)
+    } else if t.len() > 1 && t.starts_with('0') && t.bytes().all(|b| b.is_ascii_digit()) {
+        // `0800` is an opcode typed without its 0x far more often than a decimal 800.
+        return Err(format!(
+            "'{text}' has a leading zero: write 0x{} for hex or {} for decimal",
+            t.trim_start_matches('0'),
+            t.trim_start_matches('0').parse::<u64>().unwrap_or(0)
+        ));
     } else {
         t.parse::<u64>()
     };
@@ -18,6 +25,7 @@ pub fn parse_number(text: &str) -> CliResult<u64> {
 /// A hex string (spaces, newlines and a 0x prefix allowed), or `-` for stdin.
 pub fn parse_hex_arg(arg: &str) -> CliResult<Vec<u8>> {
     let text = if arg == "-" {
+        crate::session::stdin_available()?;
         let mut s = String::new();
         std::io::stdin()
             .read_to_string(&mut s)
@@ -56,6 +64,21 @@ pub fn split_assignment(arg: &str) -> CliResult<(&str, &str)> {
         .ok_or_else(|| format!("'{arg}' is not of the form field=value"))
 }
 
+/// Splits every `name=value`, refusing a field given twice.
+pub fn split_assignments(args: &[String]) -> CliResult<Vec<(&str, &str)>> {
+    let mut out: Vec<(&str, &str)> = Vec::with_capacity(args.len());
+    for a in args {
+        let (name, value) = split_assignment(a)?;
+        if let Some((_, first)) = out.iter().find(|(n, _)| *n == name) {
+            return Err(format!(
+                "field {name} is given twice ({name}={first} and {name}={value})"
+            ));
+        }
+        out.push((name, value));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,6 +89,17 @@ mod tests {
         assert_eq!(parse_number("0x2a").unwrap(), 42);
         assert!(parse_number("0xzz").is_err());
         assert!(parse_number("-1").is_err());
+        assert_eq!(parse_number("0").unwrap(), 0);
+        let e = parse_number("0800").unwrap_err();
+        assert!(e.contains("leading zero") && e.contains("0x800"), "{e}");
+    }
+
+    #[test]
+    fn a_field_given_twice_is_refused() {
+        let args = ["a=1".to_string(), "b=2".to_string(), "a=3".to_string()];
+        let e = split_assignments(&args).unwrap_err();
+        assert!(e.contains("field a is given twice"), "{e}");
+        assert_eq!(split_assignments(&args[..2]).unwrap().len(), 2);
     }
 
     #[test]
