@@ -10,6 +10,11 @@ use prm_layouts::{
 };
 
 fn main() -> devx::Result<()> {
+    // Die quietly when a pipe reader (`| head`) goes away, like other Unix tools.
+    // SAFETY: first thing in main, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let (dev, emulated) = Device::default_device()?;
     println!(
         "device {} ({})",

@@ -9,6 +9,11 @@ use std::process::ExitCode;
 use verbs::{Context, DeviceReport};
 
 fn main() -> ExitCode {
+    // Die quietly when a pipe reader (`| head`) goes away, like other Unix tools.
+    // SAFETY: first thing in main, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let mut json = false;
     let mut name = None;
     for arg in std::env::args().skip(1) {

@@ -17,11 +17,19 @@ struct Opts {
     mtu: Mtu,
 }
 
-fn usage() -> ! {
-    eprintln!("usage: rc_pingpong [-s size] [-n iters] [-r rx_depth] [-m mtu]");
+const USAGE: &str = "usage: rc_pingpong [-s size] [-n iters] [-r rx_depth] [-m mtu]";
+
+/// Most receives one end keeps posted (its CQ holds `rx_depth + 1` entries).
+const MAX_RX_DEPTH: u64 = 8192;
+
+/// What was wrong with the command line, then the usage line; exit 2.
+fn usage(problem: &str) -> ! {
+    eprintln!("rc_pingpong: {problem}\n{USAGE}");
     std::process::exit(2)
 }
 
+/// Reads the options as ibv_rc_pingpong does, refusing values it refuses
+/// rather than clamping them.
 fn parse() -> Opts {
     let mut o = Opts {
         size: 4096,
@@ -31,14 +39,60 @@ fn parse() -> Opts {
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        let Some(v) = args.next() else { usage() };
-        let n: u64 = v.parse().unwrap_or_else(|_| usage());
+        if flag == "-h" || flag == "--help" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        if !matches!(
+            flag.as_str(),
+            "-s" | "--size" | "-n" | "--iters" | "-r" | "--rx-depth" | "-m" | "--mtu"
+        ) {
+            usage(&format!("unknown option '{flag}'"));
+        }
+        let Some(v) = args.next() else {
+            usage(&format!("{flag} needs a value"))
+        };
+        let n: u64 = v
+            .parse()
+            .unwrap_or_else(|_| usage(&format!("{flag} {v}: not a number")));
         match flag.as_str() {
-            "-s" | "--size" => o.size = n.max(1) as usize,
-            "-n" | "--iters" => o.iters = n.max(1),
-            "-r" | "--rx-depth" => o.rx_depth = n.clamp(1, 8192) as u32,
-            "-m" | "--mtu" => o.mtu = Mtu::at_most(n as u32),
-            _ => usage(),
+            "-s" | "--size" => {
+                if n == 0 {
+                    usage("-s 0: the message size must be at least 1 byte");
+                }
+                o.size = usize::try_from(n)
+                    .unwrap_or_else(|_| usage(&format!("-s {n}: too large for this machine")));
+            }
+            "-n" | "--iters" => {
+                if n == 0 {
+                    usage("-n 0: at least one iteration");
+                }
+                o.iters = n;
+            }
+            "-r" | "--rx-depth" => {
+                if n == 0 || n > MAX_RX_DEPTH {
+                    usage(&format!(
+                        "-r {n}: the receive queue depth must be 1..={MAX_RX_DEPTH}"
+                    ));
+                }
+                o.rx_depth = n as u32;
+            }
+            _ => {
+                o.mtu = [
+                    Mtu::Mtu256,
+                    Mtu::Mtu512,
+                    Mtu::Mtu1024,
+                    Mtu::Mtu2048,
+                    Mtu::Mtu4096,
+                ]
+                .into_iter()
+                .find(|m| u64::from(m.bytes()) == n)
+                .unwrap_or_else(|| {
+                    usage(&format!(
+                        "-m {n}: the MTU must be 256, 512, 1024, 2048 or 4096"
+                    ))
+                });
+            }
         }
     }
     o
@@ -128,24 +182,43 @@ fn check(e: &End, o: &Opts, iter: u64) -> Result<(), String> {
     Ok(())
 }
 
-fn wait_one(e: &mut End, wr_id: u64) -> Result<(), String> {
+/// Waits for `wr_id` on `me`'s CQ. The peer's CQ is drained meanwhile: a
+/// failed SEND completes on the sender while the receiver waits for a
+/// message that never comes, so an error on either side ends the run.
+/// A good completion seen on the peer's CQ is counted in `peer_done`.
+fn wait_one(me: &mut End, peer: &mut End, wr_id: u64, peer_done: &mut u32) -> Result<(), String> {
     let mut wc = [Wc::default(); 1];
     loop {
-        if e.cq.poll(&mut wc) == 1 {
+        if me.cq.poll(&mut wc) == 1 {
+            return expect(me, &wc[0], wr_id);
+        }
+        if peer.cq.poll(&mut wc) == 1 {
             let w = wc[0];
             if !w.is_ok() {
-                return Err(format!(
-                    "{}: wr_id {} failed: {} (vendor {:#x})",
-                    e.name, w.wr_id, w.status, w.vendor_err
-                ));
+                return Err(failed(peer, &w));
             }
-            if w.wr_id != wr_id {
-                return Err(format!("{}: wr_id {}, expected {wr_id}", e.name, w.wr_id));
-            }
-            return Ok(());
+            *peer_done += 1;
         }
         std::hint::spin_loop();
     }
+}
+
+fn failed(e: &End, w: &Wc) -> String {
+    format!(
+        "{}: wr_id {} failed: {} (vendor syndrome {:#x})",
+        e.name, w.wr_id, w.status, w.vendor_err
+    )
+}
+
+/// A completion that must be the good one for `wr_id`.
+fn expect(e: &End, w: &Wc, wr_id: u64) -> Result<(), String> {
+    if !w.is_ok() {
+        return Err(failed(e, w));
+    }
+    if w.wr_id != wr_id {
+        return Err(format!("{}: wr_id {}, expected {wr_id}", e.name, w.wr_id));
+    }
+    Ok(())
 }
 
 /// One SEND from `tx` to `rx`, checked, with `rx`'s receive replenished.
@@ -156,13 +229,22 @@ fn one_way(tx: &mut End, rx: &mut End, o: &Opts, iter: u64) -> Result<(), String
     tx.qp
         .post_send(&SendWr::send(SEND_WRID, &sge))
         .map_err(err)?;
-    wait_one(rx, RECV_WRID)?;
+    // The SEND's own completion may arrive while waiting for the receive.
+    let mut sends_done = 0;
+    wait_one(rx, tx, RECV_WRID, &mut sends_done)?;
     check(rx, o, iter)?;
     let rsge = [recv_sge(rx, o)];
     rx.qp
         .post_recv(&RecvWr::new(RECV_WRID, &rsge))
         .map_err(err)?;
-    wait_one(tx, SEND_WRID)
+    if sends_done == 0 {
+        let mut stray = 0;
+        wait_one(tx, rx, SEND_WRID, &mut stray)?;
+        if stray > 0 {
+            return Err(format!("{}: a completion nobody asked for", rx.name));
+        }
+    }
+    Ok(())
 }
 
 const RECV_WRID: u64 = 1;
@@ -212,6 +294,11 @@ fn run() -> Result<(), String> {
 }
 
 fn main() {
+    // Die quietly when a pipe reader (`| head`) goes away, like other Unix tools.
+    // SAFETY: first thing in main, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     if let Err(e) = run() {
         eprintln!("rc_pingpong: {e}");
         std::process::exit(1);

@@ -265,7 +265,7 @@ impl fmt::Display for DeviceReport {
                     f,
                     "\t\t\tGID[{:>3}]:\t\t{}, {}",
                     g.index,
-                    g.gid,
+                    g.gid.to_ipv6(),
                     g.gid_type.name()
                 )?;
             }

@@ -1,0 +1,171 @@
+//! The verbs and devx examples as a user runs them: bad options are refused
+//! with the reason, a failed completion ends `rc_pingpong` instead of
+//! spinning, and a closed pipe ends the output quietly.
+//!
+//! The examples are the ones `cargo test --workspace` builds next to this
+//! test (`target/<profile>/examples/`); run alone, build them first with
+//! `cargo build -p verbs -p devx --examples`.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `target/<profile>/examples/NAME`, when built.
+fn example(name: &str) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe.parent()?.parent()?.join("examples").join(name);
+    bin.exists().then_some(bin)
+}
+
+macro_rules! need {
+    ($name:expr) => {
+        match example($name) {
+            Some(b) => b,
+            None => {
+                eprintln!(
+                    "example {} is not built; run `cargo build -p verbs -p devx --examples` to include this test",
+                    $name
+                );
+                return;
+            }
+        }
+    };
+}
+
+struct Run {
+    code: Option<i32>,
+    signal: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `cmd` to completion or kills it after `limit` (then the test fails:
+/// the program hung).
+fn run(mut cmd: Command, limit: Duration) -> Run {
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the example starts");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        code: status.code(),
+        signal: status.signal(),
+        stdout: reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+    }
+}
+
+#[test]
+fn rc_pingpong_refuses_out_of_range_options_and_says_why() {
+    let bin = need!("rc_pingpong");
+    for (args, why) in [
+        (&["-s", "0"][..], "-s 0: the message size must be at least 1 byte"),
+        (&["-n", "0"][..], "-n 0: at least one iteration"),
+        (&["-r", "0"][..], "-r 0: the receive queue depth"),
+        (&["-m", "100"][..], "-m 100: the MTU must be 256, 512, 1024, 2048 or 4096"),
+        (&["-s", "x"][..], "-s x: not a number"),
+        (&["-q", "1"][..], "unknown option '-q'"),
+    ] {
+        let mut c = Command::new(&bin);
+        c.args(args);
+        let r = run(c, Duration::from_secs(60));
+        assert_eq!(r.code, Some(2), "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(why), "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains("usage: rc_pingpong"), "{}", r.stderr);
+    }
+}
+
+#[test]
+fn rc_pingpong_runs_a_few_iterations() {
+    let bin = need!("rc_pingpong");
+    let mut c = Command::new(&bin);
+    c.args(["-s", "100", "-n", "5", "-r", "4", "-m", "2048"]);
+    let r = run(c, Duration::from_secs(120));
+    assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("5 iters in"), "{}", r.stdout);
+}
+
+#[test]
+fn rc_pingpong_ends_on_the_senders_error_completion() {
+    let bin = need!("rc_pingpong");
+    // One byte over the port's max_msg_sz (1 GiB): the SEND completes in
+    // error on the sender while the receiver's CQ stays empty.
+    let mut c = Command::new(&bin);
+    c.args(["-s", "1073741825", "-n", "1"]);
+    let r = run(c, Duration::from_secs(300));
+    assert_eq!(r.code, Some(1), "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains("sim1: wr_id 2 failed: LOC_LEN_ERR"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// The write end of a pipe whose read end is already closed: every write
+/// to it fails with EPIPE, as when `| head` has gone.
+fn broken_pipe() -> Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(rc, 0, "pipe2");
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    Stdio::from(write)
+}
+
+#[test]
+fn examples_end_quietly_when_the_reader_goes_away() {
+    use std::os::unix::process::ExitStatusExt;
+    for name in ["devinfo", "quickstart", "rc_pingpong"] {
+        let bin = need!(name);
+        let mut c = Command::new(&bin);
+        if name == "rc_pingpong" {
+            c.args(["-n", "1", "-s", "64", "-r", "1"]);
+        }
+        let out = c
+            .stdout(broken_pipe())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{name}: {err}");
+        assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{name}: {:?} {err}", out.status);
+    }
+}
+
+#[test]
+fn devinfo_prints_its_report() {
+    let bin = need!("devinfo");
+    let r = run(Command::new(&bin), Duration::from_secs(60));
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stdout.starts_with("hca_id:"), "{}", r.stdout);
+    assert_eq!(r.signal, None);
+}
