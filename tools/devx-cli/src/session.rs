@@ -54,7 +54,9 @@ Each line is a devx-cli command without the program name:
 Objects are $1, $2… in order, or named with `NAME = obj create …` or
 `obj NAME=create …`. `#` starts a comment; `exit` ends a shell. Everything
 still alive is destroyed at the end, newest first. With --record FILE the
-whole session is written to one fixture. See fixtures/README.md.";
+whole session is written to one fixture. See fixtures/README.md.
+Example:
+  $ printf 'pd = obj create alloc_pd\\nobj list\\n' | devx-cli shell";
 
 thread_local! {
     static SESSION: RefCell<Session> = RefCell::new(Session::default());
