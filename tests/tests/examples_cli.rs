@@ -85,10 +85,16 @@ fn run(mut cmd: Command, limit: Duration) -> Run {
 fn rc_pingpong_refuses_out_of_range_options_and_says_why() {
     let bin = need!("rc_pingpong");
     for (args, why) in [
-        (&["-s", "0"][..], "-s 0: the message size must be at least 1 byte"),
+        (
+            &["-s", "0"][..],
+            "-s 0: the message size must be at least 1 byte",
+        ),
         (&["-n", "0"][..], "-n 0: at least one iteration"),
         (&["-r", "0"][..], "-r 0: the receive queue depth"),
-        (&["-m", "100"][..], "-m 100: the MTU must be 256, 512, 1024, 2048 or 4096"),
+        (
+            &["-m", "100"][..],
+            "-m 100: the MTU must be 256, 512, 1024, 2048 or 4096",
+        ),
         (&["-s", "x"][..], "-s x: not a number"),
         (&["-q", "1"][..], "unknown option '-q'"),
     ] {
@@ -157,7 +163,12 @@ fn examples_end_quietly_when_the_reader_goes_away() {
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("panicked"), "{name}: {err}");
-        assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{name}: {:?} {err}", out.status);
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGPIPE),
+            "{name}: {:?} {err}",
+            out.status
+        );
     }
 }
 

@@ -81,7 +81,7 @@ const ENUM_FIELDS: &[(Option<&str>, &str, Names)] = &[
 pub fn enum_name(layout: &str, field: &str, value: u64) -> Option<&'static str> {
     let (_, _, names) = ENUM_FIELDS
         .iter()
-        .find(|(l, f, _)| *f == field && l.map_or(true, |l| l == layout))?;
+        .find(|(l, f, _)| *f == field && l.is_none_or(|l| l == layout))?;
     match names {
         Names::Status => u8::try_from(value)
             .ok()

@@ -16,7 +16,11 @@ fn a_session_inside_a_session_is_refused_not_hung() {
     for (args, input, needle) in [
         (&["shell"][..], "shell\n", "cannot start another session"),
         (&["shell"][..], "script -\n", "cannot start another session"),
-        (&["script", "-"][..], "shell\n", "cannot start another session"),
+        (
+            &["script", "-"][..],
+            "shell\n",
+            "cannot start another session",
+        ),
         (
             &["shell"][..],
             "decode alloc_pd_out -\n",
@@ -29,7 +33,12 @@ fn a_session_inside_a_session_is_refused_not_hung() {
         ),
     ] {
         let o = cli_stdin(&[&SIM[..], args].concat(), input);
-        assert_eq!(o.status.code(), Some(1), "{args:?} {input:?}: {}", stderr(&o));
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{args:?} {input:?}: {}",
+            stderr(&o)
+        );
         one_line_error(&o, needle);
     }
     // From a file, `decode -` still reads stdin.
@@ -57,7 +66,12 @@ fn json_output_is_json_with_numbers() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(json(&o)["fields"]["log_max_qp"].is_u64());
 
-    let o = cli(&["decode", "alloc_pd_out", "00000000000000420000123400000000", "-j"]);
+    let o = cli(&[
+        "decode",
+        "alloc_pd_out",
+        "00000000000000420000123400000000",
+        "-j",
+    ]);
     assert!(o.status.success());
     let v = json(&o);
     assert_eq!(v["fields"]["syndrome"], 0x42);
@@ -97,7 +111,10 @@ fn errors_under_json_are_json_objects() {
     let o = cli(&["decode", "alloc_pd_out", "zz", "--json"]);
     assert_eq!(o.status.code(), Some(1));
     let v = json(&o);
-    assert!(v["error"].as_str().unwrap().contains("not a hex digit"), "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("not a hex digit"),
+        "{v}"
+    );
 
     let o = sim(&["caps", "--page", "nosuch", "-j"]);
     assert_eq!(o.status.code(), Some(1));
@@ -107,14 +124,13 @@ fn errors_under_json_are_json_objects() {
 #[test]
 fn statuses_syndromes_and_enums_print_by_name() {
     let o = cli(&["decode", "alloc_pd_out", "05000000000000420000000000000000"]);
-    assert!(stdout(&o).contains("status   = BAD_RES (0x5)"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("status   = BAD_RES (0x5)"),
+        "{}",
+        stdout(&o)
+    );
 
-    let qp = stdout(&cli(&[
-        "encode",
-        "query_qp_out",
-        "qpc.state=3",
-        "qpc.st=2",
-    ]));
+    let qp = stdout(&cli(&["encode", "query_qp_out", "qpc.state=3", "qpc.st=2"]));
     let o = cli(&["decode", "query_qp_out", qp.trim()]);
     let out = stdout(&o);
     assert!(out.contains("= 0x3 (3) RTS"), "{out}");
@@ -127,7 +143,10 @@ fn statuses_syndromes_and_enums_print_by_name() {
          obj create create_cq cq_context.log_cq_size=31 cq_context.c_eqn=$e cq_context.uar_page=$u \
          cq_umem_valid=1 cq_umem_id=$b cq_context.dbr_umem_valid=1 cq_context.dbr_umem_id=$d\n",
     );
-    one_line_error(&o, "CREATE_CQ: BAD_PARAM (0x3), syndrome 0x30000001 (CQ_TOO_LARGE)");
+    one_line_error(
+        &o,
+        "CREATE_CQ: BAD_PARAM (0x3), syndrome 0x30000001 (CQ_TOO_LARGE)",
+    );
 }
 
 #[test]
@@ -139,7 +158,11 @@ fn usage_errors_show_clap_whole_message() {
 
     let o = cli(&["cap"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("a similar subcommand exists: 'caps'"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("a similar subcommand exists: 'caps'"),
+        "{}",
+        stderr(&o)
+    );
 
     let o = cli(&["decode"]);
     assert_eq!(o.status.code(), Some(2));
@@ -209,7 +232,11 @@ fn an_opcode_without_a_layout_is_sent_and_answered() {
 fn rdma_style_dev_link_and_res() {
     let o = sim(&["dev"]);
     assert!(o.status.success());
-    assert!(stdout(&o).starts_with("0: sim0: node_type ca fw "), "{}", stdout(&o));
+    assert!(
+        stdout(&o).starts_with("0: sim0: node_type ca fw "),
+        "{}",
+        stdout(&o)
+    );
     let o = sim(&["link"]);
     assert!(
         stdout(&o).contains("link sim0/1 state ACTIVE physical_state LINK_UP"),
@@ -224,14 +251,21 @@ fn rdma_style_dev_link_and_res() {
     let out = stdout(&o);
     assert!(out.contains("dev sim0 pd 0x"), "{out}");
     assert!(out.contains("\"pd\": 1"), "{out}");
-    assert!(out.contains("expected error: unknown object kind 'bogus'"), "{out}");
+    assert!(
+        out.contains("expected error: unknown object kind 'bogus'"),
+        "{out}"
+    );
 }
 
 #[test]
 fn caps_pages_by_name_max_or_current() {
     let o = sim(&["caps", "--page", "roce", "--mode", "max"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("roce_address_table_size"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("roce_address_table_size"),
+        "{}",
+        stdout(&o)
+    );
     let o = sim(&["caps", "--page", "ETH"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let o = sim(&["caps", "--page", "atomic", "--json"]);
@@ -250,7 +284,10 @@ fn devinfo_takes_ibv_devinfo_flags() {
     assert!(out.starts_with("hca_id:\tsim0"), "{out}");
     assert!(out.contains("GID[  0]:\t\tfe80::"), "{out}");
     assert!(out.contains("::ffff:10.200.0.1"), "{out}");
-    one_line_error(&cli(&["devinfo", "-d", "sim0", "-i", "2"]), "sim0 has no port 2");
+    one_line_error(
+        &cli(&["devinfo", "-d", "sim0", "-i", "2"]),
+        "sim0 has no port 2",
+    );
     let o = cli(&["devinfo", "-l"]);
     assert!(stdout(&o).contains("HCAs found:\n\tsim0"), "{}", stdout(&o));
 }
@@ -259,7 +296,11 @@ fn devinfo_takes_ibv_devinfo_flags() {
 fn devices_says_any_sim_name_works() {
     let o = cli(&["devices"]);
     assert!(o.status.success());
-    assert!(stdout(&o).contains("rc_pingpong uses sim1 and sim2"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("rc_pingpong uses sim1 and sim2"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 #[test]
