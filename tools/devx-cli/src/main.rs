@@ -15,6 +15,7 @@ mod session;
 mod values;
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Parser, Subcommand};
 
@@ -317,6 +318,10 @@ fn dispatch(command: Command) -> CliResult {
     }
 }
 
+/// Set by a command whose JSON output already carries its failure (a
+/// replay report), so that stdout holds one JSON value.
+pub static JSON_REPORTED_ERROR: AtomicBool = AtomicBool::new(false);
+
 /// An error for programs reading `--json` output: one object on stdout.
 fn json_error(message: &str, kind: &str) {
     println!(
@@ -359,7 +364,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
-            if json {
+            if json && !JSON_REPORTED_ERROR.load(Ordering::Relaxed) {
                 json_error(&msg, "failed");
             }
             eprintln!("devx-cli: error: {msg}");

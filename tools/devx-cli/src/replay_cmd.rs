@@ -1,37 +1,55 @@
 //! `replay FILE`: re-issues every command of a fixture through the devx API
 //! against the replay provider and reports each one.
 
-use devx::fixture::{drive, StepOutcome, StepReport};
+use devx::fixture::{drive, live, StepOutcome, StepReport};
 
 use crate::fields::json_str;
 use crate::CliResult;
 
 pub const HELP: &str = "\
-Without --device: parse the fixture and check it against itself (every
+With --device D: send the fixture's commands to that live device (emulated
+or a card), substituting the recorded object numbers, UMEM ids, UAR pages and
+addresses with the ones this run gets, and report every outbox field that
+differs from the recording; every command runs, the exit status is non-zero
+if any differed.
+Without --device: parse the fixture and check it against itself (each
 recorded command is re-issued through the devx API to a provider that
-answers from the recording), which catches a malformed or inconsistent file.
-Example:
-  $ devx-cli replay fixtures/rc_qp_lifecycle.fixture";
+answers from the recording), which catches an edited or inconsistent file
+but says nothing about any device.
+Examples:
+  $ devx-cli replay fixtures/rc_qp_lifecycle.fixture
+  $ devx-cli --device sim0 replay fixtures/rc_qp_lifecycle.fixture";
 
 pub fn run(file: &str, device: Option<String>, json: bool) -> CliResult {
-    if device.is_some() {
-        return Err(
-            "replaying against a live device (--device) is not implemented; \
-             without --device, replay checks the fixture against itself"
-                .into(),
-        );
-    }
-    let report = drive::replay_file(file).map_err(|e| e.to_string())?;
+    let live = device.is_some();
+    let (report, what) = match device {
+        Some(name) => {
+            let dev = crate::device_cmd::choose_device(Some(&name))?;
+            let report = live::replay_file_on(file, &dev).map_err(|e| e.to_string())?;
+            (report, format!("replayed on {name}"))
+        }
+        None => (
+            drive::replay_file(file).map_err(|e| e.to_string())?,
+            "replayed".to_string(),
+        ),
+    };
     if json {
         println!("{}", to_json(file, &report));
+        crate::JSON_REPORTED_ERROR
+            .store(report.error.is_some(), std::sync::atomic::Ordering::Relaxed);
     } else {
         for s in &report.steps {
             println!("{}", step_line(s));
         }
         let (ok, expected, mismatched) = report.counts();
+        // The self-check stops at its first mismatch; a live replay runs everything.
+        let ran = if live {
+            report.steps.len()
+        } else {
+            report.steps.len() - mismatched
+        };
         println!(
-            "{file}: {} of {} commands replayed: {ok} ok, {expected} expected errors, {mismatched} mismatches",
-            report.steps.len() - mismatched,
+            "{file}: {ran} of {} commands {what}: {ok} ok, {expected} expected errors, {mismatched} mismatches",
             report.stanzas
         );
     }

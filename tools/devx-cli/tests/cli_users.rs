@@ -304,9 +304,47 @@ fn devices_says_any_sim_name_works() {
 }
 
 #[test]
-fn replay_with_a_device_is_refused_clearly() {
-    one_line_error(
-        &sim(&["replay", "../../fixtures/counters.fixture"]),
-        "replaying against a live device (--device) is not implemented",
+fn replay_on_a_device_reports_every_field_that_differs() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures");
+    let original = format!("{fixtures}/device_queries.fixture");
+    // Recorded on sim100: replayed there, it matches.
+    let o = cli(&["--device", "sim100", "replay", &original]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("14 of 14 commands replayed on sim100: 14 ok"),
+        "{}",
+        stdout(&o)
     );
+    // On sim0 the GUIDs and MAC differ, each named, and every command runs.
+    let o = cli(&["--device", "sim0", "replay", &original]);
+    one_line_error(&o, "3 commands differ from the recording");
+    let err = stderr(&o);
+    assert!(
+        err.contains("query_nic_vport_context_out.nic_vport_context.node_guid: recorded 0xc42a1fffe000064, got 0xc42a1fffe000000"),
+        "{err}"
+    );
+    assert!(err.contains("permanent_address.mac_addr_31_0"), "{err}");
+    assert!(stdout(&o).contains("14 of 14"), "{}", stdout(&o));
+    let o = cli(&["--device", "sim0", "replay", "--json", &original]);
+    assert_eq!(o.status.code(), Some(1));
+    let v = json(&o);
+    assert_eq!(v["passed"], false);
+    assert_eq!(v["steps"].as_array().unwrap().len(), 14);
+
+    // An edited outbox passes the self-check (it only checks the file) but
+    // not a replay on the device.
+    let text = std::fs::read_to_string(&original).unwrap();
+    let edited = text.replacen("0020  0f0f0011", "0020  0f0f0012", 1);
+    assert_ne!(text, edited);
+    let path = std::env::temp_dir().join(format!("devx-cli-edited-{}.fixture", std::process::id()));
+    std::fs::write(&path, edited).unwrap();
+    let p = path.to_str().unwrap();
+    let o = cli(&["replay", p]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = cli(&["--device", "sim100", "replay", p]);
+    one_line_error(
+        &o,
+        "query_hca_cap_out.capability.cmd_hca_cap.log_max_qp: recorded 0x12, got 0x11",
+    );
+    let _ = std::fs::remove_file(path);
 }
