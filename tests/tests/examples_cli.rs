@@ -179,4 +179,31 @@ fn devinfo_prints_its_report() {
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert!(r.stdout.starts_with("hca_id:"), "{}", r.stdout);
     assert_eq!(r.signal, None);
+
+    let mut c = Command::new(&bin);
+    c.args(["-v", "-d", "sim0", "-i", "1"]);
+    let r = run(c, Duration::from_secs(60));
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stdout.contains("board_id:"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("phys_state:\t\tLINK_UP (5)"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("GID[  2]:\t\t::ffff:10.200.0.1, RoCE v1"),
+        "{}",
+        r.stdout
+    );
+
+    let mut c = Command::new(&bin);
+    c.arg("-l");
+    let r = run(c, Duration::from_secs(60));
+    assert!(r.stdout.contains("HCAs found:\n\tsim0"), "{}", r.stdout);
+
+    let mut c = Command::new(&bin);
+    c.args(["-d", "sim0", "-i", "9"]);
+    let r = run(c, Duration::from_secs(60));
+    assert_eq!(r.code, Some(1));
+    assert!(r.stderr.contains("sim0 has no port 9"), "{}", r.stderr);
 }

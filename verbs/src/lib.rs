@@ -55,7 +55,7 @@ pub use qp::{
     InitAttr, Qp, QpAttr, QpCap, QpInit, QpServiceType, QpState, QpType, RtrAttr, RtsAttr,
     RtsModify,
 };
-pub use report::{DeviceReport, PortReport};
+pub use report::{phys_state_name, DeviceReport, PortReport};
 pub use srq::{Srq, SrqAttr, SrqInit};
 pub use unsupported::{Eec, PhysBuf, PortModify, Rdd, SpecialQp};
 pub use util::QueueMemory;

@@ -3,6 +3,8 @@
 
 use std::fmt::{self, Write as _};
 
+use prm_layouts::{Opcode, QueryAdapterIn, QueryAdapterOut};
+
 use crate::context::Context;
 use crate::device::{AtomicCap, DeviceAttr};
 use crate::error::Result;
@@ -22,6 +24,8 @@ pub struct DeviceReport {
     pub name: String,
     pub provider: String,
     pub emulated: bool,
+    /// The board's PSID (`board_id`), when the device answers QUERY_ADAPTER.
+    pub board_id: Option<String>,
     pub attr: DeviceAttr,
     pub ports: Vec<PortReport>,
 }
@@ -45,25 +49,31 @@ impl DeviceReport {
             name: info.name,
             provider: info.provider,
             emulated: info.emulated,
+            board_id: board_id(ctx),
             attr,
             ports,
         })
     }
 
-    /// The report as one JSON object.
+    /// The report as one JSON object (every value a number, GUIDs and GIDs
+    /// as strings).
     pub fn to_json(&self) -> String {
         let a = &self.attr;
         let mut s = String::new();
         let _ = write!(
             s,
             "{{\"hca_id\": {}, \"provider\": {}, \"emulated\": {}, \"fw_ver\": {}, \
-             \"node_guid\": \"{}\", \"sys_image_guid\": \"{}\", \"vendor_id\": {}, \
+             \"board_id\": {}, \"node_guid\": \"{}\", \"sys_image_guid\": \"{}\", \"vendor_id\": {}, \
              \"vendor_part_id\": {}, \"hw_ver\": {}, \"phys_port_cnt\": {}, \
              \"link_layer\": \"{}\", \"limits\": {{",
             json_str(&self.name),
             json_str(&self.provider),
             self.emulated,
             json_str(&a.fw_ver),
+            self.board_id
+                .as_deref()
+                .map(json_str)
+                .unwrap_or_else(|| "null".into()),
             guid(a.node_guid),
             guid(a.sys_image_guid),
             a.vendor_id,
@@ -87,7 +97,8 @@ impl DeviceReport {
                 s,
                 "{}{{\"port\": {}, \"state\": \"{}\", \"max_mtu\": {}, \"active_mtu\": {}, \
                  \"sm_lid\": {}, \"port_lid\": {}, \"port_lmc\": {}, \"link_layer\": \"{}\", \
-                 \"max_msg_sz\": {}, \"gid_tbl_len\": {}, \"pkey_tbl_len\": {}, \"gids\": [",
+                 \"max_msg_sz\": {}, \"gid_tbl_len\": {}, \"pkey_tbl_len\": {}, \
+                 \"phys_state\": {}, \"port_cap_flags\": {}, \"gids\": [",
                 if i > 0 { ", " } else { "" },
                 p.port,
                 pa.state.name(),
@@ -100,6 +111,8 @@ impl DeviceReport {
                 pa.max_msg_sz,
                 pa.gid_tbl_len,
                 pa.pkey_tbl_len,
+                pa.phys_state,
+                pa.port_cap_flags,
             );
             for (j, g) in p.gids.iter().enumerate() {
                 let _ = write!(
@@ -107,7 +120,7 @@ impl DeviceReport {
                     "{}{{\"index\": {}, \"gid\": \"{}\", \"type\": \"{}\"}}",
                     if j > 0 { ", " } else { "" },
                     g.index,
-                    g.gid,
+                    g.gid.to_ipv6(),
                     g.gid_type.name()
                 );
             }
@@ -115,6 +128,36 @@ impl DeviceReport {
         }
         s.push_str("]}");
         s
+    }
+}
+
+/// QUERY_ADAPTER's PSID, what `ibv_devinfo` prints as `board_id`.
+fn board_id(ctx: &Context) -> Option<String> {
+    let mut inbox = QueryAdapterIn::new();
+    inbox.set_opcode(Opcode::QueryAdapter.raw());
+    let out = ctx
+        .devx()
+        .general_cmd(inbox.as_bytes(), QueryAdapterOut::SIZE_BYTES)
+        .ok()?;
+    let psid = *QueryAdapterOut::from_slice(&out)?
+        .query_adapter_struct()
+        .vsd_contd_psid();
+    let end = psid.iter().position(|b| *b == 0).unwrap_or(psid.len());
+    let text = String::from_utf8_lossy(&psid[..end]).trim().to_string();
+    (!text.is_empty()).then_some(text)
+}
+
+/// The name of an IB physical port state (`ibv_devinfo`'s `phys_state`).
+pub fn phys_state_name(v: u8) -> &'static str {
+    match v {
+        1 => "SLEEP",
+        2 => "POLLING",
+        3 => "DISABLED",
+        4 => "PORT_CONFIGURATION_TRAINING",
+        5 => "LINK_UP",
+        6 => "LINK_ERROR_RECOVERY",
+        7 => "PHY_TEST",
+        _ => "NOP",
     }
 }
 
@@ -199,6 +242,9 @@ impl fmt::Display for DeviceReport {
         )?;
         writeln!(f, "\ttransport:\t\t\tInfiniBand (0)")?;
         writeln!(f, "\tfw_ver:\t\t\t\t{}", a.fw_ver)?;
+        if let Some(b) = &self.board_id {
+            writeln!(f, "\tboard_id:\t\t\t{b}")?;
+        }
         writeln!(f, "\tnode_guid:\t\t\t{}", guid(a.node_guid))?;
         writeln!(f, "\tsys_image_guid:\t\t\t{}", guid(a.sys_image_guid))?;
         writeln!(f, "\tvendor_id:\t\t\t{:#06x}", a.vendor_id)?;
@@ -244,6 +290,13 @@ impl fmt::Display for DeviceReport {
             let pa = &p.attr;
             writeln!(f, "\t\tport:\t{}", p.port)?;
             writeln!(f, "\t\t\tstate:\t\t\t{}", pa.state)?;
+            writeln!(
+                f,
+                "\t\t\tphys_state:\t\t{} ({})",
+                phys_state_name(pa.phys_state),
+                pa.phys_state
+            )?;
+            writeln!(f, "\t\t\tport_cap_flags:\t\t{:#010x}", pa.port_cap_flags)?;
             writeln!(f, "\t\t\tmax_mtu:\t\t{}", pa.max_mtu)?;
             writeln!(f, "\t\t\tactive_mtu:\t\t{}", pa.active_mtu)?;
             writeln!(f, "\t\t\tsm_lid:\t\t\t{}", pa.sm_lid)?;

@@ -62,20 +62,6 @@ fn guid(g: u64) -> String {
         .join(":")
 }
 
-/// `LINK_UP`, `DISABLED`… for an IB physical port state.
-fn phys_state_name(v: u8) -> &'static str {
-    match v {
-        1 => "SLEEP",
-        2 => "POLLING",
-        3 => "DISABLED",
-        4 => "PORT_CONFIGURATION_TRAINING",
-        5 => "LINK_UP",
-        6 => "LINK_ERROR_RECOVERY",
-        7 => "PHY_TEST",
-        _ => "NOP",
-    }
-}
-
 pub fn link(json: bool) -> CliResult {
     let mut items = Vec::new();
     for d in devices()? {
@@ -83,7 +69,7 @@ pub fn link(json: bool) -> CliResult {
         for port in 1..=ctx.num_ports() {
             let p = ctx.query_port(port).map_err(|e| e.to_string())?;
             let state = p.state.name().trim_start_matches("PORT_");
-            let phys = phys_state_name(p.phys_state);
+            let phys = verbs::phys_state_name(p.phys_state);
             if json {
                 items.push(format!(
                     "{{\"ifname\": {}, \"port\": {port}, \"state\": {}, \"physical_state\": {}, \"link_layer\": {}, \"mtu\": {}}}",

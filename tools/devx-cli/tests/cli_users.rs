@@ -284,6 +284,12 @@ fn devinfo_takes_ibv_devinfo_flags() {
     assert!(out.starts_with("hca_id:\tsim0"), "{out}");
     assert!(out.contains("GID[  0]:\t\tfe80::"), "{out}");
     assert!(out.contains("::ffff:10.200.0.1"), "{out}");
+    assert!(out.contains("board_id:\t\t\tSIM_CX6DX_0001"), "{out}");
+    assert!(out.contains("phys_state:\t\tLINK_UP (5)"), "{out}");
+    assert!(out.contains("port_cap_flags:\t\t0x00010000"), "{out}");
+    let v = json(&cli(&["devinfo", "-d", "sim0", "--json"]));
+    assert_eq!(v["ports"][0]["phys_state"], 5);
+    assert!(v["board_id"].is_string(), "{v}");
     one_line_error(
         &cli(&["devinfo", "-d", "sim0", "-i", "2"]),
         "sim0 has no port 2",
