@@ -240,8 +240,12 @@ impl Command {
             | Command::Decode { .. }
             | Command::Devices { .. }
             | Command::Bench { .. } => (false, false),
-            // Listing reads every device; replay sends the fixture's own commands.
-            Command::Dev { .. } | Command::Replay { .. } => (true, false),
+            // Listings open devices of their own (every one unless --device);
+            // replay sends the fixture's commands, not a session's.
+            Command::Dev { .. }
+            | Command::Link { .. }
+            | Command::Res { .. }
+            | Command::Replay { .. } => (true, false),
             _ => (true, true),
         }
     }
@@ -257,7 +261,8 @@ fn run(cli: Cli) -> CliResult {
     }
     if cli.record.is_some() && !record_ok {
         return Err(format!(
-            "{cmd} sends no commands of its own to record; --record does not apply to it"
+            "--record does not apply to {cmd}; it records what caps, cmd, obj, devinfo, \
+             shell and script send"
         ));
     }
     let mut device = cli.device;

@@ -185,7 +185,12 @@ fn device_and_record_are_refused_where_no_device_is_used() {
         assert_eq!(o.status.code(), Some(1), "{cmd:?}");
         one_line_error(&o, "--device does not apply");
         let o = cli(&[&["--record", rec.to_str().unwrap()][..], cmd].concat());
-        one_line_error(&o, "--record does not apply");
+        one_line_error(&o, "--record does not apply to");
+        assert!(!rec.exists(), "{cmd:?} created {}", rec.display());
+    }
+    for cmd in [&["dev"][..], &["link"], &["res"], &["replay", "x.fixture"]] {
+        let o = cli(&[&["--record", rec.to_str().unwrap()][..], cmd].concat());
+        one_line_error(&o, "--record does not apply to");
         assert!(!rec.exists(), "{cmd:?} created {}", rec.display());
     }
 }
