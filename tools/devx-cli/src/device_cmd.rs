@@ -154,16 +154,30 @@ pub fn caps(page: &str, mode: CapMode, json: bool, all: bool) -> CliResult {
     print_decoded(meta, &page_bytes(&out)?[..meta.size_bytes()], all, json)
 }
 
+/// Status and syndrome, the header every outbox starts with.
+fn out_header(out: &[u8]) -> (u8, u32) {
+    NopOut::from_slice(out)
+        .map(|h| (h.status(), h.syndrome()))
+        .unwrap_or_default()
+}
+
+/// Prints status and syndrome (text) or adds them to a JSON object.
+fn header_text(out: &[u8]) -> String {
+    let (status, syndrome) = out_header(out);
+    format!("status = {}, syndrome = {syndrome:#x}", status_text(status))
+}
+
 pub fn cmd(hex_arg: &str, outlen: Option<usize>, json: bool) -> CliResult {
     let inbox = parse_hex_arg(hex_arg)?;
-    if inbox.len() < NopIn::SIZE_BYTES {
+    // Every inbox starts with opcode and op_mod (NOP's inbox is only that).
+    let Some(head) = NopIn::from_slice(&inbox) else {
         return Err(format!(
             "the inbox is {} bytes; a command needs at least its {}-byte header",
             inbox.len(),
             NopIn::SIZE_BYTES
         ));
-    }
-    let opcode = u16::from_be_bytes([inbox[0], inbox[1]]);
+    };
+    let (opcode, op_mod) = (head.opcode(), head.op_mod());
     let layouts = prm_layouts::mailbox_layouts(opcode);
     // Every outbox starts with status and syndrome (NOP's outbox is only
     // that): enough for the device to answer an opcode we have no layout for.
@@ -174,13 +188,11 @@ pub fn cmd(hex_arg: &str, outlen: Option<usize>, json: bool) -> CliResult {
     let out = ctx
         .general_cmd(&inbox, outlen)
         .map_err(crate::session::dev_err)?;
+    let (status, syndrome) = out_header(&out);
     if opcode == Opcode::QueryHcaCap.raw() {
-        let op_mod = u16::from_be_bytes([inbox[6], inbox[7]]);
         let page = HcaCapType::from_raw(op_mod >> 1).and_then(cap_page_layout);
         if let (Some(page), Ok(bytes)) = (page, page_bytes(&out)) {
             let fields = decoded_fields(page, &bytes[..page.size_bytes()], false)?;
-            let status = out[0];
-            let syndrome = u32::from_be_bytes([out[4], out[5], out[6], out[7]]);
             if json {
                 println!(
                     "{{\"layout\": {}, \"status\": {status}, \"syndrome\": {syndrome}, \"fields\": {{{}}}}}",
@@ -188,7 +200,7 @@ pub fn cmd(hex_arg: &str, outlen: Option<usize>, json: bool) -> CliResult {
                     fields_json(&fields)
                 );
             } else {
-                println!("status = {}, syndrome = {syndrome:#x}", status_text(status));
+                println!("{}", header_text(&out));
                 print_fields_text(page, &fields, "");
             }
             return Ok(());
@@ -204,15 +216,13 @@ pub fn cmd(hex_arg: &str, outlen: Option<usize>, json: bool) -> CliResult {
             print_decoded(meta, fixed, false, json)
         }
         _ => {
-            let status = out[0];
-            let syndrome = u32::from_be_bytes([out[4], out[5], out[6], out[7]]);
             if json {
                 println!(
                     "{{\"opcode\": {opcode}, \"status\": {status}, \"syndrome\": {syndrome}, \"outbox\": {}}}",
                     json_str(&hex::encode(&out))
                 );
             } else {
-                println!("status = {}, syndrome = {syndrome:#x}", status_text(status));
+                println!("{}", header_text(&out));
                 println!("outbox = {}", hex::encode(&out));
             }
             Ok(())

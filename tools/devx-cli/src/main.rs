@@ -98,7 +98,7 @@ enum Command {
 An opcode with no known output layout is sent with a 16-byte outbox (status
 and syndrome) and the device's answer is shown.
 Example:
-  $ devx-cli cmd 010000000000000100000000000000000000000000000000")]
+  $ devx-cli cmd 01000000000000010000000000000000")]
     Cmd {
         /// The inbox as hex (or `-` for stdin).
         hex: String,

@@ -215,10 +215,9 @@ fn build(m: &LayoutMeta, fields: &[String]) -> CliResult<(Vec<u8>, Vec<String>)>
 /// Fills the opcode from the layout unless the user set it.
 fn fill_opcode(m: &LayoutMeta, buf: &mut [u8], set: &[String]) -> CliResult<u16> {
     if set.iter().any(|s| s == "opcode") {
-        return match buf.get(0..2) {
-            Some(b) => Ok(u16::from_be_bytes([b[0], b[1]])),
-            None => Err(format!("layout {} is too short to be a command", m.name)),
-        };
+        return prm_layouts::NopIn::from_slice(buf)
+            .map(|h| h.opcode())
+            .ok_or_else(|| format!("layout {} is too short to be a command", m.name));
     }
     let op = opcode_of_layout(m).ok_or_else(|| {
         format!(

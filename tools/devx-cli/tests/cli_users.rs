@@ -55,7 +55,7 @@ fn a_session_inside_a_session_is_refused_not_hung() {
 
 #[test]
 fn json_output_is_json_with_numbers() {
-    let caps_in = "010000000000000100000000000000000000000000000000";
+    let caps_in = "01000000000000010000000000000000";
     let o = sim(&["cmd", caps_in, "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v = json(&o);
