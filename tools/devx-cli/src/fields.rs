@@ -109,7 +109,10 @@ pub fn enum_name(layout: &str, field: &str, value: u64) -> Option<&'static str> 
 
 /// A command status as users read it: `BAD_RES (0x5)`.
 pub fn status_text(status: u8) -> String {
-    format!("{} ({status:#x})", prm_layouts::enums::status_name(status))
+    match CmdStatus::from_raw(status) {
+        Some(s) => format!("{} ({status:#x})", s.name()),
+        None => format!("{status:#x} (not a PRM status)"),
+    }
 }
 
 /// Text form: `0x11 (17)`, `0x3 (3) RTS`, `BAD_RES (0x5)` for statuses;
