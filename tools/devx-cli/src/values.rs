@@ -108,4 +108,17 @@ mod tests {
         assert!(parse_hex("zz").unwrap_err().contains("not a hex digit"));
         assert_eq!(parse_hex("0x0a 0b").unwrap(), vec![10, 11]);
     }
+
+    proptest::proptest! {
+        #[test]
+        fn numbers_read_back_in_both_bases(n: u64) {
+            proptest::prop_assert_eq!(parse_number(&n.to_string()).unwrap(), n);
+            proptest::prop_assert_eq!(parse_number(&format!("{n:#x}")).unwrap(), n);
+        }
+
+        #[test]
+        fn hex_reads_back(bytes in proptest::collection::vec(proptest::num::u8::ANY, 1..64)) {
+            proptest::prop_assert_eq!(parse_hex(&hex::encode(&bytes)).unwrap(), bytes);
+        }
+    }
 }
