@@ -23,6 +23,7 @@ mod cq;
 mod cq_notify;
 pub mod datapath;
 mod device;
+mod endpoint;
 mod error;
 mod mcast;
 mod mr;
@@ -45,6 +46,7 @@ pub use datapath::{
     WcStatus,
 };
 pub use device::{AtomicCap, DeviceAttr, DeviceCapFlags};
+pub use endpoint::{Endpoint, ParseEndpointError};
 pub use error::{DestroyError, Error, Result};
 pub use mcast::McastAttachment;
 pub use mr::{Mr, MrAttr};
@@ -52,8 +54,8 @@ pub use mw::{Mw, MwType};
 pub use pd::{Pd, Td};
 pub use port::{Gid, GidEntry, GidType, Mtu, PortAttr, PortState};
 pub use qp::{
-    InitAttr, Qp, QpAttr, QpCap, QpInit, QpServiceType, QpState, QpType, RtrAttr, RtsAttr,
-    RtsModify,
+    ConnectOpts, InitAttr, Qp, QpAttr, QpCap, QpInit, QpServiceType, QpState, QpType, RtrAttr,
+    RtsAttr, RtsModify,
 };
 pub use report::{DeviceReport, PortReport};
 pub use srq::{Srq, SrqAttr, SrqInit};

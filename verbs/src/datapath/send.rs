@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::doorbell::Doorbell;
+use super::ready::{send_refused, sends_allowed, PostState};
 use super::ring::Ring;
 use super::track::{QpTrack, SqView};
 use super::wqe::{self, SqShape};
@@ -24,6 +25,8 @@ pub struct SendQueue {
     pub(crate) shape: SqShape,
     pub(crate) db: Doorbell,
     pub(crate) track: Arc<QpTrack>,
+    /// The QP's state as of its last transition (see `ready`).
+    pub(crate) state: PostState,
 }
 
 impl std::fmt::Debug for SendQueue {
@@ -76,8 +79,8 @@ impl SendQueue {
     }
 
     /// `ibv_post_send` of one request: WQE, doorbell record, doorbell. A bad
-    /// request (too many SGEs, inline too long, queue full) fails before
-    /// anything is written.
+    /// request (too many SGEs, inline too long, queue full, a QP not in RTS,
+    /// SQD, SQE or ERR) fails before anything is written.
     #[inline]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
         let mut b = self.batch();
@@ -88,6 +91,8 @@ impl SendQueue {
 
     /// Starts a batch: requests are written as they come and one doorbell
     /// rings for all of them at [`SendBatch::ring`] (or when the batch drops).
+    /// The QP's state is read once here: if it takes no sends, every
+    /// [`SendBatch::post`] fails naming the state.
     #[inline]
     pub fn batch(&mut self) -> SendBatch<'_> {
         let SendQueue {
@@ -98,15 +103,25 @@ impl SendQueue {
             shape,
             db,
             track,
+            state,
         } = self;
+        let state = state.raw();
+        let open = sends_allowed(state);
         SendBatch {
             ring: *ring,
             shape: *shape,
             bbs: *bbs,
             cur_post: *cur_post,
             // `cur_post − tail_seen ≤ bbs` always: WQEs are written only into
-            // room the cached tail shows.
-            room: bbs.wrapping_sub(cur_post.wrapping_sub(*tail_seen)),
+            // room the cached tail shows. A closed QP shows none, so its
+            // posts take the out-of-room path, which reports the state.
+            room: if open {
+                bbs.wrapping_sub(cur_post.wrapping_sub(*tail_seen))
+            } else {
+                0
+            },
+            state,
+            open,
             view: track.sq_view(),
             home: Home {
                 cur_post,
@@ -136,8 +151,12 @@ pub struct SendBatch<'a> {
     bbs: u32,
     cur_post: u32,
     /// WQEBBs free as of the cached tail: one counter to test and count
-    /// down per request, where the tail and the size would be two.
+    /// down per request, where the tail and the size would be two. Always 0
+    /// when the QP takes no sends.
     room: u32,
+    /// The QP state read at the batch's start, and whether it takes sends.
+    state: u8,
+    open: bool,
     view: SqView<'a>,
     home: Home<'a>,
     /// The doorbell value of the last request written; meaningful once
@@ -158,7 +177,11 @@ impl SendBatch<'_> {
         };
         let next = self.cur_post.wrapping_add(p.nbb);
         if p.nbb > self.room && !self.refresh_room(p.nbb) {
-            return Err(full("post_send"));
+            return Err(if self.open {
+                full("post_send")
+            } else {
+                send_refused("post_send", self.shape.qpn, self.state)
+            });
         }
         self.room -= p.nbb;
         let ctrl8 = wqe::write(&self.ring, self.cur_post, &self.shape, wr, p);
@@ -169,9 +192,13 @@ impl SendBatch<'_> {
         Ok(())
     }
 
-    /// Reads the shared SQ tail again; whether `nbb` WQEBBs fit now.
+    /// Reads the shared SQ tail again; whether `nbb` WQEBBs fit now (never
+    /// on a QP that takes no sends).
     #[inline(always)]
     fn refresh_room(&mut self, nbb: u32) -> bool {
+        if !self.open {
+            return false;
+        }
         let tail = self.view.tail();
         self.room = self.bbs.wrapping_sub(self.cur_post.wrapping_sub(tail));
         nbb <= self.room
@@ -227,6 +254,9 @@ impl SendBatch<'_> {
 
     #[inline]
     fn flush(&mut self) {
+        if !self.open {
+            return;
+        }
         *self.home.tail_seen = self.cur_post.wrapping_sub(self.bbs).wrapping_add(self.room);
         if self.count != 0 {
             self.count = 0;

@@ -1,6 +1,7 @@
 //! Queue pairs (RC, UC, UD) as DEVX QPs: one UMEM holding the RQ then the SQ,
 //! a doorbell record UMEM, a UAR, and the PD/CQs/SRQ kept alive by the QP.
 
+mod connect;
 mod create;
 mod geometry;
 mod modify;
@@ -22,6 +23,8 @@ use crate::pd::Pd;
 use crate::srq::{Srq, SrqShared};
 use crate::util::{sole, DoorbellRecord, Owned, QueueMemory};
 
+pub(crate) use connect::gid_rank;
+pub use connect::ConnectOpts;
 pub(crate) use geometry::Queue;
 pub use modify::{InitAttr, RtrAttr, RtsAttr, RtsModify};
 pub use query::QpAttr;
@@ -238,8 +241,11 @@ impl Qp {
         QpState::from_raw(self.state.load(Ordering::Relaxed)).unwrap_or(QpState::Rst)
     }
 
+    /// Records a transition the device accepted, for `state()` and for the
+    /// posting calls' state check.
     pub(crate) fn set_state(&self, s: QpState) {
         self.state.store(s.raw(), Ordering::Relaxed);
+        self.dp.set_state(s);
     }
 
     /// The port chosen at RST→INIT (0 before).
