@@ -43,6 +43,22 @@ struct ContextInner {
 
 /// An open device (`ibv_context`). Cheap to clone; every object keeps the
 /// context it was made in alive, so closing is simply dropping the last handle.
+///
+/// ```
+/// # fn main() -> verbs::Result<()> {
+/// let ctx = verbs::Context::open_by_name("sim0")?; // or open_default()
+/// let port = ctx.query_port(1)?;
+/// let gid = ctx.default_gid(1)?; // what connections send from
+/// println!(
+///     "{}: {}, MTU {}, GID {} ({})",
+///     ctx.device().name(),
+///     port.state,
+///     port.active_mtu,
+///     gid.gid,
+///     gid.gid_type.name()
+/// );
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Context {
     inner: Arc<ContextInner>,

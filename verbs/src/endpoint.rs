@@ -52,6 +52,19 @@ const MAX_24: u32 = 0xff_ffff;
 /// One end of an RC or UC connection: everything the peer's QP needs to
 /// reach this QP. Made by [`Qp::endpoint`](crate::Qp::endpoint); the fields
 /// are public so a program can also build one from its own exchange.
+///
+/// ```
+/// use verbs::Endpoint;
+///
+/// let text = "verbs-ep/1 qpn=0x000012 psn=0x4b2c01 port=1 lid=0x0000 mtu=1024 \
+///             rd_atomic=16 gid=::ffff:10.200.0.1 gid_index=3 gid_type=roce-v2 \
+///             mac=0c:42:a1:00:00:00";
+/// let ep: Endpoint = text.parse().expect("an endpoint");
+/// assert_eq!((ep.qpn, ep.mtu.bytes()), (0x12, 1024));
+/// assert_eq!(Endpoint::from_bytes(&ep.to_bytes()), Ok(ep));
+/// let err = "verbs-ep/1 qpn=0x12".parse::<Endpoint>().unwrap_err();
+/// assert_eq!(err.to_string(), "endpoint: field 'psn' missing");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Endpoint {
     /// The QP number (24 bits).
@@ -308,9 +321,13 @@ impl FromStr for Endpoint {
                 return Err(ParseEndpointError::new(format!("field '{k}' given twice")));
             }
         }
-        let get = |i: usize| {
-            vals[i].ok_or_else(|| ParseEndpointError::new(format!("field '{}' missing", KEYS[i])))
-        };
+        if let Some(i) = vals.iter().position(Option::is_none) {
+            return Err(ParseEndpointError::new(format!(
+                "field '{}' missing",
+                KEYS[i]
+            )));
+        }
+        let get = |i: usize| vals[i].ok_or_else(|| ParseEndpointError::new("field missing"));
         let mtu_text = get(4)?;
         let mtu = match mtu_text.parse::<u32>() {
             Ok(n) if Mtu::at_most(n).bytes() == n => Mtu::at_most(n),

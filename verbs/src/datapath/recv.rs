@@ -124,7 +124,8 @@ impl Qp {
         (&mut self.dp.sq, &mut self.dp.rq)
     }
 
-    /// `ibv_post_recv` of one request.
+    /// `ibv_post_recv` of one request (example at [`Qp::post_send`]). Fails
+    /// at once, writing nothing, when the QP is in RESET.
     pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<()> {
         self.dp.rq.post(wr)
     }

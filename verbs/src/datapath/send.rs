@@ -280,7 +280,35 @@ impl Qp {
         &mut self.dp.sq
     }
 
-    /// `ibv_post_send` of one request.
+    /// `ibv_post_send` of one request. Fails at once, writing nothing, when
+    /// the QP is not in RTS (or SQD, SQE, ERR).
+    ///
+    /// A SEND into a posted receive, both completions polled:
+    ///
+    /// ```
+    /// use verbs::{AccessFlags, QpInit, QpType, RecvWr, SendWr, Sge, Wc, WcOpcode};
+    /// # fn main() -> verbs::Result<()> {
+    /// let ctx = verbs::Context::open_by_name("sim0")?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let mut cq = ctx.create_cq(16)?;
+    /// let init = QpInit::new(QpType::Rc, &cq, &cq);
+    /// let (mut a, mut b) = (pd.create_qp(&init)?, pd.create_qp(&init)?);
+    /// a.connect(&b.endpoint()?)?;
+    /// b.connect(&a.endpoint()?)?;
+    /// let mr = pd.reg_mr(vec![0u8; 128], AccessFlags::LOCAL_WRITE)?;
+    ///
+    /// b.post_recv(&RecvWr::new(1, &[Sge::from_mr(&mr, 64, 64)]))?;
+    /// a.post_send(&SendWr::send(2, &[Sge::from_mr(&mr, 0, 64)]))?;
+    /// let mut wc = [Wc::default(); 2];
+    /// let (mut got, start) = (0, std::time::Instant::now());
+    /// while got < 2 && start.elapsed().as_secs() < 10 {
+    ///     got += cq.poll(&mut wc[got..]);
+    /// }
+    /// assert_eq!(got, 2);
+    /// assert!(wc.iter().all(|w| w.is_ok()));
+    /// assert!(wc.iter().any(|w| w.opcode == WcOpcode::Recv && w.byte_len == 64));
+    /// # Ok(()) }
+    /// ```
     #[inline]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<()> {
         self.dp.sq.post(wr)

@@ -24,6 +24,25 @@ const VERB: &str = "connect";
 /// announces the port, GID and PSN that the connection then uses.
 ///
 /// Every field left `None` takes the default documented on it.
+///
+/// ```
+/// use verbs::{ConnectOpts, Mtu};
+/// # fn main() -> verbs::Result<()> {
+/// # let ctx = verbs::Context::open_by_name("sim0")?;
+/// # let pd = ctx.alloc_pd()?;
+/// # let cq = ctx.create_cq(16)?;
+/// # let init = verbs::QpInit::new(verbs::QpType::Rc, &cq, &cq);
+/// # let (qp, peer) = (pd.create_qp(&init)?, pd.create_qp(&init)?);
+/// let opts = ConnectOpts::default()
+///     .path_mtu(Mtu::Mtu1024)
+///     .timeout(16)
+///     .rnr_retry(3);
+/// let mine = qp.endpoint_with(&opts)?; // goes to the peer
+/// # let remote = peer.endpoint()?;
+/// qp.connect_with(&remote, &opts)?; // with the peer's endpoint
+/// # assert_eq!(mine.qpn, qp.qpn());
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectOpts {
     /// The port (default 1).
