@@ -115,12 +115,12 @@ impl Default for ConnectOpts {
     }
 }
 
+/// One builder method per field; `Option` fields take the bare value.
 macro_rules! setters {
-    ($($(#[$m:meta])* $name:ident: $ty:ty => $wrap:expr;)*) => {
+    ($($name:ident: $ty:ty;)*) => {
         impl ConnectOpts {
-            $($(#[$m])* pub fn $name(mut self, v: $ty) -> ConnectOpts {
-                let wrap: fn($ty) -> _ = $wrap;
-                self.$name = wrap(v);
+            $(pub fn $name(mut self, v: $ty) -> ConnectOpts {
+                self.$name = v.into();
                 self
             })*
         }
@@ -128,25 +128,25 @@ macro_rules! setters {
 }
 
 setters! {
-    port: u8 => |v| v;
-    gid_index: u8 => Some;
-    psn: u32 => Some;
-    path_mtu: Mtu => Some;
-    access: AccessFlags => Some;
-    pkey_index: u16 => |v| v;
-    timeout: u8 => |v| v;
-    retry_cnt: u8 => |v| v;
-    rnr_retry: u8 => |v| v;
-    min_rnr_timer: u8 => |v| v;
-    max_rd_atomic: u8 => Some;
-    max_dest_rd_atomic: u8 => Some;
-    sl: u8 => |v| v;
-    traffic_class: u8 => |v| v;
-    hop_limit: u8 => |v| v;
-    flow_label: u32 => |v| v;
-    dmac: [u8; 6] => Some;
-    udp_sport: u16 => Some;
-    ib_grh: bool => |v| v;
+    port: u8;
+    gid_index: u8;
+    psn: u32;
+    path_mtu: Mtu;
+    access: AccessFlags;
+    pkey_index: u16;
+    timeout: u8;
+    retry_cnt: u8;
+    rnr_retry: u8;
+    min_rnr_timer: u8;
+    max_rd_atomic: u8;
+    max_dest_rd_atomic: u8;
+    sl: u8;
+    traffic_class: u8;
+    hop_limit: u8;
+    flow_label: u32;
+    dmac: [u8; 6];
+    udp_sport: u16;
+    ib_grh: bool;
 }
 
 /// A PSN for `qpn`: random across processes, the same for every call in
