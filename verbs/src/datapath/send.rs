@@ -52,6 +52,20 @@ extern "C" fn full(verb: &'static str) -> Error {
     }
 }
 
+/// Why a request found no room in the SQ of QP `qpn` in state `state`.
+/// Values, not `&self`: a cold call taking the batch by reference would keep
+/// it in memory on the hot path.
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)]
+extern "C" fn no_room(qpn: u32, state: u8) -> Error {
+    if sends_allowed(state) {
+        full("post_send")
+    } else {
+        send_refused("post_send", qpn, state)
+    }
+}
+
 /// Whether WQEBBs up to (not including) `next` fit in an SQ of `bbs`,
 /// refreshing the cached tail only when it says they do not.
 #[inline(always)]
@@ -106,7 +120,6 @@ impl SendQueue {
             state,
         } = self;
         let state = state.raw();
-        let open = sends_allowed(state);
         SendBatch {
             ring: *ring,
             shape: *shape,
@@ -115,13 +128,12 @@ impl SendQueue {
             // `cur_post − tail_seen ≤ bbs` always: WQEs are written only into
             // room the cached tail shows. A closed QP shows none, so its
             // posts take the out-of-room path, which reports the state.
-            room: if open {
+            room: if sends_allowed(state) {
                 bbs.wrapping_sub(cur_post.wrapping_sub(*tail_seen))
             } else {
                 0
             },
             state,
-            open,
             view: track.sq_view(),
             home: Home {
                 cur_post,
@@ -154,9 +166,8 @@ pub struct SendBatch<'a> {
     /// down per request, where the tail and the size would be two. Always 0
     /// when the QP takes no sends.
     room: u32,
-    /// The QP state read at the batch's start, and whether it takes sends.
+    /// The QP state read at the batch's start.
     state: u8,
-    open: bool,
     view: SqView<'a>,
     home: Home<'a>,
     /// The doorbell value of the last request written; meaningful once
@@ -177,11 +188,7 @@ impl SendBatch<'_> {
         };
         let next = self.cur_post.wrapping_add(p.nbb);
         if p.nbb > self.room && !self.refresh_room(p.nbb) {
-            return Err(if self.open {
-                full("post_send")
-            } else {
-                send_refused("post_send", self.shape.qpn, self.state)
-            });
+            return Err(no_room(self.shape.qpn, self.state));
         }
         self.room -= p.nbb;
         let ctrl8 = wqe::write(&self.ring, self.cur_post, &self.shape, wr, p);
@@ -196,7 +203,7 @@ impl SendBatch<'_> {
     /// on a QP that takes no sends).
     #[inline(always)]
     fn refresh_room(&mut self, nbb: u32) -> bool {
-        if !self.open {
+        if !sends_allowed(self.state) {
             return false;
         }
         let tail = self.view.tail();
@@ -254,9 +261,8 @@ impl SendBatch<'_> {
 
     #[inline]
     fn flush(&mut self) {
-        if !self.open {
-            return;
-        }
+        // A closed QP's batch had no room, which dates the cached tail back
+        // as far as it can go: safe, the real tail is read when room runs out.
         *self.home.tail_seen = self.cur_post.wrapping_sub(self.bbs).wrapping_add(self.room);
         if self.count != 0 {
             self.count = 0;
