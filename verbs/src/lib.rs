@@ -36,6 +36,10 @@ mod srq;
 mod unsupported;
 mod util;
 
+/// The DEVX layer underneath, for raw objects beside verbs ones
+/// ([`Context::devx`]) without a dependency of one's own.
+pub use devx;
+
 pub use access::AccessFlags;
 pub use ah::{Ah, AhAttr, GlobalRoute};
 pub use comp_channel::CompChannel;
