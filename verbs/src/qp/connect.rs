@@ -4,7 +4,7 @@
 //! reaches every attribute the three transitions take.
 
 use std::hash::{BuildHasher, Hasher};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use prm_layouts::enums::QpState;
 
@@ -49,8 +49,8 @@ pub struct ConnectOpts {
     pub port: u8,
     /// The source GID's index (default: [`Context::default_gid`](crate::Context::default_gid)).
     pub gid_index: Option<u8>,
-    /// The first PSN this end sends (default: derived from the QPN and a
-    /// per-process random seed, so `endpoint` and `connect` agree).
+    /// The first PSN this end sends (default: random, fixed per QP, so
+    /// `endpoint` and `connect` agree).
     pub psn: Option<u32>,
     /// The path MTU (default: the smaller of both ends' active MTUs).
     pub path_mtu: Option<Mtu>,
@@ -149,9 +149,11 @@ setters! {
     ib_grh: bool;
 }
 
-/// A PSN for `qpn`: random across processes, the same for every call in
-/// one, as `ibv_rc_pingpong`'s `lrand48() & 0xffffff` is per connection.
-fn default_psn(qpn: u32) -> u32 {
+/// A PSN for the QP `qpn` whose shared state is at `instance`: the same for every
+/// call on one QP, random across processes and QP instances (a QPN reused
+/// after a destroy gets another), as `ibv_rc_pingpong`'s
+/// `lrand48() & 0xffffff` is per connection.
+fn default_psn(qpn: u32, instance: usize) -> u32 {
     static SEED: OnceLock<u64> = OnceLock::new();
     let seed = *SEED.get_or_init(|| {
         std::collections::hash_map::RandomState::new()
@@ -161,6 +163,7 @@ fn default_psn(qpn: u32) -> u32 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     h.write_u64(seed);
     h.write_u32(qpn);
+    h.write_usize(instance);
     (h.finish() & 0xff_ffff) as u32
 }
 
@@ -221,7 +224,9 @@ impl Qp {
                 format!("GID index {} does not fit the 8-bit sgid_index", gid.index),
             )
         })?;
-        let psn = opts.psn.unwrap_or_else(|| default_psn(self.qpn()));
+        let psn = opts
+            .psn
+            .unwrap_or_else(|| default_psn(self.qpn(), Arc::as_ptr(self.shared()) as usize));
         if psn > 0xff_ffff {
             return Err(Error::argument(
                 VERB,
