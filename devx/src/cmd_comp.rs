@@ -11,6 +11,39 @@ use crate::provider::{AsyncCompletion, CmdChannel};
 /// A completion channel: `Obj::query_async` queues commands, `get`/`try_get`
 /// return `(wr_id, outbox or error)` in completion order. The fd polls
 /// readable while a completion waits, so any event loop can watch it.
+///
+/// ```
+/// use prm_layouts::enums::Opcode;
+/// use prm_layouts::{QueryCqIn, QueryCqOut};
+/// # use prm_layouts::{CreateCqIn, CreateCqOut};
+/// # fn main() -> devx::Result<()> {
+/// # let ctx = devx::Device::by_name("sim0")?.open()?;
+/// # let mem = memmap2::MmapMut::map_anon(4096).expect("memory");
+/// # let ring = devx::Umem::register(&ctx, mem, devx::access::LOCAL_WRITE)?;
+/// # let mem = memmap2::MmapMut::map_anon(4096).expect("memory");
+/// # let dbr = devx::Umem::register(&ctx, mem, devx::access::LOCAL_WRITE)?;
+/// # let uar = devx::Uar::alloc(&ctx)?;
+/// # let mut c = CreateCqIn::new();
+/// # c.set_opcode(Opcode::CreateCq.raw());
+/// # c.set_cq_umem_id(ring.id());
+/// # let cqc = c.cq_context_mut();
+/// # cqc.set_log_cq_size(6);
+/// # cqc.set_uar_page(uar.page_id());
+/// # cqc.set_c_eqn(ctx.query_eqn(0)? as u8);
+/// # cqc.set_dbr_umem_id(dbr.id());
+/// # let cq = ctx.create(c.as_bytes(), CreateCqOut::SIZE_BYTES)?;
+/// // `cq`: a CQ object made with `ctx.create` (CREATE_CQ).
+/// let comp = devx::CmdComp::new(&ctx)?;
+/// let mut q = QueryCqIn::new();
+/// q.set_opcode(Opcode::QueryCq.raw());
+/// q.set_cqn(cq.id());
+/// cq.query_async(q.as_bytes(), QueryCqOut::SIZE_BYTES, 42, &comp)?;
+/// let (wr_id, out) = comp.get()?;
+/// let out = out?;
+/// let out = QueryCqOut::from_slice(&out).expect("a full outbox");
+/// assert_eq!((wr_id, out.cq_context().log_cq_size()), (42, 6));
+/// # Ok(()) }
+/// ```
 pub struct CmdComp {
     ctx: Context,
     channel: Arc<dyn CmdChannel>,

@@ -20,6 +20,24 @@ pub(crate) struct ContextInner {
 
 /// An open DEVX context. Cheap to clone; every object keeps its context alive,
 /// and the provider context closes when the last clone and object are gone.
+///
+/// General commands take a PRM inbox and return the outbox, built and read
+/// with `prm-layouts`:
+///
+/// ```
+/// use prm_layouts::enums::{HcaCapType, Opcode};
+/// use prm_layouts::{QueryHcaCapIn, QueryHcaCapOut};
+///
+/// # fn main() -> devx::Result<()> {
+/// let ctx = devx::Device::by_name("sim0")?.open()?;
+/// let mut q = QueryHcaCapIn::new();
+/// q.set_opcode(Opcode::QueryHcaCap.raw());
+/// q.set_op_mod(HcaCapType::General.op_mod(true));
+/// let out = ctx.general_cmd(q.as_bytes(), QueryHcaCapOut::SIZE_BYTES)?;
+/// let out = QueryHcaCapOut::from_slice(&out).expect("a full outbox");
+/// assert!(out.capability().cmd_hca_cap().log_max_cq() > 0);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Context {
     pub(crate) inner: Arc<ContextInner>,

@@ -8,6 +8,17 @@ use crate::error::{Error, Result};
 use crate::provider::{DeviceInfo, Provider};
 
 /// A device that can be opened: a real mlx5 function or an emulated ConnectX.
+///
+/// ```
+/// # fn main() -> devx::Result<()> {
+/// for d in devx::Device::list() {
+///     println!("{} (emulated: {})", d.name(), d.is_emulated());
+/// }
+/// let dev = devx::Device::by_name("sim0")?; // or default_device()
+/// let ctx = dev.open()?;
+/// assert_eq!(ctx.device().name(), "sim0");
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Device {
     provider: Arc<dyn Provider>,

@@ -49,6 +49,16 @@ impl DevxEvent {
 
 /// An event channel of one context. Its fd polls readable while an event is
 /// queued; `get` blocks, `try_get` does not.
+///
+/// ```
+/// # fn main() -> devx::Result<()> {
+/// let ctx = devx::Device::by_name("sim0")?.open()?;
+/// let events = devx::Events::new(&ctx, false)?;
+/// // Device-wide events; `obj.subscribe(&events, ..)` for one object's.
+/// ctx.subscribe_unaffiliated(&events, &[devx::event_type::PORT_CHANGE], 7)?;
+/// assert!(events.try_get()?.is_none(), "no port changed yet");
+/// # Ok(()) }
+/// ```
 pub struct Events {
     ctx: Context,
     channel: Arc<dyn EventChannel>,

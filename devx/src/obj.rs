@@ -10,6 +10,20 @@ use crate::provider::Handle;
 
 /// A firmware object created through DEVX. Dropping it destroys the object;
 /// `destroy()` does the same and returns the result.
+///
+/// ```
+/// use prm_layouts::enums::Opcode;
+/// use prm_layouts::{AllocPdIn, AllocPdOut};
+///
+/// # fn main() -> devx::Result<()> {
+/// let ctx = devx::Device::by_name("sim0")?.open()?;
+/// let mut inbox = AllocPdIn::new();
+/// inbox.set_opcode(Opcode::AllocPd.raw());
+/// let pd = ctx.create(inbox.as_bytes(), AllocPdOut::SIZE_BYTES)?;
+/// println!("PD {:#x}", pd.id()); // the number other objects name it by
+/// pd.destroy()?; // DEALLOC_PD, derived from the create
+/// # Ok(()) }
+/// ```
 pub struct Obj {
     ctx: Context,
     handle: Handle,

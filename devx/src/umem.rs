@@ -70,6 +70,16 @@ unsafe impl<M: StableMemory> StableMemory for std::sync::Arc<M> {
 
 /// A registered memory range. Holds (owns or borrows) its memory until
 /// deregistered, so the device never sees freed memory.
+///
+/// ```
+/// # fn main() -> devx::Result<()> {
+/// let ctx = devx::Device::by_name("sim0")?.open()?;
+/// let umem = devx::Umem::register(&ctx, vec![0u8; 4096], devx::access::LOCAL_WRITE)?;
+/// println!("UMEM {} over {} bytes", umem.id(), umem.len()); // id goes into *_umem_id
+/// let memory: Vec<u8> = umem.deregister().map_err(|(_, e)| e)?;
+/// assert_eq!(memory.len(), 4096);
+/// # Ok(()) }
+/// ```
 pub struct Umem<M: StableMemory> {
     ctx: Context,
     handle: Handle,

@@ -1,29 +1,60 @@
 //! On a machine with an mlx5 device: the kernel provider against the real
-//! kernel and firmware. Ignored by default; run with
-//! `cargo test -p devx --test kernel_hw -- --ignored` (set
-//! `DEVX_KERNEL_DEVICE=<ibdev>` to pick a device). Each test prints a message
-//! and passes when there is no mlx5 device.
+//! kernel and firmware (set `DEVX_KERNEL_DEVICE=<ibdev>` to pick a device).
+//! Without one every test is reported as ignored with the reason "no mlx5
+//! device found", never as passed: the file is a `harness = false` test
+//! driven by libtest-mimic, whose trials can decide at run time to be
+//! ignored with a reason, which the built-in harness cannot.
 //!
 //! Mailboxes are built by hand: big-endian PRM fields at the bit offsets of
 //! the PRM guide (`mlx5_ifc.h` numbering, MSB-first inside big-endian dwords).
 
 use devx::kernel::{discover, KernelContext, KernelDevice};
 use devx::{ProviderContext, UarKind};
+use libtest_mimic::{Arguments, Completion, Trial};
 
-fn device() -> Option<KernelDevice> {
+/// The device to test, or why there is none.
+fn device() -> Result<KernelDevice, String> {
     let devices = discover();
     let want = std::env::var("DEVX_KERNEL_DEVICE").ok();
     let dev = match &want {
         Some(name) => devices.into_iter().find(|d| d.ibdev() == name),
         None => devices.into_iter().next(),
     };
-    if dev.is_none() {
-        eprintln!(
-            "kernel_hw: no mlx5 device{} found through sysfs; skipping",
-            want.map(|w| format!(" named {w}")).unwrap_or_default()
-        );
-    }
-    dev
+    dev.ok_or_else(|| match want {
+        Some(w) => format!("no mlx5 device named {w} found"),
+        None => "no mlx5 device found".to_string(),
+    })
+}
+
+type HwTest = fn(KernelDevice);
+
+const TESTS: [(&str, HwTest); 6] = [
+    ("hw_list", hw_list),
+    ("hw_open", hw_open),
+    ("hw_query_hca_cap", hw_query_hca_cap),
+    ("hw_pd_cq_qp_lifecycle", hw_pd_cq_qp_lifecycle),
+    (
+        "hw_firmware_error_carries_a_syndrome",
+        hw_firmware_error_carries_a_syndrome,
+    ),
+    ("hw_async_query", hw_async_query),
+];
+
+fn main() -> std::process::ExitCode {
+    let args = Arguments::from_args();
+    let trials = TESTS
+        .into_iter()
+        .map(|(name, test)| {
+            Trial::ignorable_test(name, move || match device() {
+                Ok(dev) => {
+                    test(dev);
+                    Ok(Completion::Completed)
+                }
+                Err(why) => Ok(Completion::ignored_with(why)),
+            })
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit_code()
 }
 
 /// `DEVX_SET`: `width` ≤ 32 bits at bit offset `bit`, big-endian dwords.
@@ -121,14 +152,11 @@ fn query_cq(ctx: &KernelContext, cq: &Cq) -> Vec<u8> {
     out
 }
 
-#[test]
-#[ignore = "needs an mlx5 device"]
-fn hw_list() {
+fn hw_list(_dev: KernelDevice) {
     let d = devx::kernel::discover_in(std::path::Path::new("/sys"), std::path::Path::new("/dev"));
     for s in &d.skipped {
         eprintln!("kernel_hw: skipped {s}");
     }
-    let Some(_) = device() else { return };
     for dev in &d.devices {
         eprintln!("kernel_hw: {dev:?}");
         assert!(!dev.ibdev().is_empty());
@@ -139,10 +167,7 @@ fn hw_list() {
     }
 }
 
-#[test]
-#[ignore = "needs an mlx5 device"]
-fn hw_open() {
-    let Some(dev) = device() else { return };
+fn hw_open(dev: KernelDevice) {
     let ctx = KernelContext::open(&dev).expect("DEVX context");
     eprintln!("kernel_hw: {:?} via {:?}", ctx.ucontext(), ctx.alloc_path());
     assert!(ctx.ucontext().response_length > 0);
@@ -151,10 +176,7 @@ fn hw_open() {
     drop(second);
 }
 
-#[test]
-#[ignore = "needs an mlx5 device"]
-fn hw_query_hca_cap() {
-    let Some(dev) = device() else { return };
+fn hw_query_hca_cap(dev: KernelDevice) {
     let ctx = KernelContext::open(&dev).unwrap();
     // op_mod = (GENERAL << 1) | CUR.
     let q = mailbox(0x100, 0x1, 16);
@@ -181,10 +203,7 @@ fn hw_query_hca_cap() {
     }
 }
 
-#[test]
-#[ignore = "needs an mlx5 device"]
-fn hw_pd_cq_qp_lifecycle() {
-    let Some(dev) = device() else { return };
+fn hw_pd_cq_qp_lifecycle(dev: KernelDevice) {
     let ctx = KernelContext::open(&dev).unwrap();
     let uar = ctx.uar_alloc(UarKind::NonCached).expect("UAR");
 
@@ -252,10 +271,7 @@ fn hw_pd_cq_qp_lifecycle() {
     ctx.uar_free(uar.handle).unwrap();
 }
 
-#[test]
-#[ignore = "needs an mlx5 device"]
-fn hw_firmware_error_carries_a_syndrome() {
-    let Some(dev) = device() else { return };
+fn hw_firmware_error_carries_a_syndrome(dev: KernelDevice) {
     let ctx = KernelContext::open(&dev).unwrap();
     let uar = ctx.uar_alloc(UarKind::NonCached).unwrap();
     let eqn = ctx.query_eqn(0).unwrap();
@@ -270,10 +286,7 @@ fn hw_firmware_error_carries_a_syndrome() {
     ctx.uar_free(uar.handle).unwrap();
 }
 
-#[test]
-#[ignore = "needs an mlx5 device"]
-fn hw_async_query() {
-    let Some(dev) = device() else { return };
+fn hw_async_query(dev: KernelDevice) {
     let ctx = KernelContext::open(&dev).unwrap();
     let uar = ctx.uar_alloc(UarKind::NonCached).unwrap();
     let cq = create_cq(&ctx, uar.page_id, 5);

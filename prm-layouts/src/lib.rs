@@ -11,6 +11,25 @@
 //!   nested layouts by reference (`create_cq_in.cq_context_mut()`).
 //! * By-name access through [`LayoutMeta`] for tools and fixtures.
 //! * [`registry`], [`find`] and [`mailbox_layouts`] to look layouts up at run time.
+//!
+//! ```
+//! use prm_layouts::{find, mailbox_layouts, CreateCqIn, Opcode};
+//!
+//! let mut m = CreateCqIn::new();
+//! m.set_opcode(Opcode::CreateCq.raw());
+//! m.cq_context_mut().set_log_cq_size(6);
+//! assert_eq!(m.cq_context().log_cq_size(), 6);
+//! assert!(m.cq_context_mut().try_set_log_cq_size(64).is_err(), "5 bits wide");
+//!
+//! // The same field by name, as tools and fixtures reach it.
+//! let meta = find("create_cq_in").expect("a known layout");
+//! let v = meta.get(m.as_bytes(), "cq_context.log_cq_size").unwrap();
+//! assert_eq!(v.as_u64(), Some(6));
+//! let f = meta.field("cq_context.log_cq_size").unwrap();
+//! println!("{}: {} bits at bit {}", f.name, f.width_bits, f.offset_bits);
+//! let (inbox, _outbox) = mailbox_layouts(Opcode::CreateCq.raw()).unwrap();
+//! assert_eq!(inbox.name, "create_cq_in");
+//! ```
 
 pub mod bits;
 pub mod enums;

@@ -2,10 +2,13 @@
 //!
 //! The binary is the one `cargo test --workspace` builds next to this test
 //! (`target/<profile>/devx-cli`); run alone, build it first with
-//! `cargo build -p devx-cli`.
+//! `cargo build -p devx-cli`. Without it each test is reported as ignored
+//! with that reason (a `harness = false` test on libtest-mimic), not passed.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use libtest_mimic::{Arguments, Completion, Trial};
 
 /// `target/<profile>/devx-cli`, found from this test's own path
 /// (`target/<profile>/deps/cli_fixtures-…`).
@@ -26,23 +29,39 @@ fn run(bin: &Path, args: &[&str]) -> Output {
         .expect("devx-cli runs")
 }
 
-macro_rules! need_cli {
-    () => {
-        match devx_cli() {
-            Some(b) => b,
-            None => {
-                eprintln!(
-                    "devx-cli is not built; run `cargo build -p devx-cli` to include these tests"
-                );
-                return;
-            }
-        }
-    };
+type CliTest = fn(&Path);
+
+const TESTS: [(&str, CliTest); 2] = [
+    (
+        "every_committed_fixture_replays_with_the_cli",
+        every_committed_fixture_replays_with_the_cli,
+    ),
+    (
+        "a_tampered_fixture_fails_with_the_field_and_both_values",
+        a_tampered_fixture_fails_with_the_field_and_both_values,
+    ),
+];
+
+fn main() -> std::process::ExitCode {
+    let args = Arguments::from_args();
+    let trials = TESTS
+        .into_iter()
+        .map(|(name, test)| {
+            Trial::ignorable_test(name, move || match devx_cli() {
+                Some(bin) => {
+                    test(&bin);
+                    Ok(Completion::Completed)
+                }
+                None => Ok(Completion::ignored_with(
+                    "devx-cli is not built; run `cargo build -p devx-cli`",
+                )),
+            })
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit_code()
 }
 
-#[test]
-fn every_committed_fixture_replays_with_the_cli() {
-    let bin = need_cli!();
+fn every_committed_fixture_replays_with_the_cli(bin: &Path) {
     let mut seen = 0;
     for entry in std::fs::read_dir(fixtures_dir()).unwrap() {
         let path = entry.unwrap().path();
@@ -50,7 +69,7 @@ fn every_committed_fixture_replays_with_the_cli() {
             continue;
         }
         seen += 1;
-        let o = run(&bin, &["replay", "--json", path.to_str().unwrap()]);
+        let o = run(bin, &["replay", "--json", path.to_str().unwrap()]);
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(
             o.status.success(),
@@ -65,9 +84,7 @@ fn every_committed_fixture_replays_with_the_cli() {
     assert!(seen > 0);
 }
 
-#[test]
-fn a_tampered_fixture_fails_with_the_field_and_both_values() {
-    let bin = need_cli!();
+fn a_tampered_fixture_fails_with_the_field_and_both_values(bin: &Path) {
     let text = std::fs::read_to_string(fixtures_dir().join("rc_qp_lifecycle.fixture")).unwrap();
     // The library derives DESTROY_QP from the create; a recorded one with
     // another op_mod no longer matches.
@@ -78,7 +95,7 @@ fn a_tampered_fixture_fails_with_the_field_and_both_values() {
     let path =
         std::env::temp_dir().join(format!("devx-cli-fixture-{}.fixture", std::process::id()));
     std::fs::write(&path, tampered).unwrap();
-    let o = run(&bin, &["replay", path.to_str().unwrap()]);
+    let o = run(bin, &["replay", path.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert_eq!(err.lines().count(), 1, "{err}");

@@ -35,7 +35,12 @@ pub struct AhAttr {
     pub static_rate: u8,
     /// Required on Ethernet (RoCE packets always carry a GRH).
     pub grh: Option<GlobalRoute>,
-    /// Destination MAC (RoCE). Derived for multicast and link-local GIDs when absent.
+    /// Destination MAC (RoCE). Derived for multicast and link-local GIDs when
+    /// absent; other unicast GIDs need it, as DEVX QPs get no neighbour
+    /// resolution from the kernel. [`Qp::connect`](crate::Qp::connect) takes
+    /// it from the peer's [`Endpoint`](crate::Endpoint) (the MAC of its GID
+    /// table entry: right when both share a link; across a router pass the
+    /// next hop's in `ConnectOpts::dmac`).
     pub dmac: Option<[u8; 6]>,
     /// RoCE v2 UDP source port; derived from the flow label when absent.
     pub udp_sport: Option<u16>,

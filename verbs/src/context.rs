@@ -9,6 +9,8 @@ use prm_layouts::enums::{HcaCapType, Opcode};
 use prm_layouts::{CmdHcaCap, HcaCapUnion, QueryHcaCapIn, QueryHcaCapOut};
 
 use crate::error::{Error, Result, VerbResult};
+use crate::port::GidEntry;
+use crate::qp::gid_rank;
 use crate::util::outbox;
 
 /// How a port carries packets (`cmd_hca_cap.port_type`).
@@ -41,6 +43,22 @@ struct ContextInner {
 
 /// An open device (`ibv_context`). Cheap to clone; every object keeps the
 /// context it was made in alive, so closing is simply dropping the last handle.
+///
+/// ```
+/// # fn main() -> verbs::Result<()> {
+/// let ctx = verbs::Context::open_by_name("sim0")?; // or open_default()
+/// let port = ctx.query_port(1)?;
+/// let gid = ctx.default_gid(1)?; // what connections send from
+/// println!(
+///     "{}: {}, MTU {}, GID {} ({})",
+///     ctx.device().name(),
+///     port.state,
+///     port.active_mtu,
+///     gid.gid,
+///     gid.gid_type.name()
+/// );
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Context {
     inner: Arc<ContextInner>,
@@ -55,6 +73,35 @@ impl fmt::Debug for Context {
 }
 
 impl Context {
+    /// Opens the first real mlx5 device, or the emulated `sim0` when the
+    /// machine has none ([`devx::Device::default_device`]).
+    ///
+    /// ```
+    /// # fn main() -> verbs::Result<()> {
+    /// let ctx = verbs::Context::open_default()?;
+    /// println!("{} ({})", ctx.device().name(), ctx.link_layer());
+    /// # Ok(()) }
+    /// ```
+    pub fn open_default() -> Result<Context> {
+        let (device, _emulated) = devx::Device::default_device().verb("open_device")?;
+        Context::open(&device)
+    }
+
+    /// Opens a device by name: a real one (`mlx5_0`) or an emulated one
+    /// (`sim0`, `sim1`, …, created on first use).
+    ///
+    /// ```
+    /// # fn main() -> verbs::Result<()> {
+    /// let ctx = verbs::Context::open_by_name("sim0")?;
+    /// assert_eq!(ctx.device().name(), "sim0");
+    /// assert!(verbs::Context::open_by_name("no-such-device").is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn open_by_name(name: &str) -> Result<Context> {
+        let device = devx::Device::by_name(name).verb("open_device")?;
+        Context::open(&device)
+    }
+
     /// Opens `device` (`ibv_open_device`) and reads its current general
     /// capabilities, which later verbs validate their attributes against.
     pub fn open(device: &devx::Device) -> Result<Context> {
@@ -116,6 +163,23 @@ impl Context {
     /// The next `mkey_7_0` byte, so a recycled mkey index gets a fresh key.
     pub(crate) fn next_key_variant(&self) -> u8 {
         self.inner.key_variant.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The GID a connection from `port` sends from by default: RoCE v2 with
+    /// an IPv4-mapped address first, then RoCE v2 with another IPv6 address
+    /// (global before link-local), then RoCE v1 or InfiniBand; the lowest
+    /// index among equals. Reads the port's GID table
+    /// ([`Context::gid_table`]).
+    pub fn default_gid(&self, port: u8) -> Result<GidEntry> {
+        self.gid_table(port)?
+            .into_iter()
+            .min_by_key(|e| (gid_rank(e), e.index))
+            .ok_or_else(|| {
+                Error::argument(
+                    "query_gid",
+                    format!("port {port}'s GID table has no entry in use"),
+                )
+            })
     }
 
     pub(crate) fn check_port(&self, verb: &'static str, port: u8) -> Result<()> {

@@ -126,6 +126,16 @@ impl CqShared {
 
 /// A completion queue (`ibv_cq`). QPs keep what they complete into alive, so
 /// dropping a `Cq` that a QP uses defers the DESTROY_CQ until the QP is gone.
+///
+/// ```
+/// # fn main() -> verbs::Result<()> {
+/// let ctx = verbs::Context::open_by_name("sim0")?;
+/// let mut cq = ctx.create_cq(100)?;
+/// assert!(cq.cqe() >= 100); // rounded up to the ring size
+/// let mut wc = [verbs::Wc::default(); 16];
+/// assert_eq!(cq.poll(&mut wc), 0); // nothing completed yet
+/// # Ok(()) }
+/// ```
 pub struct Cq {
     shared: Arc<CqShared>,
     /// Ring start in this process (an address, so `Cq` stays `Send`).

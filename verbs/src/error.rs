@@ -27,6 +27,15 @@ pub enum Error {
         verb: &'static str,
         queue: &'static str,
     },
+    /// A work request was posted to a QP whose state does not accept it
+    /// (IBA: an immediate error); `need` says which states do.
+    #[error("{verb}: QP {qpn:#x} is in {state}; {need}")]
+    QpState {
+        verb: &'static str,
+        qpn: u32,
+        state: String,
+        need: &'static str,
+    },
     /// An explicit destroy found the object still used by others.
     #[error("{verb}: {what} is still in use by {users} other object(s) or handle(s)")]
     Busy {
@@ -58,6 +67,7 @@ impl Error {
             | Error::Argument { verb, .. }
             | Error::Unsupported { verb, .. }
             | Error::Busy { verb, .. }
+            | Error::QpState { verb, .. }
             | Error::QueueFull { verb, .. } => verb,
         }
     }
@@ -113,6 +123,7 @@ impl Error {
             Error::Unsupported { .. } => libc::EOPNOTSUPP,
             Error::Busy { .. } => libc::EBUSY,
             Error::QueueFull { .. } => libc::ENOMEM,
+            Error::QpState { .. } => libc::EINVAL,
         }
     }
 }

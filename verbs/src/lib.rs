@@ -23,6 +23,7 @@ mod cq;
 mod cq_notify;
 pub mod datapath;
 mod device;
+mod endpoint;
 mod error;
 mod mcast;
 mod mr;
@@ -35,6 +36,10 @@ mod srq;
 mod unsupported;
 mod util;
 
+/// The DEVX layer underneath, for raw objects beside verbs ones
+/// ([`Context::devx`]) without a dependency of one's own.
+pub use devx;
+
 pub use access::AccessFlags;
 pub use ah::{Ah, AhAttr, GlobalRoute};
 pub use comp_channel::CompChannel;
@@ -45,6 +50,7 @@ pub use datapath::{
     WcStatus,
 };
 pub use device::{AtomicCap, DeviceAttr, DeviceCapFlags};
+pub use endpoint::{Endpoint, ParseEndpointError};
 pub use error::{DestroyError, Error, Result};
 pub use mcast::McastAttachment;
 pub use mr::{Mr, MrAttr};
@@ -52,8 +58,8 @@ pub use mw::{Mw, MwType};
 pub use pd::{Pd, Td};
 pub use port::{Gid, GidEntry, GidType, Mtu, PortAttr, PortState};
 pub use qp::{
-    InitAttr, Qp, QpAttr, QpCap, QpInit, QpServiceType, QpState, QpType, RtrAttr, RtsAttr,
-    RtsModify,
+    ConnectOpts, InitAttr, Qp, QpAttr, QpCap, QpInit, QpServiceType, QpState, QpType, RtrAttr,
+    RtsAttr, RtsModify,
 };
 pub use report::{phys_state_name, DeviceReport, PortReport};
 pub use srq::{Srq, SrqAttr, SrqInit};

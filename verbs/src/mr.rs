@@ -54,6 +54,19 @@ struct MrDeps<M: StableMemory> {
 }
 
 /// A registered memory region (`ibv_mr`) over memory it owns or borrows.
+///
+/// ```
+/// use verbs::AccessFlags;
+/// # fn main() -> verbs::Result<()> {
+/// let ctx = verbs::Context::open_by_name("sim0")?;
+/// let pd = ctx.alloc_pd()?;
+/// let mr = pd.reg_mr(vec![0u8; 4096], AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+/// // Local work requests name it by lkey, a peer's RDMA by rkey and address.
+/// let sge = verbs::Sge::from_mr(&mr, 0, 4096);
+/// assert_eq!((sge.lkey, mr.len()), (mr.lkey(), 4096));
+/// println!("rkey {:#x} at {:#x}", mr.rkey(), mr.addr());
+/// # Ok(()) }
+/// ```
 pub struct Mr<M: StableMemory> {
     owned: Owned<MrDeps<M>>,
     access: AccessFlags,

@@ -17,6 +17,16 @@ struct PdInner {
 
 /// A protection domain (`ibv_pd`). Cheap to clone; QPs, MRs, MWs, SRQs and
 /// AHs keep the PD they were made in alive, and the last handle deallocates it.
+///
+/// ```
+/// # fn main() -> verbs::Result<()> {
+/// let ctx = verbs::Context::open_by_name("sim0")?;
+/// let pd = ctx.alloc_pd()?;
+/// println!("PD {:#x}", pd.pdn());
+/// let mr = pd.reg_mr(vec![0u8; 4096], verbs::AccessFlags::LOCAL_WRITE)?;
+/// assert_eq!(mr.pd().pdn(), pd.pdn());
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Pd {
     inner: Arc<PdInner>,

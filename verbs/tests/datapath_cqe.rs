@@ -6,7 +6,7 @@ mod datapath_support;
 
 /// Named so that `cargo test -p verbs datapath` selects these tests.
 mod datapath {
-    use crate::datapath_support::{be32_at, cqe, put_cqe, recorded};
+    use crate::datapath_support::{be32_at, cqe, put_cqe, recorded, rts};
     use verbs::datapath::RawCqe;
     use verbs::{Cq, QpCap, QpInit, QpType, RecvWr, SendWr, Sge, SrqInit, Wc, WcOpcode, WcStatus};
 
@@ -30,6 +30,7 @@ mod datapath {
         let mut qp = pd
             .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap()))
             .unwrap();
+        rts(&qp);
         let s = [Sge::new(0x1000, 8, 1)];
         let mut wc = [Wc::default(); 8];
         // Nothing valid yet: op_own 0xF0 everywhere.
@@ -68,6 +69,7 @@ mod datapath {
         let mut qp = pd
             .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap()))
             .unwrap();
+        rts(&qp);
         let s = [Sge::new(0x1000, 8, 1)];
         for i in 0..5 {
             qp.post_send(&SendWr::rdma_read(i, &s, 0, 0)).unwrap();
@@ -96,6 +98,7 @@ mod datapath {
         let mut qp = pd
             .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap()))
             .unwrap();
+        rts(&qp);
         let s = [Sge::new(0x1000, 8, 1)];
         qp.post_recv(&RecvWr::new(100, &s)).unwrap();
         let send = |cq: &Cq, qp: &mut verbs::Qp, id: u64, slot: u32| {
@@ -136,6 +139,7 @@ mod datapath {
         let mut qp = pd
             .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap()))
             .unwrap();
+        rts(&qp);
         let s = [Sge::new(0x1000, 8, 1)];
         for i in 0..3 {
             qp.post_send(&SendWr::send(i, &s).unsignaled()).unwrap();
@@ -159,6 +163,7 @@ mod datapath {
         let mut qp = pd
             .create_qp(&QpInit::new(QpType::Ud, &cq, &cq).cap(cap()))
             .unwrap();
+        rts(&qp);
         let s = [Sge::new(0x1000, 64, 1)];
         for i in 0..3 {
             qp.post_recv(&RecvWr::new(100 + i, &s)).unwrap();
@@ -215,6 +220,7 @@ mod datapath {
                     .max_recv_wr(16),
             )
             .unwrap();
+        rts(&qp);
         let s = [Sge::new(0x1000, 8, 1)];
         let table = [
             (0x01, WcStatus::LocLenErr, "LOC_LEN_ERR"),
@@ -270,6 +276,7 @@ mod datapath {
         let qp = pd
             .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap()))
             .unwrap();
+        rts(&qp);
         // Unknown opcode, unknown QPN, compressed format, requester opcode garbage.
         put_cqe(&cq, 0, cqe(0x7, 0, qp.qpn(), 0));
         put_cqe(&cq, 1, cqe(0x0, 0, 0x77_7777, 0));
@@ -296,6 +303,7 @@ mod datapath {
         let qp = pd
             .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap()).srq(&srq))
             .unwrap();
+        rts(&qp);
         let s = [Sge::new(0x1000, 8, 1)];
         for i in 0..3 {
             srq.post_recv(&RecvWr::new(10 + i, &s)).unwrap();

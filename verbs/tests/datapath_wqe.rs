@@ -6,11 +6,13 @@ mod datapath_support;
 
 /// Named so that `cargo test -p verbs datapath` selects these tests.
 mod datapath {
-    use crate::datapath_support::{be32_at, bytes, cqe, put_cqe, recorded};
+    use crate::datapath_support::{be32_at, bytes, cqe, put_cqe, recorded, rts};
     use verbs::{Ah, Cq, Error, Pd, Qp, QpCap, QpInit, QpType, RecvWr, SendWr, Sge, SrqInit, Wc};
 
     fn qp(pd: &Pd, cq: &Cq, t: QpType, cap: QpCap) -> Qp {
-        pd.create_qp(&QpInit::new(t, cq, cq).cap(cap)).unwrap()
+        let qp = pd.create_qp(&QpInit::new(t, cq, cq).cap(cap)).unwrap();
+        rts(&qp);
+        qp
     }
 
     fn cap(send: u32, sge: u32, inline: u32) -> QpCap {
@@ -127,6 +129,7 @@ mod datapath {
                     .sq_sig_all(true),
             )
             .unwrap();
+        rts(&qp);
         qp.post_send(&SendWr::send(1, &[]).unsignaled()).unwrap();
         let sq = qp.send_queue_memory();
         assert_eq!(bytes(sq.addr + 11, 1), [0x08]);

@@ -8,6 +8,7 @@
 
 use devx::StableMemory;
 
+use super::ready::{send_refused, sends_allowed};
 use super::send::{has_room, SendQueue};
 use super::wqe::{CTRL_SIGNALED, WQEBB};
 use crate::access::AccessFlags;
@@ -122,6 +123,10 @@ impl SendQueue {
     pub fn post_bind_mw<M: StableMemory>(&mut self, b: &MwBind<'_, M>) -> Result<u32> {
         check(self.shape.qp_type, b)?;
         let qpn = self.shape.qpn;
+        let state = self.state.raw();
+        if !sends_allowed(state) {
+            return Err(send_refused(VERB, qpn, state));
+        }
         let type2 = b.mw.mw_type() == MwType::Type2;
         let old = b.mw.rkey();
         let bind = b.length != 0;

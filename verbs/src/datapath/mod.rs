@@ -16,6 +16,7 @@
 mod bind;
 mod doorbell;
 mod poll;
+mod ready;
 mod recv;
 mod ring;
 mod send;
@@ -41,6 +42,7 @@ pub(crate) use poll::Poller;
 pub(crate) use track::{Registry, SrqTrack};
 
 use crate::qp::{QpCap, QpInit, Queue};
+use ready::PostState;
 use ring::{DbRec, Ring};
 use track::QpTrack;
 use wqe::SqShape;
@@ -93,6 +95,7 @@ impl QpDataPath {
             },
             db: Doorbell::new(dbrec, uar),
             track: track.clone(),
+            state: PostState::new(),
         };
         let rq = RecvQueue {
             ring: rq_ring,
@@ -102,8 +105,15 @@ impl QpDataPath {
             max_sge: l.rq.max_gs,
             dbrec,
             track,
+            state: PostState::new(),
         };
         QpDataPath { sq, rq }
+    }
+
+    /// The QP reached state `s`: the posting calls check it from now on.
+    pub(crate) fn set_state(&self, s: prm_layouts::enums::QpState) {
+        self.sq.state.set(s);
+        self.rq.state.set(s);
     }
 
     /// The QP went back to RST: counters restart at 0.

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::ready::{recv_refused, recvs_allowed, PostState};
 use super::ring::{DbRec, Ring};
 use super::track::QpTrack;
 use super::wqe::{data_seg, INVALID_LKEY};
@@ -52,6 +53,8 @@ pub struct RecvQueue {
     pub(crate) max_sge: u32,
     pub(crate) dbrec: DbRec,
     pub(crate) track: Arc<QpTrack>,
+    /// The QP's state as of its last transition (see `ready`).
+    pub(crate) state: PostState,
 }
 
 impl std::fmt::Debug for RecvQueue {
@@ -76,10 +79,14 @@ impl RecvQueue {
         self.post_list(std::slice::from_ref(wr))
     }
 
-    /// Posts every request, or none if any is bad or they do not all fit;
-    /// one doorbell record update for all.
+    /// Posts every request, or none if any is bad, they do not all fit, or
+    /// the QP is in RESET; one doorbell record update for all.
     pub fn post_list(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         const VERB: &str = "post_recv";
+        let state = self.state.raw();
+        if !recvs_allowed(state) {
+            return Err(recv_refused(self.track.qpn, state));
+        }
         let Some(ring) = self.ring else {
             return Err(Error::argument(
                 VERB,
@@ -117,7 +124,8 @@ impl Qp {
         (&mut self.dp.sq, &mut self.dp.rq)
     }
 
-    /// `ibv_post_recv` of one request.
+    /// `ibv_post_recv` of one request (example at [`Qp::post_send`]). Fails
+    /// at once, writing nothing, when the QP is in RESET.
     pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<()> {
         self.dp.rq.post(wr)
     }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::doorbell::Doorbell;
+use super::ready::{send_refused, sends_allowed, PostState};
 use super::ring::Ring;
 use super::track::{QpTrack, SqView};
 use super::wqe::{self, SqShape};
@@ -24,6 +25,8 @@ pub struct SendQueue {
     pub(crate) shape: SqShape,
     pub(crate) db: Doorbell,
     pub(crate) track: Arc<QpTrack>,
+    /// The QP's state as of its last transition (see `ready`).
+    pub(crate) state: PostState,
 }
 
 impl std::fmt::Debug for SendQueue {
@@ -46,6 +49,20 @@ extern "C" fn full(verb: &'static str) -> Error {
     Error::QueueFull {
         verb,
         queue: "send queue",
+    }
+}
+
+/// Why a request found no room in the SQ of QP `qpn` in state `state`.
+/// Values, not `&self`: a cold call taking the batch by reference would keep
+/// it in memory on the hot path.
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)]
+extern "C" fn no_room(qpn: u32, state: u8) -> Error {
+    if sends_allowed(state) {
+        full("post_send")
+    } else {
+        send_refused("post_send", qpn, state)
     }
 }
 
@@ -76,8 +93,8 @@ impl SendQueue {
     }
 
     /// `ibv_post_send` of one request: WQE, doorbell record, doorbell. A bad
-    /// request (too many SGEs, inline too long, queue full) fails before
-    /// anything is written.
+    /// request (too many SGEs, inline too long, queue full, a QP not in RTS,
+    /// SQD, SQE or ERR) fails before anything is written.
     #[inline]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
         let mut b = self.batch();
@@ -88,6 +105,8 @@ impl SendQueue {
 
     /// Starts a batch: requests are written as they come and one doorbell
     /// rings for all of them at [`SendBatch::ring`] (or when the batch drops).
+    /// The QP's state is read once here: if it takes no sends, every
+    /// [`SendBatch::post`] fails naming the state.
     #[inline]
     pub fn batch(&mut self) -> SendBatch<'_> {
         let SendQueue {
@@ -98,15 +117,23 @@ impl SendQueue {
             shape,
             db,
             track,
+            state,
         } = self;
+        let state = state.raw();
         SendBatch {
             ring: *ring,
             shape: *shape,
             bbs: *bbs,
             cur_post: *cur_post,
             // `cur_post − tail_seen ≤ bbs` always: WQEs are written only into
-            // room the cached tail shows.
-            room: bbs.wrapping_sub(cur_post.wrapping_sub(*tail_seen)),
+            // room the cached tail shows. A closed QP shows none, so its
+            // posts take the out-of-room path, which reports the state.
+            room: if sends_allowed(state) {
+                bbs.wrapping_sub(cur_post.wrapping_sub(*tail_seen))
+            } else {
+                0
+            },
+            state,
             view: track.sq_view(),
             home: Home {
                 cur_post,
@@ -136,8 +163,11 @@ pub struct SendBatch<'a> {
     bbs: u32,
     cur_post: u32,
     /// WQEBBs free as of the cached tail: one counter to test and count
-    /// down per request, where the tail and the size would be two.
+    /// down per request, where the tail and the size would be two. Always 0
+    /// when the QP takes no sends.
     room: u32,
+    /// The QP state read at the batch's start.
+    state: u8,
     view: SqView<'a>,
     home: Home<'a>,
     /// The doorbell value of the last request written; meaningful once
@@ -158,7 +188,7 @@ impl SendBatch<'_> {
         };
         let next = self.cur_post.wrapping_add(p.nbb);
         if p.nbb > self.room && !self.refresh_room(p.nbb) {
-            return Err(full("post_send"));
+            return Err(no_room(self.shape.qpn, self.state));
         }
         self.room -= p.nbb;
         let ctrl8 = wqe::write(&self.ring, self.cur_post, &self.shape, wr, p);
@@ -169,9 +199,13 @@ impl SendBatch<'_> {
         Ok(())
     }
 
-    /// Reads the shared SQ tail again; whether `nbb` WQEBBs fit now.
+    /// Reads the shared SQ tail again; whether `nbb` WQEBBs fit now (never
+    /// on a QP that takes no sends).
     #[inline(always)]
     fn refresh_room(&mut self, nbb: u32) -> bool {
+        if !sends_allowed(self.state) {
+            return false;
+        }
         let tail = self.view.tail();
         self.room = self.bbs.wrapping_sub(self.cur_post.wrapping_sub(tail));
         nbb <= self.room
@@ -227,6 +261,8 @@ impl SendBatch<'_> {
 
     #[inline]
     fn flush(&mut self) {
+        // A closed QP's batch had no room, which dates the cached tail back
+        // as far as it can go: safe, the real tail is read when room runs out.
         *self.home.tail_seen = self.cur_post.wrapping_sub(self.bbs).wrapping_add(self.room);
         if self.count != 0 {
             self.count = 0;
@@ -250,7 +286,35 @@ impl Qp {
         &mut self.dp.sq
     }
 
-    /// `ibv_post_send` of one request.
+    /// `ibv_post_send` of one request. Fails at once, writing nothing, when
+    /// the QP is not in RTS (or SQD, SQE, ERR).
+    ///
+    /// A SEND into a posted receive, both completions polled:
+    ///
+    /// ```
+    /// use verbs::{AccessFlags, QpInit, QpType, RecvWr, SendWr, Sge, Wc, WcOpcode};
+    /// # fn main() -> verbs::Result<()> {
+    /// let ctx = verbs::Context::open_by_name("sim0")?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let mut cq = ctx.create_cq(16)?;
+    /// let init = QpInit::new(QpType::Rc, &cq, &cq);
+    /// let (mut a, mut b) = (pd.create_qp(&init)?, pd.create_qp(&init)?);
+    /// a.connect(&b.endpoint()?)?;
+    /// b.connect(&a.endpoint()?)?;
+    /// let mr = pd.reg_mr(vec![0u8; 128], AccessFlags::LOCAL_WRITE)?;
+    ///
+    /// b.post_recv(&RecvWr::new(1, &[Sge::from_mr(&mr, 64, 64)]))?;
+    /// a.post_send(&SendWr::send(2, &[Sge::from_mr(&mr, 0, 64)]))?;
+    /// let mut wc = [Wc::default(); 2];
+    /// let (mut got, start) = (0, std::time::Instant::now());
+    /// while got < 2 && start.elapsed().as_secs() < 10 {
+    ///     got += cq.poll(&mut wc[got..]);
+    /// }
+    /// assert_eq!(got, 2);
+    /// assert!(wc.iter().all(|w| w.is_ok()));
+    /// assert!(wc.iter().any(|w| w.opcode == WcOpcode::Recv && w.byte_len == 64));
+    /// # Ok(()) }
+    /// ```
     #[inline]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<()> {
         self.dp.sq.post(wr)

@@ -1,6 +1,7 @@
 //! Queue pairs (RC, UC, UD) as DEVX QPs: one UMEM holding the RQ then the SQ,
 //! a doorbell record UMEM, a UAR, and the PD/CQs/SRQ kept alive by the QP.
 
+mod connect;
 mod create;
 mod geometry;
 mod modify;
@@ -22,6 +23,8 @@ use crate::pd::Pd;
 use crate::srq::{Srq, SrqShared};
 use crate::util::{sole, DoorbellRecord, Owned, QueueMemory};
 
+pub(crate) use connect::gid_rank;
+pub use connect::ConnectOpts;
 pub(crate) use geometry::Queue;
 pub use modify::{InitAttr, RtrAttr, RtsAttr, RtsModify};
 pub use query::QpAttr;
@@ -184,6 +187,26 @@ impl QpShared {
 
 /// A queue pair (`ibv_qp`). Dropping it destroys the QP and then releases its
 /// buffers, UAR, PD, CQs and SRQ (unless something else still holds them).
+///
+/// A new QP is in RESET; [`Qp::connect`] takes an RC or UC QP to RTS in one
+/// call, the `to_*` transitions one step at a time. Posting needs the right
+/// state: sends RTS (or SQD, SQE, ERR), receives anything but RESET; other
+/// states fail with [`Error::QpState`].
+///
+/// ```
+/// use verbs::{QpInit, QpState, QpType};
+/// # fn main() -> verbs::Result<()> {
+/// let ctx = verbs::Context::open_by_name("sim0")?;
+/// let pd = ctx.alloc_pd()?;
+/// let cq = ctx.create_cq(16)?;
+/// let init = QpInit::new(QpType::Rc, &cq, &cq).max_send_wr(8).max_recv_wr(8);
+/// let (a, b) = (pd.create_qp(&init)?, pd.create_qp(&init)?);
+/// assert_eq!(a.state(), QpState::Rst);
+/// a.connect(&b.endpoint()?)?;
+/// b.connect(&a.endpoint()?)?;
+/// assert_eq!(b.query()?.dest_qp_num, a.qpn());
+/// # Ok(()) }
+/// ```
 pub struct Qp {
     shared: Arc<QpShared>,
     cap: QpCap,
@@ -238,8 +261,11 @@ impl Qp {
         QpState::from_raw(self.state.load(Ordering::Relaxed)).unwrap_or(QpState::Rst)
     }
 
+    /// Records a transition the device accepted, for `state()` and for the
+    /// posting calls' state check.
     pub(crate) fn set_state(&self, s: QpState) {
         self.state.store(s.raw(), Ordering::Relaxed);
+        self.dp.set_state(s);
     }
 
     /// The port chosen at RST→INIT (0 before).

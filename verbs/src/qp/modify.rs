@@ -184,7 +184,7 @@ pub struct RtsModify {
     pub qkey: Option<u32>,
 }
 
-fn check_max(verb: &'static str, what: &str, v: u32, max: u32) -> Result<()> {
+pub(super) fn check_max(verb: &'static str, what: &str, v: u32, max: u32) -> Result<()> {
     if v > max {
         return Err(Error::argument(verb, format!("{what} {v} exceeds {max}")));
     }

@@ -231,3 +231,16 @@ pub fn path_to_self(ctx: &Context) -> AhAttr {
     let g = ctx.query_gid(1, 1).unwrap();
     AhAttr::roce(1, g.gid, 1, None)
 }
+
+/// Moves `qp` to RTS so it accepts sends and receives: an RC or UC QP
+/// connected to itself, a UD QP with Q_Key 0x1111. For tests whose
+/// doorbells are recorded, where the WQEs themselves are what is checked.
+pub fn rts(qp: &Qp) {
+    if qp.qp_type() == QpType::Ud {
+        qp.to_init(&InitAttr::new(1).qkey(0x1111)).unwrap();
+        qp.to_rtr(&RtrAttr::ud()).unwrap();
+        qp.to_rts(&RtsAttr::new(0)).unwrap();
+    } else {
+        qp.connect(&qp.endpoint().unwrap()).unwrap();
+    }
+}
