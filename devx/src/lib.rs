@@ -6,6 +6,8 @@
 pub mod admission;
 pub mod cmd_comp;
 pub mod context;
+mod deferred;
+mod devmem;
 pub mod device;
 pub mod error;
 pub mod events;
@@ -28,4 +30,4 @@ pub use provider::{
     ProviderContext, UarAlloc, UarKind, UarPage,
 };
 pub use uar::Uar;
-pub use umem::{access, StableMemory, Umem};
+pub use umem::{access, ExclusiveMemory, SharedMemory, StableMemory, Umem};

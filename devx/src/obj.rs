@@ -181,6 +181,7 @@ impl Obj {
         {
             Ok(()) => {
                 self.alive = false;
+                self.ctx.retry_deferred();
                 Ok(())
             }
             Err(error) => Err(DestroyFailed {
@@ -193,14 +194,23 @@ impl Obj {
 
 impl Drop for Obj {
     fn drop(&mut self) {
-        if self.alive {
-            // Nothing to report to from a drop; the context's close reclaims
-            // anything the device still refuses to destroy.
-            let _ = self
+        if !self.alive {
+            return;
+        }
+        match self
+            .ctx
+            .inner
+            .provider
+            .destroy(self.handle, &self.destroy_in)
+        {
+            Ok(()) => self.ctx.retry_deferred(),
+            // Nothing to report to from a drop: the context destroys it
+            // again once what holds it is gone, or at the latest on close.
+            Err(_) => self
                 .ctx
                 .inner
-                .provider
-                .destroy(self.handle, &self.destroy_in);
+                .deferred
+                .keep_obj(self.handle, std::mem::take(&mut self.destroy_in)),
         }
     }
 }
