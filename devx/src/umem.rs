@@ -7,9 +7,9 @@
 //!   references ([`SharedMemory`]) is registered read-only;
 //! * writable registered memory is never reachable through a Rust
 //!   reference: [`Umem::read_at`], [`Umem::read_vec`], [`Umem::write_at`]
-//!   and [`Umem::fill`] copy bytes in and out, each byte with a relaxed
-//!   atomic access (never a data race, whatever other threads do), and only
-//!   read-only registrations of shared memory hand out `&M`;
+//!   and [`Umem::fill`] copy bytes in and out with relaxed atomic accesses
+//!   (never a data race, whatever other threads do), and only read-only
+//!   registrations of shared memory hand out `&M`;
 //! * the memory lives as long as the device may use it: a UMEM dropped while
 //!   an object still uses it stays registered, its memory kept by the
 //!   context, and is released once the last object using it is destroyed
@@ -154,18 +154,20 @@ impl<M: ExclusiveMemory> Umem<M> {
 
     /// Copies `data` into the memory at `offset`.
     pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
-        devmem::check("UMEM write", offset, data.len(), self.len)?;
+        let r = self.region();
+        r.check("UMEM write", offset, data.len())?;
         // SAFETY: the range lies inside the memory this Umem owns exclusively
         // and keeps mapped (`ExclusiveMemory`), reached only by copies.
-        unsafe { devmem::copy_in(self.addr + offset, data) };
+        unsafe { devmem::copy_in(r, offset, data) };
         Ok(())
     }
 
     /// Sets `len` bytes at `offset` to `value`.
     pub fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
-        devmem::check("UMEM fill", offset, len, self.len)?;
+        let r = self.region();
+        r.check("UMEM fill", offset, len)?;
         // SAFETY: as in `write_at`.
-        unsafe { devmem::fill(self.addr + offset, len, value) };
+        unsafe { devmem::fill(r, offset, len, value) };
         Ok(())
     }
 }
@@ -253,21 +255,29 @@ impl<M: StableMemory> Umem<M> {
         &self.ctx
     }
 
+    fn region(&self) -> devmem::Region {
+        devmem::Region {
+            base: self.addr,
+            len: self.len,
+        }
+    }
+
     /// Copies `out.len()` bytes from the memory at `offset`. Bytes the device
     /// is writing meanwhile may mix old and new values: read after the
     /// completion of the work that writes them.
     pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        devmem::check("UMEM read", offset, out.len(), self.len)?;
+        let r = self.region();
+        r.check("UMEM read", offset, out.len())?;
         // SAFETY: the range lies inside the registered memory, mapped while
         // `self` lives; writable registrations are never referenced by Rust
         // (`ExclusiveMemory`), read-only ones are only read.
-        unsafe { devmem::copy_out(self.addr + offset, out) };
+        unsafe { devmem::copy_out(r, offset, out) };
         Ok(())
     }
 
     /// `len` bytes from `offset`, as a new vector.
     pub fn read_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
-        devmem::check("UMEM read", offset, len, self.len)?;
+        self.region().check("UMEM read", offset, len)?;
         let mut v = vec![0u8; len];
         self.read_at(offset, &mut v)?;
         Ok(v)
