@@ -29,5 +29,5 @@ pub use provider::{
     AsyncCompletion, CmdChannel, DeviceInfo, DevxEvent, EventChannel, Handle, Provider,
     ProviderContext, UarAlloc, UarKind, UarPage,
 };
-pub use uar::Uar;
+pub use uar::{BlueFlame, Uar};
 pub use umem::{access, ExclusiveMemory, SharedMemory, StableMemory, Umem};
