@@ -52,10 +52,12 @@ impl BlueFlame {
     /// Takes the register for one writer that rings without a lock. Fails
     /// when it is already dedicated or shared.
     pub fn dedicate(&self) -> Result<()> {
-        match self
-            .state
-            .compare_exchange(BF_FREE, BF_DEDICATED, Ordering::AcqRel, Ordering::Acquire)
-        {
+        match self.state.compare_exchange(
+            BF_FREE,
+            BF_DEDICATED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
             Ok(_) => Ok(()),
             Err(BF_DEDICATED) => Err(Error::argument(
                 "the UAR's BlueFlame register is already dedicated to one send queue",
@@ -68,23 +70,18 @@ impl BlueFlame {
 
     /// Gives a register taken with [`BlueFlame::dedicate`] back.
     pub fn release_dedicated(&self) {
-        let _ = self.state.compare_exchange(
-            BF_DEDICATED,
-            BF_FREE,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+        let _ =
+            self.state
+                .compare_exchange(BF_DEDICATED, BF_FREE, Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// Joins the writers that share the register under its lock. Fails
     /// when one writer has it to itself.
     pub fn share(&self) -> Result<()> {
-        match self.state.compare_exchange(
-            BF_FREE,
-            BF_SHARED,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
+        match self
+            .state
+            .compare_exchange(BF_FREE, BF_SHARED, Ordering::AcqRel, Ordering::Acquire)
+        {
             Ok(_) | Err(BF_SHARED) => Ok(()),
             Err(_) => Err(Error::argument(
                 "the UAR's BlueFlame register is dedicated to another send queue; allocate a \

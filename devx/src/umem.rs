@@ -15,8 +15,6 @@
 //!   context, and is released once the last object using it is destroyed
 //!   (at the latest when the context closes). This is why registered memory
 //!   is `'static`: a borrow cannot be kept past its owner's scope.
-//!
-//! [`devmem`]: crate::devmem
 
 use std::fmt;
 

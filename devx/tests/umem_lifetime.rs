@@ -10,7 +10,7 @@ use devx::sim::{ObjKind, SimDevice};
 use devx::{access, Context, ExclusiveMemory, Obj, StableMemory, Uar, Umem};
 use memmap2::MmapMut;
 use prm_layouts::enums::Opcode;
-use prm_layouts::{CreateCqIn, CreateCqOut, CreateMkeyIn, CreateMkeyOut, AllocPdIn, AllocPdOut};
+use prm_layouts::{AllocPdIn, AllocPdOut, CreateCqIn, CreateCqOut, CreateMkeyIn, CreateMkeyOut};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -249,9 +249,15 @@ fn an_object_whose_destroy_was_refused_is_destroyed_once_its_user_goes() {
 fn writable_registrations_need_exclusive_memory() {
     let (ctx, _sim) = open();
     static SHARED: [u8; 4096] = [5u8; 4096];
-    for a in [access::LOCAL_WRITE, access::LOCAL_WRITE | access::REMOTE_WRITE] {
+    for a in [
+        access::LOCAL_WRITE,
+        access::LOCAL_WRITE | access::REMOTE_WRITE,
+    ] {
         let e = Umem::register_read_only(&ctx, &SHARED[..], a).unwrap_err();
-        assert!(e.is_argument() && e.to_string().contains("exclusively"), "{e}");
+        assert!(
+            e.is_argument() && e.to_string().contains("exclusively"),
+            "{e}"
+        );
     }
     let u = Umem::register_read_only(&ctx, &SHARED[..], access::REMOTE_READ).unwrap();
     assert!(!u.writable());

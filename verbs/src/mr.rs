@@ -63,7 +63,7 @@ struct MrDeps<M: StableMemory> {
 /// reference into memory the device may write. It copies bytes in and out
 /// instead: [`Mr::write_at`] and [`Mr::fill`] store, [`Mr::read_at`] and
 /// [`Mr::read_vec`] load, each bounds-checked against the region with an
-/// error naming the range, each byte accessed atomically so no copy is ever
+/// error naming the range, with atomic accesses so that no copy is ever
 /// a data race. Bytes read while a work request that writes them is in
 /// flight may mix old and new values: read them after its completion. Only
 /// memory the region owns exclusively ([`ExclusiveMemory`]: `Vec<u8>`,
@@ -74,21 +74,6 @@ struct MrDeps<M: StableMemory> {
 /// Memory is `'static` and lives as long as the device uses it: dropping a
 /// region whose memory another object still references keeps the memory
 /// alive in the context until that object is destroyed.
-///
-/// ```
-/// use verbs::{AccessFlags, Context};
-///
-/// let ctx = Context::open(&devx::Device::emulated("sim0").unwrap()).unwrap();
-/// let pd = ctx.alloc_pd().unwrap();
-/// let mr = pd.reg_mr(vec![0u8; 64], AccessFlags::LOCAL_WRITE).unwrap();
-/// mr.write_at(8, b"hello").unwrap();
-/// let mut back = [0u8; 5];
-/// mr.read_at(8, &mut back).unwrap();
-/// assert_eq!(&back, b"hello");
-/// assert_eq!(mr.read_vec(7, 2).unwrap(), [0, b'h']);
-/// // Out of range: an error, not a panic.
-/// assert!(mr.write_at(62, b"abc").unwrap_err().is_argument());
-/// ```
 pub struct Mr<M: StableMemory> {
     owned: Owned<MrDeps<M>>,
     access: AccessFlags,
@@ -224,9 +209,25 @@ impl<M: ExclusiveMemory> Mr<M> {
         Mr::over(VERB, pd, Arc::new(umem), access)
     }
 
-    /// Copies `data` into the region at `offset` (see [`Mr`]).
+    /// Copies `data` into the region at `offset` (see [`Mr`]); a range past
+    /// the region's end is an argument error and writes nothing.
+    ///
+    /// ```
+    /// use verbs::{AccessFlags, Context};
+    ///
+    /// let ctx = Context::open(&devx::Device::emulated("sim0").unwrap()).unwrap();
+    /// let pd = ctx.alloc_pd().unwrap();
+    /// let mr = pd.reg_mr(vec![0u8; 64], AccessFlags::LOCAL_WRITE).unwrap();
+    /// mr.write_at(8, b"hello").unwrap();
+    /// assert_eq!(mr.read_vec(7, 3).unwrap(), [0, b'h', b'e']);
+    /// assert!(mr.write_at(62, b"abc").unwrap_err().is_argument());
+    /// ```
     pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.owned.deps().umem.write_at(offset, data).verb("write_at")
+        self.owned
+            .deps()
+            .umem
+            .write_at(offset, data)
+            .verb("write_at")
     }
 
     /// Sets `len` bytes at `offset` to `value`.
@@ -279,14 +280,32 @@ impl<M: StableMemory> Mr<M> {
         Mr::over(VERB, pd, Arc::new(umem), access)
     }
 
-    /// Copies `out.len()` bytes from the region at `offset` (see [`Mr`]).
+    /// Copies `out.len()` bytes from the region at `offset` (see [`Mr`]):
+    /// after the completion of the work request that wrote them. A range past
+    /// the region's end is an argument error.
+    ///
+    /// ```
+    /// use verbs::{AccessFlags, Context};
+    ///
+    /// let ctx = Context::open(&devx::Device::emulated("sim0").unwrap()).unwrap();
+    /// let pd = ctx.alloc_pd().unwrap();
+    /// let mr = pd.reg_mr(vec![7u8; 16], AccessFlags::LOCAL_WRITE).unwrap();
+    /// let mut out = [0u8; 4];
+    /// mr.read_at(12, &mut out).unwrap();
+    /// assert_eq!(out, [7; 4]);
+    /// assert!(mr.read_at(13, &mut out).unwrap_err().is_argument());
+    /// ```
     pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.owned.deps().umem.read_at(offset, out).verb("read_at")
     }
 
     /// `len` bytes from `offset`, as a new vector.
     pub fn read_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
-        self.owned.deps().umem.read_vec(offset, len).verb("read_vec")
+        self.owned
+            .deps()
+            .umem
+            .read_vec(offset, len)
+            .verb("read_vec")
     }
 
     fn over(verb: &'static str, pd: &Pd, umem: Arc<Umem<M>>, access: AccessFlags) -> Result<Mr<M>> {

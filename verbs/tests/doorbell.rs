@@ -52,7 +52,10 @@ fn a_qps_own_uar_is_not_shared_with_another_qp() {
     assert!(!own.send_queue().doorbell().is_shared());
     let before = sim.live_objects();
     let e = qp_on(&pd, &cq, Some(own.uar())).unwrap_err();
-    assert!(e.is_argument() && e.to_string().contains("dedicated"), "{e}");
+    assert!(
+        e.is_argument() && e.to_string().contains("dedicated"),
+        "{e}"
+    );
     assert_eq!(sim.live_objects(), before, "nothing half-created");
     // Once its QP is gone, the UAR may be shared.
     let uar = own.uar().clone();

@@ -166,7 +166,10 @@ fn every_drop_order_of_region_raw_key_pd_and_context() {
         for &i in &order {
             drop(items[i].take());
             if Arc::strong_count(&raw_alive) > 1 {
-                assert!(probe.alive(), "order {order:?}: memory gone under a live key");
+                assert!(
+                    probe.alive(),
+                    "order {order:?}: memory gone under a live key"
+                );
             }
         }
         assert!(probe.freed().is_some(), "order {order:?}: never released");
@@ -180,9 +183,7 @@ fn every_drop_order_of_mr_pd_cq_qp_and_context_keeps_memory_while_used() {
         let (ctx, sim) = open(7500);
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(8).unwrap();
-        let qp = pd
-            .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-            .unwrap();
+        let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
         let (mem, probe) = Tracked::new(4096);
         let mr = pd.reg_mr(mem, AccessFlags::LOCAL_WRITE).unwrap();
         let ring = cq.memory();

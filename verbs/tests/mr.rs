@@ -55,7 +55,10 @@ fn shared_memory_registers_read_only() {
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
         ] {
             let e = Mr::register_read_only(&pd, buf.clone(), a).unwrap_err();
-            assert!(e.is_argument() && e.to_string().contains("exclusively"), "{e}");
+            assert!(
+                e.is_argument() && e.to_string().contains("exclusively"),
+                "{e}"
+            );
         }
         assert_eq!(sim.count(ObjKind::Umem), 0);
         let mr = pd
