@@ -102,37 +102,77 @@ pub(crate) unsafe fn copy_out(region: Region, offset: usize, out: &mut [u8]) {
         Piece::Word { at, from, n } => {
             // SAFETY: as above.
             let w = unsafe { word(at) }.load(Ordering::Relaxed).to_ne_bytes();
-            out[i..i + n].copy_from_slice(&w[from..from + n]);
+            if n == 8 {
+                // A constant length: one 8-byte store, no memcpy call.
+                out[i..i + 8].copy_from_slice(&w);
+            } else {
+                out[i..i + n].copy_from_slice(&w[from..from + n]);
+            }
         }
     });
 }
 
-/// Stores bytes `src(i)` for `i` in `0..len` from `offset`.
+/// Where stored bytes come from.
+trait Source {
+    /// Byte `i` of the copy.
+    fn at(&self, i: usize) -> u8;
+    /// Bytes `i..i + 8` of the copy as a word in memory order.
+    fn word(&self, i: usize) -> u64;
+}
+
+impl Source for &[u8] {
+    #[inline(always)]
+    fn at(&self, i: usize) -> u8 {
+        self[i]
+    }
+
+    #[inline(always)]
+    fn word(&self, i: usize) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self[i..i + 8]);
+        u64::from_ne_bytes(b)
+    }
+}
+
+/// One value repeated.
+struct Repeat(u8);
+
+impl Source for Repeat {
+    #[inline(always)]
+    fn at(&self, _: usize) -> u8 {
+        self.0
+    }
+
+    #[inline(always)]
+    fn word(&self, _: usize) -> u64 {
+        u64::from_ne_bytes([self.0; 8])
+    }
+}
+
+/// Stores `len` bytes of `src` from `offset`.
 ///
 /// # Safety
 /// `region` must be registered memory the registration owns exclusively (no
 /// Rust reference to it exists), mapped for the call, and the range checked.
-unsafe fn store(region: Region, offset: usize, len: usize, src: impl Fn(usize) -> u8) {
+unsafe fn store(region: Region, offset: usize, len: usize, src: impl Source) {
     region.pieces(offset, len, |i, p| match p {
         // SAFETY: inside the checked range, accessed at its fixed size.
-        Piece::Byte(at) => unsafe { byte(at) }.store(src(i), Ordering::Relaxed),
+        Piece::Byte(at) => unsafe { byte(at) }.store(src.at(i), Ordering::Relaxed),
+        // SAFETY: as above.
+        Piece::Word { at, n: 8, .. } => unsafe { word(at) }.store(src.word(i), Ordering::Relaxed),
         Piece::Word { at, from, n } => {
-            // SAFETY: as above.
-            let w = unsafe { word(at) };
+            // The other bytes of the word may change meanwhile (the device,
+            // another thread): merge into what is there.
             let merge = |old: u64| {
                 let mut b = old.to_ne_bytes();
                 for k in 0..n {
-                    b[from + k] = src(i + k);
+                    b[from + k] = src.at(i + k);
                 }
-                u64::from_ne_bytes(b)
+                Some(u64::from_ne_bytes(b))
             };
-            if n == 8 {
-                w.store(merge(0), Ordering::Relaxed);
-            } else {
-                // The other bytes of the word may change meanwhile (the
-                // device, another thread): merge into what is there.
-                let _ = w.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |o| Some(merge(o)));
-            }
+            // SAFETY: as above.
+            let w = unsafe { word(at) };
+            let _ = w.fetch_update(Ordering::Relaxed, Ordering::Relaxed, merge);
         }
     });
 }
@@ -143,7 +183,7 @@ unsafe fn store(region: Region, offset: usize, len: usize, src: impl Fn(usize) -
 /// As for `store`.
 pub(crate) unsafe fn copy_in(region: Region, offset: usize, data: &[u8]) {
     // SAFETY: forwarded.
-    unsafe { store(region, offset, data.len(), |i| data[i]) }
+    unsafe { store(region, offset, data.len(), data) }
 }
 
 /// Sets `len` bytes at `offset` to `value`.
@@ -152,7 +192,7 @@ pub(crate) unsafe fn copy_in(region: Region, offset: usize, data: &[u8]) {
 /// As for `store`.
 pub(crate) unsafe fn fill(region: Region, offset: usize, len: usize, value: u8) {
     // SAFETY: forwarded.
-    unsafe { store(region, offset, len, |_| value) }
+    unsafe { store(region, offset, len, Repeat(value)) }
 }
 
 #[cfg(test)]
