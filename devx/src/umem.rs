@@ -145,7 +145,15 @@ impl<M: StableMemory> fmt::Debug for Umem<M> {
 }
 
 impl<M: ExclusiveMemory> Umem<M> {
-    /// Registers `memory` with access flags from [`access`].
+    /// Registers `memory` with access flags from [`access`]. Memory others
+    /// can read must go through [`Umem::register_read_only`] instead:
+    ///
+    /// ```compile_fail
+    /// let ctx = devx::Device::emulated("sim0").unwrap().open().unwrap();
+    /// let shared = std::sync::Arc::new(vec![0u8; 64]);
+    /// // `Arc<_>` is not `ExclusiveMemory`: the device may not write it.
+    /// devx::Umem::register(&ctx, shared, devx::access::LOCAL_WRITE);
+    /// ```
     pub fn register(ctx: &Context, memory: M, access: u32) -> Result<Umem<M>> {
         Umem::reg(ctx, memory, access)
     }

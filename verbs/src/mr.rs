@@ -201,7 +201,18 @@ pub(crate) fn query_mkey(verb: &'static str, obj: &devx::Obj, variant_key: u32) 
 
 impl<M: ExclusiveMemory> Mr<M> {
     /// `ibv_reg_mr`: UMEM_REG of `memory`, then CREATE_MKEY over it. The MR
-    /// owns `memory` until deregistered.
+    /// owns `memory` until deregistered. Memory the rest of the program
+    /// shares goes through [`Mr::register_read_only`]:
+    ///
+    /// ```compile_fail
+    /// use verbs::{AccessFlags, Context};
+    ///
+    /// let ctx = Context::open(&devx::Device::emulated("sim0").unwrap()).unwrap();
+    /// let pd = ctx.alloc_pd().unwrap();
+    /// let shared = std::sync::Arc::new(vec![0u8; 64]);
+    /// // `Arc<_>` is not `ExclusiveMemory`: the device may not write it.
+    /// pd.reg_mr(shared, AccessFlags::LOCAL_WRITE);
+    /// ```
     pub fn register(pd: &Pd, memory: M, access: AccessFlags) -> Result<Mr<M>> {
         const VERB: &str = "reg_mr";
         check_access(VERB, pd, access)?;
