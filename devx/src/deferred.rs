@@ -4,11 +4,14 @@
 //! it) must stay mapped: the device may still write it. Its memory moves
 //! here, type-erased, together with its handle; so does an object whose
 //! destroy was refused when its owner dropped it. After every successful
-//! destroy the context retries what it keeps (objects first, newest first,
-//! then UMEMs), so each release happens as soon as its last user is gone.
+//! destroy or modify (a resize lets go of the old ring) the context retries
+//! what it keeps (objects first, newest first, then UMEMs), and so does each
+//! new keep (the last user may have gone just before), so each release
+//! happens as soon as its last user is gone.
 //! Whatever is still kept when the context closes is freed only after the
 //! provider closed it, which destroys every object and UMEM of the context.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::provider::{Handle, ProviderContext};
@@ -36,6 +39,9 @@ struct Kept {
 #[derive(Default)]
 pub(crate) struct Deferred {
     kept: Mutex<Kept>,
+    /// Something is kept; written under the lock, read without it so a
+    /// retry with nothing to do costs one load.
+    any: AtomicBool,
 }
 
 impl Deferred {
@@ -48,16 +54,20 @@ impl Deferred {
     /// Keeps `memory`, registered as UMEM `handle`, until its
     /// deregistration succeeds or the context closes.
     pub(crate) fn keep_umem(&self, handle: Handle, memory: Box<dyn Send>) {
-        self.lock().umems.push(KeptUmem {
+        let mut k = self.lock();
+        k.umems.push(KeptUmem {
             handle,
             _memory: memory,
         });
+        self.any.store(true, Ordering::Release);
     }
 
     /// Keeps an object the device refused to destroy, to destroy it again
     /// once what holds it is gone.
     pub(crate) fn keep_obj(&self, handle: Handle, destroy_in: Vec<u8>) {
-        self.lock().objs.push(KeptObj { handle, destroy_in });
+        let mut k = self.lock();
+        k.objs.push(KeptObj { handle, destroy_in });
+        self.any.store(true, Ordering::Release);
     }
 
     /// How many UMEMs and objects are kept (for tests and tools).
@@ -69,12 +79,12 @@ impl Deferred {
     /// Retries every kept release until a round frees nothing more. Memory
     /// whose UMEM came free is dropped after the lock is released.
     pub(crate) fn retry(&self, provider: &dyn ProviderContext) {
+        if !self.any.load(Ordering::Acquire) {
+            return;
+        }
         let mut freed = Vec::new();
         {
             let mut k = self.lock();
-            if k.objs.is_empty() && k.umems.is_empty() {
-                return;
-            }
             loop {
                 let before = k.objs.len() + k.umems.len();
                 // Newest first: a later object may hold an earlier one.
@@ -98,6 +108,10 @@ impl Deferred {
                     break;
                 }
             }
+            self.any.store(
+                !(k.objs.is_empty() && k.umems.is_empty()),
+                Ordering::Release,
+            );
         }
         drop(freed);
     }
@@ -107,6 +121,7 @@ impl Deferred {
     /// leaked rather than freed.
     pub(crate) fn leak(&self) {
         let k = std::mem::take(&mut *self.lock());
+        self.any.store(false, Ordering::Release);
         std::mem::forget(k.umems);
     }
 }

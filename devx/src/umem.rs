@@ -314,6 +314,8 @@ impl<M: StableMemory> Drop for Umem<M> {
                 .inner
                 .deferred
                 .keep_umem(self.handle, Box::new(memory));
+            // Its last user may have gone since the refusal.
+            self.ctx.retry_deferred();
         }
     }
 }

@@ -6,11 +6,15 @@ use std::any::Any;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
+use devx::sim::fw::cq::{resize, OP_MOD_RESIZE};
 use devx::sim::{ObjKind, SimDevice};
 use devx::{access, Context, ExclusiveMemory, Obj, StableMemory, Uar, Umem};
 use memmap2::MmapMut;
 use prm_layouts::enums::Opcode;
-use prm_layouts::{AllocPdIn, AllocPdOut, CreateCqIn, CreateCqOut, CreateMkeyIn, CreateMkeyOut};
+use prm_layouts::{
+    AllocPdIn, AllocPdOut, CreateCqIn, CreateCqOut, CreateMkeyIn, CreateMkeyOut, ModifyCqIn,
+    ModifyCqOut,
+};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -164,6 +168,39 @@ fn a_umem_dropped_under_a_live_cq_stays_mapped_until_the_cq_goes() {
     drop(cq);
     assert!(ring.freed());
     assert_eq!((ctx.kept_umems(), sim.count(ObjKind::Umem)), (0, 1));
+}
+
+#[test]
+fn a_ring_dropped_before_a_resize_is_released_by_the_resize() {
+    let (ctx, _sim) = open();
+    let (mem, old) = Tracked::new(64 * 64);
+    let umem = Umem::register(&ctx, mem, access::LOCAL_WRITE).unwrap();
+    let dbr = Umem::register(&ctx, vec![0u8; 64], access::LOCAL_WRITE).unwrap();
+    let uar = Uar::alloc(&ctx).unwrap();
+    let cq = create_cq(&ctx, umem.id(), dbr.id(), &uar);
+    drop(umem);
+    assert!(old.alive());
+
+    // MODIFY_CQ moves the CQ to a new ring: the old one has no user left.
+    let new = Umem::register(
+        &ctx,
+        MmapMut::map_anon(64 * 128).unwrap(),
+        access::LOCAL_WRITE,
+    )
+    .unwrap();
+    let mut m = ModifyCqIn::new();
+    m.set_opcode(Opcode::ModifyCq.raw());
+    m.set_op_mod(OP_MOD_RESIZE);
+    m.set_cqn(cq.id());
+    m.modify_field_select_resize_field_select_mut()
+        .resize_field_select_mut()
+        .set_resize_field_select(resize::ALL);
+    m.cq_context_mut().set_log_cq_size(7);
+    m.set_cq_umem_valid(1);
+    m.set_cq_umem_id(new.id());
+    cq.modify(m.as_bytes(), ModifyCqOut::SIZE_BYTES).unwrap();
+    assert!(old.freed());
+    assert_eq!(ctx.kept_umems(), 0);
 }
 
 #[test]
