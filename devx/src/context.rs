@@ -143,7 +143,7 @@ impl Context {
     }
 
     /// Retries the releases the device refused before; called after every
-    /// successful destroy.
+    /// successful destroy or modify and after each new keep.
     pub(crate) fn retry_deferred(&self) {
         self.inner.deferred.retry(self.inner.provider.as_ref());
     }
