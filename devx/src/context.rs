@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::admission;
+use crate::deferred::Deferred;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::obj::Obj;
@@ -16,6 +17,21 @@ pub(crate) struct ContextInner {
     pub(crate) id: u64,
     pub(crate) device: Device,
     pub(crate) provider: Arc<dyn ProviderContext>,
+    /// Declared after `provider`: fields drop in order, so what is kept here
+    /// is freed only after the provider context closed.
+    pub(crate) deferred: Deferred,
+}
+
+impl Drop for ContextInner {
+    /// The provider context closes right after this (dropping `provider`
+    /// destroys every object and UMEM the context still has), then the kept
+    /// memory is freed. If something else still holds the provider context,
+    /// it does not close now and the kept memory is leaked instead.
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.provider) > 1 || Arc::weak_count(&self.provider) > 0 {
+            self.deferred.leak();
+        }
+    }
 }
 
 /// An open DEVX context. Cheap to clone; every object keeps its context alive,
@@ -79,6 +95,7 @@ impl Context {
                 id: NEXT_CONTEXT_ID.fetch_add(1, Ordering::Relaxed),
                 device,
                 provider,
+                deferred: Deferred::default(),
             }),
         }
     }
@@ -128,6 +145,25 @@ impl Context {
         check_lengths(inbox, out.len())?;
         self.inner.provider.general(inbox, out)?;
         Error::check_outbox(inbox, out)
+    }
+
+    /// How many UMEMs this context keeps registered (and their memory
+    /// alive) because the device refused to let them go when their owner
+    /// dropped them; each is released once the objects using it are destroyed.
+    pub fn kept_umems(&self) -> usize {
+        self.inner.deferred.counts().0
+    }
+
+    /// How many objects this context will destroy again because the device
+    /// refused when their owner dropped them.
+    pub fn kept_objects(&self) -> usize {
+        self.inner.deferred.counts().1
+    }
+
+    /// Retries the releases the device refused before; called after every
+    /// successful destroy or modify and after each new keep.
+    pub(crate) fn retry_deferred(&self) {
+        self.inner.deferred.retry(self.inner.provider.as_ref());
     }
 
     /// The EQ number serving completion vector `vector`.

@@ -6,7 +6,9 @@
 pub mod admission;
 pub mod cmd_comp;
 pub mod context;
+mod deferred;
 pub mod device;
+mod devmem;
 pub mod error;
 pub mod events;
 pub mod fixture;
@@ -31,5 +33,5 @@ pub use provider::{
 };
 /// Names the emulated device's syndromes (`sim::syndrome::name`).
 pub use sim::syndrome::name as syndrome_name;
-pub use uar::Uar;
-pub use umem::{access, StableMemory, Umem};
+pub use uar::{BlueFlame, Uar};
+pub use umem::{access, ExclusiveMemory, SharedMemory, StableMemory, Umem};

@@ -161,7 +161,10 @@ impl Obj {
     pub fn modify_into(&self, inbox: &[u8], out: &mut [u8]) -> Result<()> {
         check_lengths(inbox, out.len())?;
         self.ctx.inner.provider.modify(self.handle, inbox, out)?;
-        Error::check_outbox(inbox, out)
+        Error::check_outbox(inbox, out)?;
+        // A modify may let go of a UMEM (a CQ resize of its old ring).
+        self.ctx.retry_deferred();
+        Ok(())
     }
 
     /// Queues a query whose completion, tagged `wr_id`, arrives on `comp`.
@@ -195,6 +198,7 @@ impl Obj {
         {
             Ok(()) => {
                 self.alive = false;
+                self.ctx.retry_deferred();
                 Ok(())
             }
             Err(error) => Err(DestroyFailed {
@@ -207,14 +211,26 @@ impl Obj {
 
 impl Drop for Obj {
     fn drop(&mut self) {
-        if self.alive {
-            // Nothing to report to from a drop; the context's close reclaims
-            // anything the device still refuses to destroy.
-            let _ = self
-                .ctx
-                .inner
-                .provider
-                .destroy(self.handle, &self.destroy_in);
+        if !self.alive {
+            return;
+        }
+        match self
+            .ctx
+            .inner
+            .provider
+            .destroy(self.handle, &self.destroy_in)
+        {
+            Ok(()) => self.ctx.retry_deferred(),
+            // Nothing to report to from a drop: the context destroys it
+            // again once what holds it is gone, or at the latest on close.
+            Err(_) => {
+                self.ctx
+                    .inner
+                    .deferred
+                    .keep_obj(self.handle, std::mem::take(&mut self.destroy_in));
+                // What held it may have gone since the refusal.
+                self.ctx.retry_deferred();
+            }
         }
     }
 }

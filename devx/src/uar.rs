@@ -1,7 +1,8 @@
 //! User access regions: the doorbell pages.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -21,6 +22,87 @@ pub struct Uar {
     page_id: u32,
     kind: UarKind,
     page: Arc<dyn UarPage>,
+    bf: BlueFlame,
+}
+
+/// Who rings the page's BlueFlame register at [`BF_OFFSET`], as mlx5's
+/// `struct mlx5_bf` tracks it: either one writer alone, which keeps the
+/// half it rings next itself and takes no lock, or any number of writers
+/// that take turns under [`BlueFlame::lock`], whose guard holds the half
+/// they share. Writers of one register must not interleave their stores
+/// (a BlueFlame copy is several stores into write-combining memory) nor
+/// their toggling of the half.
+pub struct BlueFlame {
+    state: AtomicU8,
+    next: Mutex<usize>,
+}
+
+const BF_FREE: u8 = 0;
+const BF_DEDICATED: u8 = 1;
+const BF_SHARED: u8 = 2;
+
+impl BlueFlame {
+    fn new() -> BlueFlame {
+        BlueFlame {
+            state: AtomicU8::new(BF_FREE),
+            next: Mutex::new(BF_OFFSET),
+        }
+    }
+
+    /// Takes the register for one writer that rings without a lock. Fails
+    /// when it is already dedicated or shared.
+    pub fn dedicate(&self) -> Result<()> {
+        match self.state.compare_exchange(
+            BF_FREE,
+            BF_DEDICATED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => Ok(()),
+            Err(BF_DEDICATED) => Err(Error::argument(
+                "the UAR's BlueFlame register is already dedicated to one send queue",
+            )),
+            Err(_) => Err(Error::argument(
+                "the UAR's BlueFlame register is shared by several send queues",
+            )),
+        }
+    }
+
+    /// Gives a register taken with [`BlueFlame::dedicate`] back.
+    pub fn release_dedicated(&self) {
+        let _ =
+            self.state
+                .compare_exchange(BF_DEDICATED, BF_FREE, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Joins the writers that share the register under its lock. Fails
+    /// when one writer has it to itself.
+    pub fn share(&self) -> Result<()> {
+        match self
+            .state
+            .compare_exchange(BF_FREE, BF_SHARED, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) | Err(BF_SHARED) => Ok(()),
+            Err(_) => Err(Error::argument(
+                "the UAR's BlueFlame register is dedicated to another send queue; allocate a \
+                 UAR (Uar::alloc) to share between queues",
+            )),
+        }
+    }
+
+    /// True once writers share the register.
+    pub fn is_shared(&self) -> bool {
+        self.state.load(Ordering::Acquire) == BF_SHARED
+    }
+
+    /// The sharing writers' lock; the guard holds the offset of the half the
+    /// next doorbell goes to.
+    #[inline]
+    pub fn lock(&self) -> MutexGuard<'_, usize> {
+        // Holders only store and toggle an offset, which leaves it valid
+        // even if one panicked: a poisoned lock is still good.
+        self.next.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl fmt::Debug for Uar {
@@ -43,6 +125,7 @@ impl Uar {
             page_id: a.page_id,
             kind,
             page: a.page,
+            bf: BlueFlame::new(),
         })
     }
 
@@ -62,6 +145,11 @@ impl Uar {
 
     pub fn context(&self) -> &Context {
         &self.ctx
+    }
+
+    /// The state of the page's first BlueFlame register.
+    pub fn blue_flame(&self) -> &BlueFlame {
+        &self.bf
     }
 
     /// Rings a 64-bit doorbell at `offset` in the page; `value` is stored as its

@@ -1,8 +1,25 @@
 //! User memory registered with the device (UMEM).
+//!
+//! Registered memory is bytes shared with the device. Three rules keep that
+//! sound in safe code:
+//! * only memory the registration owns exclusively ([`ExclusiveMemory`]) may
+//!   be registered writable; memory others can read through shared
+//!   references ([`SharedMemory`]) is registered read-only;
+//! * writable registered memory is never reachable through a Rust
+//!   reference: [`Umem::read_at`], [`Umem::read_vec`], [`Umem::write_at`]
+//!   and [`Umem::fill`] copy bytes in and out with relaxed atomic accesses
+//!   (never a data race, whatever other threads do), and only read-only
+//!   registrations of shared memory hand out `&M`;
+//! * the memory lives as long as the device may use it: a UMEM dropped while
+//!   an object still uses it stays registered, its memory kept by the
+//!   context, and is released once the last object using it is destroyed
+//!   (at the latest when the context closes). This is why registered memory
+//!   is `'static`: a borrow cannot be kept past its owner's scope.
 
 use std::fmt;
 
 use crate::context::Context;
+use crate::devmem;
 use crate::error::{Error, Result};
 use crate::provider::Handle;
 
@@ -13,63 +30,104 @@ pub mod access {
     pub const REMOTE_READ: u32 = 4;
     pub const RELAXED_ORDERING: u32 = 0x10_0000;
     pub const ALL: u32 = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | RELAXED_ORDERING;
+    /// The flags that let the device write the memory.
+    pub const WRITE: u32 = LOCAL_WRITE | REMOTE_WRITE;
 }
 
 /// Memory that stays at one address for as long as the value lives, so the
-/// device may read and write it while it is registered.
+/// device may use it while it is registered.
 ///
 /// # Safety
 /// `range` must return the same pointer and length on every call, and the
-/// memory must stay allocated and writable-by-device while `self` is alive.
-pub unsafe trait StableMemory: Send + Sync {
+/// memory must stay allocated while `self` is alive.
+pub unsafe trait StableMemory: Send + Sync + 'static {
     fn range(&self) -> (*const u8, usize);
 }
 
-// SAFETY: a shared borrow pins the slice for the borrow's lifetime.
-unsafe impl StableMemory for &[u8] {
+/// Memory the value owns exclusively: while the registration holds it, no
+/// Rust reference to the bytes exists anywhere else, so the device may write
+/// them and the registration may hand out copies ([`Umem::write_at`]).
+///
+/// # Safety
+/// No reference to the range may be reachable except through `self`, and
+/// `range` must point at writable memory. Never implement it together with
+/// [`SharedMemory`].
+pub unsafe trait ExclusiveMemory: StableMemory {}
+
+/// Memory that others may read through shared references while it is
+/// registered: it can only be registered read-only, and a registration may
+/// hand out `&Self` ([`Umem::memory`]).
+///
+/// # Safety
+/// Never implement it together with [`ExclusiveMemory`].
+pub unsafe trait SharedMemory: StableMemory {}
+
+// SAFETY: a 'static shared borrow pins the slice forever.
+unsafe impl StableMemory for &'static [u8] {
     fn range(&self) -> (*const u8, usize) {
         (self.as_ptr(), self.len())
     }
 }
-// SAFETY: as above; the exclusive borrow also keeps safe code from touching it.
-unsafe impl StableMemory for &mut [u8] {
+// SAFETY: others may hold the same borrow.
+unsafe impl SharedMemory for &'static [u8] {}
+
+// SAFETY: a 'static exclusive borrow pins the slice forever.
+unsafe impl StableMemory for &'static mut [u8] {
     fn range(&self) -> (*const u8, usize) {
         (self.as_ptr(), self.len())
     }
 }
+// SAFETY: the exclusive borrow is the only way to the bytes.
+unsafe impl ExclusiveMemory for &'static mut [u8] {}
+
 // SAFETY: a Vec the Umem owns is never resized while registered.
 unsafe impl StableMemory for Vec<u8> {
     fn range(&self) -> (*const u8, usize) {
         (self.as_ptr(), self.len())
     }
 }
+// SAFETY: the Umem owns the Vec; nothing else reaches its buffer.
+unsafe impl ExclusiveMemory for Vec<u8> {}
+
 // SAFETY: a boxed slice never moves its heap allocation.
 unsafe impl StableMemory for Box<[u8]> {
     fn range(&self) -> (*const u8, usize) {
         (self.as_ptr(), self.len())
     }
 }
+// SAFETY: as for Vec.
+unsafe impl ExclusiveMemory for Box<[u8]> {}
+
 // SAFETY: a mapping keeps its address until unmapped on drop.
 unsafe impl StableMemory for memmap2::MmapMut {
     fn range(&self) -> (*const u8, usize) {
         (self.as_ptr(), self.len())
     }
 }
-// SAFETY: borrowing a mapping pins it for the borrow.
-unsafe impl StableMemory for &memmap2::MmapMut {
+// SAFETY: the Umem owns the mapping; nothing else reaches it through Rust.
+unsafe impl ExclusiveMemory for memmap2::MmapMut {}
+
+// SAFETY: a 'static borrow of a mapping pins it forever.
+unsafe impl StableMemory for &'static memmap2::MmapMut {
     fn range(&self) -> (*const u8, usize) {
         (self.as_ptr(), self.len())
     }
 }
-// SAFETY: a shared mapping keeps its address for as long as any Arc lives.
+// SAFETY: others may hold the same borrow.
+unsafe impl SharedMemory for &'static memmap2::MmapMut {}
+
+// SAFETY: the memory keeps its address for as long as any Arc lives.
 unsafe impl<M: StableMemory> StableMemory for std::sync::Arc<M> {
     fn range(&self) -> (*const u8, usize) {
         (**self).range()
     }
 }
+// SAFETY: other clones of the Arc reach the same memory.
+unsafe impl<M: StableMemory> SharedMemory for std::sync::Arc<M> {}
 
-/// A registered memory range. Holds (owns or borrows) its memory until
-/// deregistered, so the device never sees freed memory.
+/// A registered memory range. Holds its memory until deregistered; when
+/// dropped while the device still uses it, the context keeps the memory until
+/// the device lets go (see the [module docs](self)).
 ///
 /// ```
 /// # fn main() -> devx::Result<()> {
@@ -85,6 +143,8 @@ pub struct Umem<M: StableMemory> {
     handle: Handle,
     id: u32,
     access: u32,
+    addr: usize,
+    len: usize,
     memory: Option<M>,
 }
 
@@ -94,9 +154,66 @@ impl<M: StableMemory> fmt::Debug for Umem<M> {
     }
 }
 
-impl<M: StableMemory> Umem<M> {
-    /// Registers `memory` with access flags from [`access`].
+impl<M: ExclusiveMemory> Umem<M> {
+    /// Registers `memory` with access flags from [`access`]. Memory others
+    /// can read must go through [`Umem::register_read_only`] instead:
+    ///
+    /// ```compile_fail
+    /// let ctx = devx::Device::emulated("sim0").unwrap().open().unwrap();
+    /// let shared = std::sync::Arc::new(vec![0u8; 64]);
+    /// // `Arc<_>` is not `ExclusiveMemory`: the device may not write it.
+    /// devx::Umem::register(&ctx, shared, devx::access::LOCAL_WRITE);
+    /// ```
     pub fn register(ctx: &Context, memory: M, access: u32) -> Result<Umem<M>> {
+        Umem::reg(ctx, memory, access)
+    }
+
+    /// Copies `data` into the memory at `offset`.
+    pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let r = self.region();
+        r.check("UMEM write", offset, data.len())?;
+        // SAFETY: the range lies inside the memory this Umem owns exclusively
+        // and keeps mapped (`ExclusiveMemory`), reached only by copies.
+        unsafe { devmem::copy_in(r, offset, data) };
+        Ok(())
+    }
+
+    /// Sets `len` bytes at `offset` to `value`.
+    pub fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
+        let r = self.region();
+        r.check("UMEM fill", offset, len)?;
+        // SAFETY: as in `write_at`.
+        unsafe { devmem::fill(r, offset, len, value) };
+        Ok(())
+    }
+}
+
+impl<M: SharedMemory> Umem<M> {
+    /// The registered memory. Shared memory is always registered read-only,
+    /// so the device never writes what this reference covers.
+    pub fn memory(&self) -> &M {
+        self.memory
+            .as_ref()
+            .expect("memory is present until deregistered")
+    }
+}
+
+impl<M: StableMemory> Umem<M> {
+    /// Registers `memory` for the device to read only: `access` may not
+    /// contain [`access::LOCAL_WRITE`] or [`access::REMOTE_WRITE`]. The only
+    /// way to register memory that others may reference ([`SharedMemory`]).
+    pub fn register_read_only(ctx: &Context, memory: M, access: u32) -> Result<Umem<M>> {
+        if access & access::WRITE != 0 {
+            return Err(Error::argument(format!(
+                "a read-only registration cannot have write access {:#x}; register memory the \
+                 registration owns exclusively (Vec, Box, MmapMut) to let the device write it",
+                access & access::WRITE
+            )));
+        }
+        Umem::reg(ctx, memory, access)
+    }
+
+    fn reg(ctx: &Context, memory: M, access: u32) -> Result<Umem<M>> {
         if access & !access::ALL != 0 {
             return Err(Error::argument(format!(
                 "umem access {access:#x} has unknown bits {:#x}",
@@ -118,6 +235,8 @@ impl<M: StableMemory> Umem<M> {
             handle,
             id,
             access,
+            addr: addr as usize,
+            len,
             memory: Some(memory),
         })
     }
@@ -131,29 +250,53 @@ impl<M: StableMemory> Umem<M> {
         self.access
     }
 
+    /// True when the device may write the memory.
+    pub fn writable(&self) -> bool {
+        self.access & access::WRITE != 0
+    }
+
     pub fn addr(&self) -> usize {
-        self.memory
-            .as_ref()
-            .map(|m| m.range().0 as usize)
-            .unwrap_or(0)
+        self.addr
     }
 
     pub fn len(&self) -> usize {
-        self.memory.as_ref().map(|m| m.range().1).unwrap_or(0)
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn memory(&self) -> &M {
-        self.memory
-            .as_ref()
-            .expect("memory is present until deregistered")
+        self.len == 0
     }
 
     pub fn context(&self) -> &Context {
         &self.ctx
+    }
+
+    fn region(&self) -> devmem::Region {
+        devmem::Region {
+            base: self.addr,
+            len: self.len,
+        }
+    }
+
+    /// Copies `out.len()` bytes from the memory at `offset`. Bytes the device
+    /// is writing meanwhile may mix old and new values: read after the
+    /// completion of the work that writes them.
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let r = self.region();
+        r.check("UMEM read", offset, out.len())?;
+        // SAFETY: the range lies inside the registered memory, mapped while
+        // `self` lives; writable registrations are never referenced by Rust
+        // (`ExclusiveMemory`), read-only ones are only read.
+        unsafe { devmem::copy_out(r, offset, out) };
+        Ok(())
+    }
+
+    /// `len` bytes from `offset`, as a new vector.
+    pub fn read_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
+        self.region().check("UMEM read", offset, len)?;
+        let mut v = vec![0u8; len];
+        self.read_at(offset, &mut v)?;
+        Ok(v)
     }
 
     /// Deregisters and gives the memory back. Fails (returning the umem) while
@@ -171,8 +314,18 @@ impl<M: StableMemory> Umem<M> {
 
 impl<M: StableMemory> Drop for Umem<M> {
     fn drop(&mut self) {
-        if self.memory.is_some() {
-            let _ = self.ctx.inner.provider.umem_dereg(self.handle);
+        let Some(memory) = self.memory.take() else {
+            return;
+        };
+        if self.ctx.inner.provider.umem_dereg(self.handle).is_err() {
+            // Still in use by the device: the context keeps the memory until
+            // the deregistration succeeds or the context closes.
+            self.ctx
+                .inner
+                .deferred
+                .keep_umem(self.handle, Box::new(memory));
+            // Its last user may have gone since the refusal.
+            self.ctx.retry_deferred();
         }
     }
 }

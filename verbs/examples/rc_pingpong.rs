@@ -155,23 +155,20 @@ fn recv_sge(e: &End, o: &Opts) -> Sge {
     Sge::from_mr(&e.mr, o.size, o.size as u32)
 }
 
-fn fill(e: &End, o: &Opts, iter: u64) {
+fn fill(e: &End, o: &Opts, iter: u64) -> Result<(), String> {
     // The payload changes every iteration so a stale buffer cannot pass.
-    let base = e.mr.addr() as *mut u8;
-    for i in 0..o.size {
-        let b = (i as u64).wrapping_mul(131).wrapping_add(iter) as u8;
-        // SAFETY: the send half of the registered buffer; no send is in
-        // flight from it while it is refilled.
-        unsafe { base.add(i).write(b) };
-    }
+    let payload: Vec<u8> = (0..o.size)
+        .map(|i| (i as u64).wrapping_mul(131).wrapping_add(iter) as u8)
+        .collect();
+    // The send half of the registered buffer; no send is in flight from it.
+    e.mr.write_at(0, &payload).map_err(|e| e.to_string())
 }
 
 fn check(e: &End, o: &Opts, iter: u64) -> Result<(), String> {
-    let base = e.mr.addr() as *const u8;
-    for i in 0..o.size {
+    // The receive half, complete once its CQE was polled.
+    let got = e.mr.read_vec(o.size, o.size).map_err(|e| e.to_string())?;
+    for (i, &got) in got.iter().enumerate() {
         let want = (i as u64).wrapping_mul(131).wrapping_add(iter) as u8;
-        // SAFETY: the receive half, completed (the CQE was polled).
-        let got = unsafe { base.add(o.size + i).read_volatile() };
         if got != want {
             return Err(format!(
                 "{}: iteration {iter}, byte {i}: {got:#x}, expected {want:#x}",
@@ -224,7 +221,7 @@ fn expect(e: &End, w: &Wc, wr_id: u64) -> Result<(), String> {
 /// One SEND from `tx` to `rx`, checked, with `rx`'s receive replenished.
 fn one_way(tx: &mut End, rx: &mut End, o: &Opts, iter: u64) -> Result<(), String> {
     let err = |e: verbs::Error| e.to_string();
-    fill(tx, o, iter);
+    fill(tx, o, iter)?;
     let sge = [Sge::from_mr(&tx.mr, 0, o.size as u32)];
     tx.qp
         .post_send(&SendWr::send(SEND_WRID, &sge))

@@ -89,18 +89,12 @@ pub struct CqAttr {
 }
 
 pub(crate) struct CqDeps {
-    /// Replaced on resize; locked only then, never by the data path.
-    ring: Mutex<Rings>,
+    /// The CQE ring in use. Replaced on resize; locked only then, never by
+    /// the data path. A replaced ring the device still used when dropped
+    /// stays mapped, kept by the DEVX context until the device lets go.
+    ring: Mutex<Umem<MmapMut>>,
     dbr: DoorbellRecord,
     uar: Arc<Uar>,
-}
-
-/// The CQE ring in use, and rings a resize replaced that the device still
-/// referenced (their UMEM deregistration was refused): those stay mapped until
-/// the CQ is destroyed, so the device never writes freed memory.
-struct Rings {
-    current: Umem<MmapMut>,
-    retired: Vec<Umem<MmapMut>>,
 }
 
 pub(crate) struct CqShared {
@@ -217,10 +211,7 @@ impl Cq {
         let tracks = Arc::new(Registry::default());
         let dp = Poller::new(tracks.clone(), dbr.addr());
         let deps = CqDeps {
-            ring: Mutex::new(Rings {
-                current: ring,
-                retired: Vec::new(),
-            }),
+            ring: Mutex::new(ring),
             dbr,
             uar,
         };
@@ -360,26 +351,19 @@ impl Cq {
             .modify(inbox.as_bytes(), ModifyCqOut::SIZE_BYTES)
             .verb(VERB)?;
 
-        let mut rings = self
+        let mut current = self
             .shared
             .owned
             .deps()
             .ring
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        carry_unpolled(
-            rings.current.memory(),
-            self.log_size,
-            &ring,
-            log2(n),
-            self.ci,
-        );
+        carry_unpolled(&current, self.log_size, &ring, log2(n), self.ci);
         self.ring_addr = ring.addr();
         self.log_size = log2(n);
-        let old = std::mem::replace(&mut rings.current, ring);
-        if let Err((old, _)) = old.deregister() {
-            rings.retired.push(old);
-        }
+        // Deregistered on drop; if the device still used it, the context
+        // keeps it mapped until it lets go.
+        drop(std::mem::replace(&mut *current, ring));
         Ok(self.cqe())
     }
 
@@ -467,36 +451,31 @@ impl Context {
 }
 
 /// Copies software-owned, unpolled CQEs from the old ring into the new one at
-/// the same counter, fixing each owner bit for the new ring size.
-fn carry_unpolled(old: &[u8], old_log: u32, new: &Umem<MmapMut>, new_log: u32, ci: u32) {
+/// the same counter, fixing each owner bit for the new ring size. The device
+/// writes only entries at or past its producer counter, never the unpolled
+/// ones carried here.
+fn carry_unpolled(old: &Umem<MmapMut>, old_log: u32, new: &Umem<MmapMut>, new_log: u32, ci: u32) {
     let old_n = 1u32 << old_log;
     let new_n = 1u32 << new_log;
-    let new_base = new.addr() as *mut u8;
+    let mut cqe = [0u8; CQE_SIZE];
     for k in 0..old_n.min(new_n - 1) {
         let idx = ci.wrapping_add(k);
         let src_at = (idx & (old_n - 1)) as usize * CQE_SIZE;
-        let Some(src) = old.get(src_at..src_at + CQE_SIZE) else {
+        if old.read_at(src_at, &mut cqe).is_err() {
             return;
-        };
-        let op_own = src[CQE_SIZE - 1];
+        }
+        let op_own = cqe[CQE_SIZE - 1];
         let opcode = op_own >> 4;
         let sw_owned = opcode != 0xf && u32::from(op_own & 1) == (idx >> old_log) & 1;
         if !sw_owned || opcode == CQE_OPCODE_RESIZE {
             return;
         }
         let dst_at = (idx & (new_n - 1)) as usize * CQE_SIZE;
-        if dst_at + CQE_SIZE > new.len() {
+        cqe[CQE_SIZE - 1] = (op_own & !1) | ((idx >> new_log) & 1) as u8;
+        // The owner byte is the last one stored; the poller runs on this
+        // thread (`resize` borrows the CQ mutably), after this returns.
+        if new.write_at(dst_at, &cqe).is_err() {
             return;
-        }
-        let owner = ((idx >> new_log) & 1) as u8;
-        // SAFETY: `dst_at + 64` lies inside the new ring's mapping, which `new`
-        // keeps mapped; the device writes only entries at or past its producer
-        // counter, never the unpolled ones carried here, and no Rust reference
-        // to the ring exists (the data path reads it through raw pointers too).
-        unsafe {
-            let dst = new_base.add(dst_at);
-            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, CQE_SIZE);
-            dst.add(CQE_SIZE - 1).write_volatile((op_own & !1) | owner);
         }
     }
 }

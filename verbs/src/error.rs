@@ -36,6 +36,12 @@ pub enum Error {
         state: String,
         need: &'static str,
     },
+    /// Nothing arrived within the time the caller allowed.
+    #[error("{verb}: nothing arrived within {waited:?}")]
+    Timeout {
+        verb: &'static str,
+        waited: std::time::Duration,
+    },
     /// An explicit destroy found the object still used by others.
     #[error("{verb}: {what} is still in use by {users} other object(s) or handle(s)")]
     Busy {
@@ -68,6 +74,7 @@ impl Error {
             | Error::Unsupported { verb, .. }
             | Error::Busy { verb, .. }
             | Error::QpState { verb, .. }
+            | Error::Timeout { verb, .. }
             | Error::QueueFull { verb, .. } => verb,
         }
     }
@@ -124,6 +131,7 @@ impl Error {
             Error::Busy { .. } => libc::EBUSY,
             Error::QueueFull { .. } => libc::ENOMEM,
             Error::QpState { .. } => libc::EINVAL,
+            Error::Timeout { .. } => libc::ETIMEDOUT,
         }
     }
 }

@@ -12,6 +12,14 @@
 //! object itself if it was refused). A constructor that issues several
 //! commands releases whatever it already made when a later step fails.
 //!
+//! Registered memory is bytes shared with the device: safe code reads and
+//! writes it by copy ([`Mr::write_at`], [`Mr::read_at`], [`Mr::read_vec`],
+//! [`Mr::fill`]), never through a reference the device could write under,
+//! and only memory a region owns exclusively can be registered writable;
+//! memory the rest of the program shares is registered read-only. Memory the
+//! device still uses when its owner drops it stays mapped until the device
+//! lets go. See [`Mr`].
+//!
 //! Verbs mlx5 does not provide (RD, EE contexts, special QPs, local MADs,
 //! physical MRs) return [`Error::Unsupported`] saying why.
 

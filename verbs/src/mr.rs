@@ -5,11 +5,14 @@
 //! new memory, a new UMEM) first and destroys the old one only once the new
 //! one exists: on failure the old registration stays untouched; on success
 //! the region answers with new keys, exactly as `ibv_rereg_mr` may.
+//!
+//! Registered memory is bytes shared with the device; see [`Mr`] for how
+//! safe code reads and writes it.
 
 use std::fmt;
 use std::sync::Arc;
 
-use devx::{StableMemory, Umem};
+use devx::{ExclusiveMemory, SharedMemory, StableMemory, Umem};
 use prm_layouts::enums::Opcode;
 use prm_layouts::{CreateMkeyIn, CreateMkeyOut, QueryMkeyIn, QueryMkeyOut};
 
@@ -53,7 +56,24 @@ struct MrDeps<M: StableMemory> {
     pd: Pd,
 }
 
-/// A registered memory region (`ibv_mr`) over memory it owns or borrows.
+/// A registered memory region (`ibv_mr`) over memory it owns or shares.
+///
+/// Registered memory is bytes shared with the device, which reads and writes
+/// them while work requests run; safe code therefore never holds a Rust
+/// reference into memory the device may write. It copies bytes in and out
+/// instead: [`Mr::write_at`] and [`Mr::fill`] store, [`Mr::read_at`] and
+/// [`Mr::read_vec`] load, each bounds-checked against the region with an
+/// error naming the range, with atomic accesses so that no copy is ever
+/// a data race. Bytes read while a work request that writes them is in
+/// flight may mix old and new values: read them after its completion. Only
+/// memory the region owns exclusively ([`ExclusiveMemory`]: `Vec<u8>`,
+/// `Box<[u8]>`, `MmapMut`, `&'static mut [u8]`) can be registered writable
+/// ([`Mr::register`]) or written; memory shared with the rest of the program
+/// ([`SharedMemory`]: `Arc<_>`, `&'static [u8]`) is registered read-only
+/// ([`Mr::register_read_only`]) and may still be borrowed ([`Mr::memory`]).
+/// Memory is `'static` and lives as long as the device uses it: dropping a
+/// region whose memory another object still references keeps the memory
+/// alive in the context until that object is destroyed.
 ///
 /// ```
 /// use verbs::AccessFlags;
@@ -64,6 +84,8 @@ struct MrDeps<M: StableMemory> {
 /// // Local work requests name it by lkey, a peer's RDMA by rkey and address.
 /// let sge = verbs::Sge::from_mr(&mr, 0, 4096);
 /// assert_eq!((sge.lkey, mr.len()), (mr.lkey(), 4096));
+/// mr.write_at(0, b"hello")?;
+/// assert_eq!(mr.read_vec(0, 5)?, b"hello");
 /// println!("rkey {:#x} at {:#x}", mr.rkey(), mr.addr());
 /// # Ok(()) }
 /// ```
@@ -192,14 +214,124 @@ pub(crate) fn query_mkey(verb: &'static str, obj: &devx::Obj, variant_key: u32) 
     })
 }
 
-impl<M: StableMemory> Mr<M> {
+impl<M: ExclusiveMemory> Mr<M> {
     /// `ibv_reg_mr`: UMEM_REG of `memory`, then CREATE_MKEY over it. The MR
-    /// owns `memory` (or the borrow, for `&[u8]`) until deregistered.
+    /// owns `memory` until deregistered. Memory the rest of the program
+    /// shares goes through [`Mr::register_read_only`]:
+    ///
+    /// ```compile_fail
+    /// use verbs::{AccessFlags, Context};
+    ///
+    /// let ctx = Context::open(&devx::Device::emulated("sim0").unwrap()).unwrap();
+    /// let pd = ctx.alloc_pd().unwrap();
+    /// let shared = std::sync::Arc::new(vec![0u8; 64]);
+    /// // `Arc<_>` is not `ExclusiveMemory`: the device may not write it.
+    /// pd.reg_mr(shared, AccessFlags::LOCAL_WRITE);
+    /// ```
     pub fn register(pd: &Pd, memory: M, access: AccessFlags) -> Result<Mr<M>> {
         const VERB: &str = "reg_mr";
         check_access(VERB, pd, access)?;
         let umem = Umem::register(pd.context().devx(), memory, umem_access(access)).verb(VERB)?;
         Mr::over(VERB, pd, Arc::new(umem), access)
+    }
+
+    /// Copies `data` into the region at `offset` (see [`Mr`]); a range past
+    /// the region's end is an argument error and writes nothing.
+    ///
+    /// ```
+    /// use verbs::{AccessFlags, Context};
+    ///
+    /// let ctx = Context::open(&devx::Device::emulated("sim0").unwrap()).unwrap();
+    /// let pd = ctx.alloc_pd().unwrap();
+    /// let mr = pd.reg_mr(vec![0u8; 64], AccessFlags::LOCAL_WRITE).unwrap();
+    /// mr.write_at(8, b"hello").unwrap();
+    /// assert_eq!(mr.read_vec(7, 3).unwrap(), [0, b'h', b'e']);
+    /// assert!(mr.write_at(62, b"abc").unwrap_err().is_argument());
+    /// ```
+    pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.owned
+            .deps()
+            .umem
+            .write_at(offset, data)
+            .verb("write_at")
+    }
+
+    /// Sets `len` bytes at `offset` to `value`.
+    pub fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
+        self.owned.deps().umem.fill(offset, len, value).verb("fill")
+    }
+
+    /// `ibv_rereg_mr(IBV_REREG_MR_CHANGE_TRANSLATION)`: registers `memory`
+    /// (UMEM_REG + CREATE_MKEY), then releases the old key and UMEM. Returns
+    /// the old memory unless another region (or an object of the device)
+    /// still uses it.
+    pub fn rereg_memory(&mut self, memory: M, access: Option<AccessFlags>) -> Result<Option<M>> {
+        const VERB: &str = "rereg_mr";
+        let access = access.unwrap_or(self.access);
+        let pd = self.pd().clone();
+        check_access(VERB, &pd, access)?;
+        let umem = Umem::register(pd.context().devx(), memory, umem_access(access)).verb(VERB)?;
+        let new = Mr::over(VERB, &pd, Arc::new(umem), access)?;
+        let old = self.replace(new);
+        Ok(release(old))
+    }
+}
+
+impl<M: SharedMemory> Mr<M> {
+    /// The registered memory. Shared memory is only ever registered
+    /// read-only, so the device never writes what this reference covers.
+    pub fn memory(&self) -> &M {
+        self.owned.deps().umem.memory()
+    }
+}
+
+impl<M: StableMemory> Mr<M> {
+    /// `ibv_reg_mr` without write rights: the device only reads `memory`.
+    /// Any memory qualifies, including memory the rest of the program still
+    /// reads ([`SharedMemory`]); write rights are refused with an argument error.
+    pub fn register_read_only(pd: &Pd, memory: M, access: AccessFlags) -> Result<Mr<M>> {
+        const VERB: &str = "reg_mr";
+        if access.any_write() {
+            return Err(Error::argument(
+                VERB,
+                format!(
+                    "{access:?} lets the device write; only memory the region owns \
+                     exclusively (Vec, Box, MmapMut) can be registered writable"
+                ),
+            ));
+        }
+        check_access(VERB, pd, access)?;
+        let umem = Umem::register_read_only(pd.context().devx(), memory, umem_access(access))
+            .verb(VERB)?;
+        Mr::over(VERB, pd, Arc::new(umem), access)
+    }
+
+    /// Copies `out.len()` bytes from the region at `offset` (see [`Mr`]):
+    /// after the completion of the work request that wrote them. A range past
+    /// the region's end is an argument error.
+    ///
+    /// ```
+    /// use verbs::{AccessFlags, Context};
+    ///
+    /// let ctx = Context::open(&devx::Device::emulated("sim0").unwrap()).unwrap();
+    /// let pd = ctx.alloc_pd().unwrap();
+    /// let mr = pd.reg_mr(vec![7u8; 16], AccessFlags::LOCAL_WRITE).unwrap();
+    /// let mut out = [0u8; 4];
+    /// mr.read_at(12, &mut out).unwrap();
+    /// assert_eq!(out, [7; 4]);
+    /// assert!(mr.read_at(13, &mut out).unwrap_err().is_argument());
+    /// ```
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.owned.deps().umem.read_at(offset, out).verb("read_at")
+    }
+
+    /// `len` bytes from `offset`, as a new vector.
+    pub fn read_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
+        self.owned
+            .deps()
+            .umem
+            .read_vec(offset, len)
+            .verb("read_vec")
     }
 
     fn over(verb: &'static str, pd: &Pd, umem: Arc<Umem<M>>, access: AccessFlags) -> Result<Mr<M>> {
@@ -269,10 +401,6 @@ impl<M: StableMemory> Mr<M> {
         self.len() == 0
     }
 
-    pub fn memory(&self) -> &M {
-        self.owned.deps().umem.memory()
-    }
-
     pub fn pd(&self) -> &Pd {
         &self.owned.deps().pd
     }
@@ -306,20 +434,6 @@ impl<M: StableMemory> Mr<M> {
         Ok(())
     }
 
-    /// `ibv_rereg_mr(IBV_REREG_MR_CHANGE_TRANSLATION)`: registers `memory`
-    /// (UMEM_REG + CREATE_MKEY), then releases the old key and UMEM. Returns
-    /// the old memory unless another region still shares it.
-    pub fn rereg_memory(&mut self, memory: M, access: Option<AccessFlags>) -> Result<Option<M>> {
-        const VERB: &str = "rereg_mr";
-        let access = access.unwrap_or(self.access);
-        let pd = self.pd().clone();
-        check_access(VERB, &pd, access)?;
-        let umem = Umem::register(pd.context().devx(), memory, umem_access(access)).verb(VERB)?;
-        let new = Mr::over(VERB, &pd, Arc::new(umem), access)?;
-        let old = self.replace(new);
-        Ok(release(old))
-    }
-
     /// Swaps in `new`, destroys the old MKEY, and hands back the old UMEM.
     fn replace(&mut self, new: Mr<M>) -> Arc<Umem<M>> {
         let Mr { owned, access, key } = new;
@@ -327,7 +441,7 @@ impl<M: StableMemory> Mr<M> {
         self.access = access;
         self.key = key;
         let umem = old.deps().umem.clone();
-        // A refused destroy leaks the old key and its memory (see `Owned`).
+        // A refused destroy leaves the old key to the context (see `Owned`).
         drop(old);
         umem
     }
@@ -354,21 +468,25 @@ impl<M: StableMemory> Mr<M> {
 }
 
 /// Deregisters a UMEM no region uses any more and returns its memory. `None`
-/// while another region shares it, or if the device still uses it (then the
-/// memory is leaked rather than freed under the device).
+/// while another region shares it, or while an object of the device still
+/// uses it: then dropping the UMEM leaves its memory to the context, which
+/// frees it once that object is destroyed.
 fn release<M: StableMemory>(umem: Arc<Umem<M>>) -> Option<M> {
-    match Arc::try_unwrap(umem).ok()?.deregister() {
-        Ok(m) => Some(m),
-        Err((umem, _)) => {
-            std::mem::forget(umem);
-            None
-        }
-    }
+    Arc::try_unwrap(umem).ok()?.deregister().ok()
 }
 
 impl Pd {
-    /// `ibv_reg_mr`.
-    pub fn reg_mr<M: StableMemory>(&self, memory: M, access: AccessFlags) -> Result<Mr<M>> {
+    /// `ibv_reg_mr` over memory the region owns exclusively.
+    pub fn reg_mr<M: ExclusiveMemory>(&self, memory: M, access: AccessFlags) -> Result<Mr<M>> {
         Mr::register(self, memory, access)
+    }
+
+    /// `ibv_reg_mr` the device only reads, over any memory.
+    pub fn reg_mr_read_only<M: StableMemory>(
+        &self,
+        memory: M,
+        access: AccessFlags,
+    ) -> Result<Mr<M>> {
+        Mr::register_read_only(self, memory, access)
     }
 }

@@ -87,8 +87,10 @@ pub(crate) type Refused<R> = Box<(Owned<R>, devx::Error)>;
 
 /// A firmware object together with what it uses (queue memory, UMEMs, UAR,
 /// parent objects). The object is destroyed first; only then is the rest
-/// released. If the device refuses the destroy, everything is leaked rather
-/// than freeing memory the device may still write.
+/// released. If the device refuses the destroy, the DEVX context destroys
+/// the object again once what holds it is gone, and the UMEMs it still uses
+/// stay registered, their memory kept by the context until then: nothing is
+/// freed under the device, and nothing stays leaked once its users are gone.
 pub(crate) struct Owned<R> {
     obj: Option<Obj>,
     deps: Option<R>,
@@ -136,14 +138,11 @@ impl<R> Owned<R> {
 
 impl<R> Drop for Owned<R> {
     fn drop(&mut self) {
-        if let Some(obj) = self.obj.take() {
-            if let Err(failed) = obj.destroy() {
-                // Still alive in the device: keep its memory mapped forever.
-                std::mem::forget(failed.obj);
-                std::mem::forget(self.deps.take());
-            }
-        }
-        // `deps` drops after this, once the object is gone.
+        // The object goes first (a refusal leaves it to the context), then
+        // `deps`: a UMEM the object still uses refuses its deregistration
+        // and the context keeps its memory.
+        drop(self.obj.take());
+        drop(self.deps.take());
     }
 }
 

@@ -181,7 +181,10 @@ fn register_and_reregister_mr() {
         let r = mr.rereg_memory(vec![1u8; 64], None);
         if r.is_err() {
             // The old registration is untouched.
-            assert_eq!((mr.lkey(), mr.len(), mr.memory()[0]), (key, 4096, 9));
+            assert_eq!(
+                (mr.lkey(), mr.len(), mr.read_vec(0, 1).unwrap()[0]),
+                (key, 4096, 9)
+            );
         }
         r
     });

@@ -208,3 +208,17 @@ fn a_foreign_uar_is_refused_by_the_device_by_name() {
     assert_eq!(e.errno(), libc::EREMOTEIO);
     assert_eq!(sim.live_objects(), before);
 }
+
+#[test]
+fn wait_one_on_an_empty_cq_times_out_by_name() {
+    let (ctx, _sim) = common::open(1);
+    let mut cq = ctx.create_cq(4).unwrap();
+    let err = cq
+        .wait_one(std::time::Duration::from_millis(20))
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert_eq!(err.errno(), libc::ETIMEDOUT);
+    assert!(err
+        .to_string()
+        .starts_with("poll_cq: nothing arrived within"));
+}

@@ -15,7 +15,7 @@ fn register_query_deregister() {
     let mr = pd.reg_mr(data, access).unwrap();
     assert_eq!(mr.lkey(), mr.rkey());
     assert_eq!(mr.len(), 10_000);
-    assert_eq!(mr.memory()[5], 42);
+    assert_eq!(mr.read_vec(5, 1).unwrap(), [42]);
     let q = mr.query().unwrap();
     assert_eq!(q.addr, mr.addr() as u64);
     assert_eq!(q.length, 10_000);
@@ -43,13 +43,31 @@ fn keys_carry_a_fresh_variant_byte() {
 }
 
 #[test]
-fn borrowed_and_read_only_memory() {
+fn shared_memory_registers_read_only() {
     let (ctx, sim) = common::open(1);
     let pd = ctx.alloc_pd().unwrap();
-    let buf = vec![7u8; 4096];
+    let buf = std::sync::Arc::new(vec![7u8; 4096]);
     {
-        let mr = Mr::register(&pd, buf.as_slice(), AccessFlags::REMOTE_READ).unwrap();
+        // Write rights over memory the rest of the program reads: refused
+        // before any command, naming why.
+        for a in [
+            AccessFlags::LOCAL_WRITE,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        ] {
+            let e = Mr::register_read_only(&pd, buf.clone(), a).unwrap_err();
+            assert!(
+                e.is_argument() && e.to_string().contains("exclusively"),
+                "{e}"
+            );
+        }
+        assert_eq!(sim.count(ObjKind::Umem), 0);
+        let mr = pd
+            .reg_mr_read_only(buf.clone(), AccessFlags::REMOTE_READ)
+            .unwrap();
         assert_eq!(mr.addr(), buf.as_ptr() as usize);
+        // The device never writes it, so a reference is sound.
+        assert_eq!(mr.memory()[0], 7);
+        assert_eq!(mr.read_vec(4095, 1).unwrap(), [7]);
         assert_eq!(mr.query().unwrap().access, AccessFlags::REMOTE_READ);
         // Read-only pinned memory cannot become writable without new memory.
         let mut mr = mr;
@@ -112,7 +130,7 @@ fn rereg_creates_the_new_key_before_destroying_the_old() {
         .expect("old memory back");
     assert_eq!(old.len(), 8192);
     assert_eq!(mr.len(), 100);
-    assert_eq!(mr.memory()[0], 2);
+    assert_eq!(mr.read_vec(0, 1).unwrap(), [2]);
     assert_eq!(mr.query().unwrap().length, 100);
     assert_eq!((sim.count(ObjKind::Mkey), sim.count(ObjKind::Umem)), (1, 1));
 

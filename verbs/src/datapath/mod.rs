@@ -13,6 +13,7 @@
 //! Pointer work is confined to [`ring`] (queue memory and doorbell records)
 //! and [`Doorbell`] (the ordering of record store and MMIO).
 
+mod barrier;
 mod bind;
 mod doorbell;
 mod poll;
@@ -64,7 +65,14 @@ pub(crate) struct QpDataPath {
 
 impl QpDataPath {
     /// Builds the queues of a QP just created and registers it with its CQs.
-    pub(crate) fn attach(init: &QpInit, qpn: u32, uar: Arc<Uar>, l: Layout) -> QpDataPath {
+    /// `dedicated`: the QP has `uar`'s BlueFlame register to itself.
+    pub(crate) fn attach(
+        init: &QpInit,
+        qpn: u32,
+        uar: Arc<Uar>,
+        dedicated: bool,
+        l: Layout,
+    ) -> QpDataPath {
         let srq = init.srq.as_ref().map(|s| s.track.clone());
         let track = Arc::new(QpTrack::new(qpn, l.sq.wqe_cnt, l.rq.wqe_cnt, srq));
         init.send_cq.tracks.add(track.clone());
@@ -93,7 +101,7 @@ impl QpDataPath {
                 max_inline: l.cap.max_inline_data,
                 sig_all: init.sq_sig_all,
             },
-            db: Doorbell::new(dbrec, uar),
+            db: Doorbell::new(dbrec, uar, dedicated),
             track: track.clone(),
             state: PostState::new(),
         };

@@ -309,6 +309,30 @@ impl Cq {
         got
     }
 
+    /// Polls until one completion arrives and returns it (successful or
+    /// not: check [`Wc::is_ok`]), or fails with [`Error::Timeout`] once
+    /// `timeout` has passed. Spins, yielding the core between empty polls:
+    /// for waiting without a busy core, arm the CQ and use its completion
+    /// channel.
+    ///
+    /// [`Error::Timeout`]: crate::Error::Timeout
+    pub fn wait_one(&mut self, timeout: std::time::Duration) -> crate::Result<Wc> {
+        let start = std::time::Instant::now();
+        let mut wc = [Wc::default()];
+        loop {
+            if self.poll(&mut wc) == 1 {
+                return Ok(wc[0]);
+            }
+            if start.elapsed() >= timeout {
+                return Err(crate::Error::Timeout {
+                    verb: "poll_cq",
+                    waited: timeout,
+                });
+            }
+            std::thread::yield_now();
+        }
+    }
+
     /// The CQE ring.
     #[inline(always)]
     fn ring(&self) -> Ring {

@@ -63,9 +63,20 @@ impl Qp {
         let mem = queue_memory(VERB, geo.buf_len())?;
         let buf = Umem::register(ctx.devx(), mem, devx::access::LOCAL_WRITE).verb(VERB)?;
         let dbr = DoorbellRecord::new(VERB, ctx.devx())?;
+        // A UAR of its own: the QP rings its BlueFlame register alone, with
+        // no lock. A given UAR may be given to other QPs too: they take turns
+        // under its lock (see `datapath::Doorbell`).
+        let dedicated = init.uar.is_none();
         let uar = match &init.uar {
-            Some(u) => u.clone(),
-            None => Arc::new(Uar::alloc(ctx.devx()).verb(VERB)?),
+            Some(u) => {
+                u.blue_flame().share().verb(VERB)?;
+                u.clone()
+            }
+            None => {
+                let u = Uar::alloc(ctx.devx()).verb(VERB)?;
+                u.blue_flame().dedicate().verb(VERB)?;
+                Arc::new(u)
+            }
         };
 
         let mut inbox = CreateQpIn::new();
@@ -109,7 +120,7 @@ impl Qp {
             cap: geo.cap(),
             dbr_addr: dbr.addr(),
         };
-        let dp = QpDataPath::attach(init, obj.id(), uar.clone(), layout);
+        let dp = QpDataPath::attach(init, obj.id(), uar.clone(), dedicated, layout);
         let deps = QpDeps {
             buf,
             dbr,

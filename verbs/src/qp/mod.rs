@@ -157,7 +157,9 @@ impl QpInit {
         self
     }
 
-    /// Ring doorbells through this UAR instead of one of the QP's own.
+    /// Ring doorbells through this UAR instead of one of the QP's own. The
+    /// QPs given one UAR share its BlueFlame register and take turns under
+    /// its lock; the UAR of a QP that allocated its own is not shareable.
     pub fn uar(mut self, uar: Arc<Uar>) -> QpInit {
         self.uar = Some(uar);
         self

@@ -72,8 +72,7 @@ pub fn cqe(opcode: u8, owner: u8, qpn: u32, wqe_counter: u16) -> [u8; 64] {
     c
 }
 
-/// A registered buffer the test reads and writes by address while the
-/// device may use it between posts.
+/// A registered buffer the test reads and writes by copy between posts.
 pub struct Buf {
     pub mr: Mr<Vec<u8>>,
 }
@@ -98,21 +97,11 @@ impl Buf {
     }
 
     pub fn read(&self, off: usize, len: usize) -> Vec<u8> {
-        assert!(off + len <= self.mr.len());
-        bytes(self.mr.addr() + off, len)
+        self.mr.read_vec(off, len).unwrap()
     }
 
     pub fn write(&self, off: usize, data: &[u8]) {
-        assert!(off + data.len() <= self.mr.len());
-        // SAFETY: inside the registered buffer; no device access is in
-        // flight while tests write it.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                (self.mr.addr() + off) as *mut u8,
-                data.len(),
-            )
-        }
+        self.mr.write_at(off, data).unwrap()
     }
 
     pub fn sge(&self, off: usize, len: u32) -> verbs::Sge {
