@@ -5,7 +5,7 @@ mod datapath_support;
 
 use std::sync::Arc;
 
-use datapath_support::{connect_qp, open, recorded, wait, Buf};
+use datapath_support::{connect_qp, open, recorded, rts, wait, Buf};
 use devx::Uar;
 use verbs::datapath::{BF_HALF, BF_OFFSET};
 use verbs::{AccessFlags, AhAttr, Context, Cq, Pd, Qp, QpInit, QpType, SendWr, WcStatus};
@@ -28,6 +28,8 @@ fn qps_sharing_a_uar_alternate_its_halves_together() {
     let mut b = qp_on(&pd, &cq, Some(&uar)).unwrap();
     assert!(a.send_queue().doorbell().is_shared());
     assert_eq!(a.uar().page_id(), b.uar().page_id());
+    rts(&a);
+    rts(&b);
     let s = [verbs::Sge::new(0x1000, 8, 0x55)];
     for i in 0..3 {
         a.post_send(&SendWr::send(i, &s)).unwrap();
