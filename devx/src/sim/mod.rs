@@ -17,6 +17,7 @@ pub mod identity;
 pub mod kernel;
 pub mod profile;
 pub mod syndrome;
+pub mod wire;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
