@@ -588,6 +588,14 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
         inner.outgoing = Some(msg);
         return Outcome::Remote(i);
     }
+    if let Peer::Net(ip) = peer {
+        let out = match super::net::send(eng, v, &msg, ip) {
+            Ok(()) => finish(st, &mut inner.cache, v, wqe, &msg),
+            Err(s) => Outcome::Error(s),
+        };
+        inner.scratch = msg.data;
+        return out;
+    }
     let out = match responder::deliver(st, inner, &mut msg) {
         Reply::Ack => finish(st, &mut inner.cache, v, wqe, &msg),
         Reply::Nak(s) => Outcome::Error(s),

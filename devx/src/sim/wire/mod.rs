@@ -9,8 +9,11 @@
 //!   packet, BTH to ICRC;
 //! * [`icrc`] over the IP and UDP headers of [`flow`], which are the ones
 //!   the kernel builds for a datagram sent through a UDP socket;
-//! * [`pcap`]: a capture writer whose files Wireshark dissects as RoCE.
+//! * [`pcap`]: a capture writer whose files Wireshark dissects as RoCE;
+//! * [`port`]: a device's UDP socket and receive thread, configured by
+//!   [`config`].
 
+pub mod config;
 pub mod crc32;
 pub mod error;
 pub mod flow;
@@ -19,6 +22,7 @@ pub mod icrc;
 pub mod opcode;
 pub mod packet;
 pub mod pcap;
+pub mod port;
 
 pub use error::WireError;
 pub use flow::{Flow, ROCE_V2_PORT};
@@ -28,3 +32,4 @@ pub use headers::{
 pub use icrc::{icrc, ICRC_LEN};
 pub use opcode::{BthOpcode, Extensions, Operation, Service};
 pub use packet::{Headers, Packet};
+pub use port::{Counter, NetCounters, NetPort, PacketSink};

@@ -1,0 +1,275 @@
+//! The network port of an emulated device: a UDP socket bound to the
+//! device's address, a receive thread that parses and checks every
+//! datagram before handing it on, per-port counters, and an optional
+//! capture of everything sent and received.
+
+use std::fs::File;
+use std::io::{self, BufWriter};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime};
+
+use super::config::{NetConfig, PCAP_VAR_PREFIX};
+use super::error::WireError;
+use super::flow::Flow;
+use super::packet::{Headers, Packet};
+use super::pcap::PcapWriter;
+
+/// Largest datagram the port reads (the largest UDP payload).
+const RX_BUFFER: usize = u16::MAX as usize;
+/// How long the receive thread waits before looking whether its device
+/// is still there.
+const RX_POLL: Duration = Duration::from_millis(100);
+
+/// Where received packets go: the device's data-path engine.
+pub trait PacketSink: Send + Sync {
+    /// A packet that parsed and passed its ICRC check, from `from`.
+    fn receive(&self, port: &NetPort, packet: &Packet<'_>, from: SocketAddr);
+}
+
+/// What a port counts; [`NetCounters`] reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counter {
+    TxPackets,
+    TxBytes,
+    /// The socket refused a datagram.
+    TxErrors,
+    RxPackets,
+    RxBytes,
+    /// Truncated, malformed or unsupported-opcode datagrams.
+    RxMalformed,
+    RxIcrcErrors,
+    /// No QP with the destination QPN, or one of another transport or in a
+    /// state that takes no packets.
+    RxBadQpn,
+    /// UD datagrams whose Q_Key is not the QP's.
+    RxBadQkey,
+    /// Well-formed packets of a transport this port does not carry.
+    RxUnsupported,
+}
+
+impl Counter {
+    pub const ALL: [Counter; 10] = [
+        Counter::TxPackets,
+        Counter::TxBytes,
+        Counter::TxErrors,
+        Counter::RxPackets,
+        Counter::RxBytes,
+        Counter::RxMalformed,
+        Counter::RxIcrcErrors,
+        Counter::RxBadQpn,
+        Counter::RxBadQkey,
+        Counter::RxUnsupported,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Counter::TxPackets => "tx_packets",
+            Counter::TxBytes => "tx_bytes",
+            Counter::TxErrors => "tx_errors",
+            Counter::RxPackets => "rx_packets",
+            Counter::RxBytes => "rx_bytes",
+            Counter::RxMalformed => "rx_malformed",
+            Counter::RxIcrcErrors => "rx_icrc_errors",
+            Counter::RxBadQpn => "rx_bad_qpn",
+            Counter::RxBadQkey => "rx_bad_qkey",
+            Counter::RxUnsupported => "rx_unsupported",
+        }
+    }
+}
+
+/// A snapshot of a port's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NetCounters([u64; Counter::ALL.len()]);
+
+impl NetCounters {
+    pub fn get(&self, c: Counter) -> u64 {
+        self.0[c as usize]
+    }
+
+    /// Every counter with its name.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Counter::ALL.iter().map(|c| (c.name(), self.get(*c)))
+    }
+}
+
+/// One device's UDP port.
+pub struct NetPort {
+    socket: UdpSocket,
+    local: SocketAddr,
+    config: NetConfig,
+    counters: [AtomicU64; Counter::ALL.len()],
+    /// Packet buffer for sends (senders hold the device lock anyway).
+    tx: Mutex<Vec<u8>>,
+    capture: Option<Mutex<PcapWriter<BufWriter<File>>>>,
+}
+
+impl NetPort {
+    /// The port the environment configures for device `dev` (see
+    /// [`super::config`]), bound; `None` when it names no address.
+    pub fn for_device(dev: &str) -> Result<Option<Arc<NetPort>>, String> {
+        let config = NetConfig::from_env()?;
+        if let Some(a) = config.addr_of(dev) {
+            if a.is_ipv6() {
+                return Err(format!(
+                    "{dev}: {a}: IPv6 device addresses are not supported yet (the GID table holds one IPv4 address)"
+                ));
+            }
+        }
+        NetPort::open(dev, config)
+    }
+
+    /// Binds device `dev`'s port if `config` gives it an address; `None`
+    /// when it has none. The capture file comes from `DEVX_SIM_PCAP_<dev>`.
+    pub fn open(dev: &str, config: NetConfig) -> Result<Option<Arc<NetPort>>, String> {
+        let Some(addr) = config.addr_of(dev) else {
+            return Ok(None);
+        };
+        let socket = UdpSocket::bind(addr).map_err(|e| format!("{dev}: bind {addr}: {e}"))?;
+        let local = socket
+            .local_addr()
+            .map_err(|e| format!("{dev}: local address: {e}"))?;
+        if local.is_ipv4() {
+            set_dont_fragment(&socket).map_err(|e| format!("{dev}: IP_MTU_DISCOVER: {e}"))?;
+        }
+        socket
+            .set_read_timeout(Some(RX_POLL))
+            .map_err(|e| format!("{dev}: read timeout: {e}"))?;
+        let capture = match std::env::var_os(format!("{PCAP_VAR_PREFIX}{dev}")) {
+            Some(path) => {
+                let f = File::create(&path)
+                    .map_err(|e| format!("{dev}: capture {}: {e}", path.to_string_lossy()))?;
+                let w = PcapWriter::new(BufWriter::new(f))
+                    .map_err(|e| format!("{dev}: capture: {e}"))?;
+                Some(Mutex::new(w))
+            }
+            None => None,
+        };
+        Ok(Some(Arc::new(NetPort {
+            socket,
+            local,
+            config,
+            counters: Default::default(),
+            tx: Mutex::new(vec![0; RX_BUFFER]),
+            capture,
+        })))
+    }
+
+    /// Starts the receive thread; it ends when the port or the sink is
+    /// dropped (checked every [`RX_POLL`]).
+    pub fn start(self: &Arc<NetPort>, name: &str, sink: Weak<dyn PacketSink>) -> io::Result<()> {
+        let port = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name(format!("{name}-rx"))
+            .spawn(move || receive_loop(&port, &sink))
+            .map(|_| ())
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    pub fn count(&self, c: Counter) {
+        self.add(c, 1);
+    }
+
+    fn add(&self, c: Counter, n: u64) {
+        self.counters[c as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn counters(&self) -> NetCounters {
+        NetCounters(std::array::from_fn(|i| {
+            self.counters[i].load(Ordering::Relaxed)
+        }))
+    }
+
+    /// Sends one packet to the device at `ip`. Socket errors are counted,
+    /// as a lost packet would be on a wire.
+    pub fn send(&self, ip: IpAddr, headers: &Headers, payload: &[u8]) -> Result<(), WireError> {
+        let dst = self.config.peer(ip);
+        let flow = Flow::new(self.local, dst);
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let n = headers.encode(&flow, payload, &mut tx)?;
+        self.capture(&flow, &tx[..n]);
+        match self.socket.send_to(&tx[..n], dst) {
+            Ok(_) => {
+                self.count(Counter::TxPackets);
+                self.add(Counter::TxBytes, n as u64);
+            }
+            Err(_) => self.count(Counter::TxErrors),
+        }
+        Ok(())
+    }
+
+    fn capture(&self, flow: &Flow, roce: &[u8]) {
+        if let Some(c) = &self.capture {
+            let mut w = c.lock().unwrap_or_else(|e| e.into_inner());
+            // A capture that cannot be written must not stop the device.
+            let _ = w.write(flow, roce, SystemTime::now());
+            let _ = w.flush();
+        }
+    }
+
+    /// Parses and checks one received datagram and hands it to `sink`.
+    fn handle(&self, sink: &dyn PacketSink, data: &[u8], from: SocketAddr) {
+        let flow = Flow::new(from, self.local);
+        self.capture(&flow, data);
+        match Packet::parse_checked(&flow, data) {
+            Ok(p) => {
+                self.count(Counter::RxPackets);
+                self.add(Counter::RxBytes, data.len() as u64);
+                sink.receive(self, &p, from);
+            }
+            Err(WireError::IcrcMismatch { .. }) => self.count(Counter::RxIcrcErrors),
+            Err(_) => self.count(Counter::RxMalformed),
+        }
+    }
+}
+
+fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
+    let mut buf = vec![0u8; RX_BUFFER];
+    loop {
+        let Some(p) = port.upgrade() else {
+            return;
+        };
+        let got = p.socket.recv_from(&mut buf);
+        let Some(s) = sink.upgrade() else {
+            return;
+        };
+        match got {
+            Ok((n, from)) => p.handle(&*s, &buf[..n], from),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // ICMP port unreachable from an earlier send, and the like.
+            Err(_) => {}
+        }
+    }
+}
+
+/// Sets DF on every datagram, so the kernel writes IP identification 0
+/// (see [`super::flow`]) and never fragments a packet.
+fn set_dont_fragment(s: &UdpSocket) -> io::Result<()> {
+    let v: libc::c_int = libc::IP_PMTUDISC_DO;
+    // SAFETY: the fd is a live socket owned by `s`; the option value is a
+    // c_int whose size is passed alongside.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
