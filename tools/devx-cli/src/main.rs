@@ -7,6 +7,7 @@ mod bench_datapath;
 mod device_cmd;
 mod devinfo_cmd;
 mod layout_cmd;
+mod net_info;
 mod obj_cmd;
 mod replay_cmd;
 mod session;
