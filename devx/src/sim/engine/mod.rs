@@ -99,6 +99,8 @@ pub struct Inner {
     /// The last GID resolved to a peer, and its index: a QP's WQEs name
     /// the same destination again and again.
     last_peer: Option<([u8; 16], usize)>,
+    /// Transport state of QPs talking through the network port.
+    pub net: net::NetState,
 }
 
 impl Inner {

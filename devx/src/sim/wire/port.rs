@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::config::{NetConfig, PCAP_VAR_PREFIX};
 use super::error::WireError;
@@ -22,11 +22,17 @@ const RX_BUFFER: usize = u16::MAX as usize;
 /// How long the receive thread waits before looking whether its device
 /// is still there.
 const RX_POLL: Duration = Duration::from_millis(100);
+/// The finest timer step of the transport (retransmission, RNR waits).
+const MIN_TICK: Duration = Duration::from_micros(200);
 
 /// Where received packets go: the device's data-path engine.
 pub trait PacketSink: Send + Sync {
     /// A packet that parsed and passed its ICRC check, from `from`.
     fn receive(&self, port: &NetPort, packet: &Packet<'_>, from: SocketAddr);
+
+    /// Time passes: retransmit what timed out. Returns how long until the
+    /// next deadline (`None`: none pending).
+    fn tick(&self, port: &NetPort) -> Option<Duration>;
 }
 
 /// What a port counts; [`NetCounters`] reads them.
@@ -48,10 +54,17 @@ pub enum Counter {
     RxBadQkey,
     /// Well-formed packets of a transport this port does not carry.
     RxUnsupported,
+    /// RC/UC requests ahead of the expected PSN (or, UC, behind it).
+    RxSequenceErrors,
+    /// RC requests seen before, answered again.
+    RxDuplicates,
+    /// Opcodes out of sequence, short middle packets, lengths beyond what
+    /// the RETH announced or the QP takes.
+    RxInvalidRequests,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 10] = [
+    pub const ALL: [Counter; 13] = [
         Counter::TxPackets,
         Counter::TxBytes,
         Counter::TxErrors,
@@ -62,6 +75,9 @@ impl Counter {
         Counter::RxBadQpn,
         Counter::RxBadQkey,
         Counter::RxUnsupported,
+        Counter::RxSequenceErrors,
+        Counter::RxDuplicates,
+        Counter::RxInvalidRequests,
     ];
 
     pub fn name(self) -> &'static str {
@@ -76,6 +92,9 @@ impl Counter {
             Counter::RxBadQpn => "rx_bad_qpn",
             Counter::RxBadQkey => "rx_bad_qkey",
             Counter::RxUnsupported => "rx_unsupported",
+            Counter::RxSequenceErrors => "rx_sequence_errors",
+            Counter::RxDuplicates => "rx_duplicates",
+            Counter::RxInvalidRequests => "rx_invalid_requests",
         }
     }
 }
@@ -230,6 +249,8 @@ impl NetPort {
 
 fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
     let mut buf = vec![0u8; RX_BUFFER];
+    let mut wait = RX_POLL;
+    let mut last_tick = Instant::now();
     loop {
         let Some(p) = port.upgrade() else {
             return;
@@ -238,6 +259,13 @@ fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
         let Some(s) = sink.upgrade() else {
             return;
         };
+        if got.is_err() || last_tick.elapsed() >= MIN_TICK {
+            last_tick = Instant::now();
+            let next = s.tick(&p).map_or(RX_POLL, |d| d.clamp(MIN_TICK, RX_POLL));
+            if next != wait && p.socket.set_read_timeout(Some(next)).is_ok() {
+                wait = next;
+            }
+        }
         match got {
             Ok((n, from)) => p.handle(&*s, &buf[..n], from),
             Err(e)
