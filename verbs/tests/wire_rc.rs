@@ -71,7 +71,11 @@ impl End {
 
 /// The handshake every scenario starts with: the server describes itself,
 /// the client connects and describes itself, the server connects.
-fn handshake(test: &str, server_env: &[(String, String)], client_env: &[(String, String)]) -> (Peer, Peer) {
+fn handshake(
+    test: &str,
+    server_env: &[(String, String)],
+    client_env: &[(String, String)],
+) -> (Peer, Peer) {
     let mut srv = Peer::spawn(test, "server", server_env);
     let s = srv.expect("READY").join(" ");
     let mut cli = Peer::spawn(test, "client", client_env);
@@ -147,18 +151,34 @@ fn ops_client() {
     local.write(24_576, &pattern(3, 5000));
     let at = |off: usize| raddr + off as u64;
     let qp = &mut e.s.qp;
-    qp.post_send(&SendWr::rdma_write(1, &[local.sge(0, 10_000)], at(WRITE_AT), rkey))
-        .unwrap();
+    qp.post_send(&SendWr::rdma_write(
+        1,
+        &[local.sge(0, 10_000)],
+        at(WRITE_AT),
+        rkey,
+    ))
+    .unwrap();
     qp.post_send(
         &SendWr::rdma_write(2, &[local.sge(16_384, 3000)], at(WRITE_IMM_AT), rkey).imm(77),
     )
     .unwrap();
     qp.post_send(&SendWr::send(3, &[local.sge(24_576, 5000)]).imm(88))
         .unwrap();
-    qp.post_send(&SendWr::rdma_read(4, &[local.sge(32_768, 6000)], at(READ_AT), rkey))
-        .unwrap();
-    qp.post_send(&SendWr::fetch_add(5, &[local.sge(40_000, 8)], at(ATOMIC_AT), rkey, 23))
-        .unwrap();
+    qp.post_send(&SendWr::rdma_read(
+        4,
+        &[local.sge(32_768, 6000)],
+        at(READ_AT),
+        rkey,
+    ))
+    .unwrap();
+    qp.post_send(&SendWr::fetch_add(
+        5,
+        &[local.sge(40_000, 8)],
+        at(ATOMIC_AT),
+        rkey,
+        23,
+    ))
+    .unwrap();
     qp.post_send(&SendWr::comp_swap(
         6,
         &[local.sge(40_008, 8)],
@@ -178,4 +198,206 @@ fn ops_client() {
     assert_eq!(local.read(40_000, 8), 100u64.to_ne_bytes());
     assert_eq!(local.read(40_008, 8), 123u64.to_ne_bytes());
     println!("DONE");
+}
+
+const LOSSY: &str = "messages_arrive_once_in_order_across_loss_and_reordering";
+const LOSSY_MESSAGES: u32 = 300;
+const LOSSY_MAX: usize = 4000;
+
+fn lossy_size(i: u32) -> usize {
+    1 + (i as usize * 613) % LOSSY_MAX
+}
+
+fn faulty(a: std::net::Ipv4Addr, seed: u32) -> Vec<(String, String)> {
+    let mut env = device_at(a);
+    env.push((
+        "DEVX_SIM_FAULT_sim0".into(),
+        format!("drop=0.1,dup=0.05,reorder=0.1,seed={seed}"),
+    ));
+    env
+}
+
+/// 10% loss, 5% duplication and 10% reordering in both directions: every
+/// SEND arrives exactly once, in order, and every WRITE lands.
+#[test]
+fn messages_arrive_once_in_order_across_loss_and_reordering() {
+    match std::env::var(ROLE).as_deref() {
+        Ok("server") => return lossy_server(),
+        Ok("client") => return lossy_client(),
+        _ => {}
+    }
+    let (mut srv, mut cli) = handshake(LOSSY, &faulty(addr(11), 5), &faulty(addr(12), 6));
+    cli.expect("DONE");
+    cli.finish();
+    srv.tell("check");
+    let counters = srv.expect("DONE");
+    srv.finish();
+    // The faults did happen, and the transport saw them.
+    let get = |name: &str| -> u64 {
+        counters
+            .iter()
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {counters:?}"))
+    };
+    assert!(get("tx_fault_drops") > 0, "{counters:?}");
+    assert!(
+        get("rx_duplicates") + get("rx_sequence_errors") > 0,
+        "{counters:?}"
+    );
+}
+
+fn lossy_server() {
+    let mut e = End::new();
+    let slots = 32u32;
+    let recv = Buf::all(&e.s.pd, slots as usize * LOSSY_MAX);
+    let post = |qp: &mut verbs::Qp, i: u32| {
+        let at = (i % slots) as usize * LOSSY_MAX;
+        qp.post_recv(&RecvWr::new(
+            u64::from(i),
+            &[recv.sge(at, LOSSY_MAX as u32)],
+        ))
+        .unwrap();
+    };
+    for i in 0..slots {
+        post(&mut e.s.qp, i);
+    }
+    println!("READY {}", e.describe());
+    let peer = read_line();
+    e.connect(&peer, 8, 7, 7);
+    println!("CONNECTED");
+    for i in 0..LOSSY_MESSAGES {
+        let wc = wait(&mut e.s.cq, 1);
+        assert_eq!(wc[0].status, WcStatus::Success, "{wc:?}");
+        assert_eq!(wc[0].wr_id, u64::from(i), "exactly once, in order");
+        assert_eq!(wc[0].imm(), Some(i));
+        assert_eq!(wc[0].byte_len as usize, lossy_size(i));
+        let at = (i % slots) as usize * LOSSY_MAX;
+        assert_eq!(recv.read(at, lossy_size(i)), pattern(i, lossy_size(i)));
+        post(&mut e.s.qp, i + slots);
+    }
+    assert_eq!(read_line(), "check");
+    assert_eq!(e.buf.read(WRITE_AT, 20_000), pattern(9, 20_000));
+    let c = e.s.sim.net_counters().unwrap();
+    let line: Vec<String> = c.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    println!("DONE {}", line.join(" "));
+}
+
+fn lossy_client() {
+    let mut e = End::new();
+    let peer = read_line();
+    let (raddr, rkey) = e.connect(&peer, 8, 7, 7);
+    println!("READY {}", e.describe());
+    assert_eq!(read_line(), "go");
+    let local = Buf::all(&e.s.pd, 16 * LOSSY_MAX + 20_000);
+    for i in 0..LOSSY_MESSAGES {
+        let at = (i % 16) as usize * LOSSY_MAX;
+        local.write(at, &pattern(i, lossy_size(i)));
+        e.s.qp
+            .post_send(&SendWr::send(u64::from(i), &[local.sge(at, lossy_size(i) as u32)]).imm(i))
+            .unwrap();
+        if i % 16 == 15 || i + 1 == LOSSY_MESSAGES {
+            let n = i as usize % 16 + 1;
+            let wc = wait(&mut e.s.cq, n);
+            assert!(wc.iter().all(|w| w.status == WcStatus::Success), "{wc:?}");
+        }
+    }
+    let at = 16 * LOSSY_MAX;
+    local.write(at, &pattern(9, 20_000));
+    e.s.qp
+        .post_send(&SendWr::rdma_write(
+            1000,
+            &[local.sge(at, 20_000)],
+            raddr + WRITE_AT as u64,
+            rkey,
+        ))
+        .unwrap();
+    let wc = wait(&mut e.s.cq, 1);
+    assert_eq!(wc[0].status, WcStatus::Success, "{wc:?}");
+    println!("DONE");
+}
+
+const KILLED: &str = "a_killed_peer_ends_in_retry_exceeded";
+
+/// The peer process dies after connecting: a WRITE retries `retry_cnt`
+/// times, `timeout` apart, then completes with a retry-exceeded error.
+#[test]
+fn a_killed_peer_ends_in_retry_exceeded() {
+    match std::env::var(ROLE).as_deref() {
+        Ok("server") => {
+            let e = End::new();
+            println!("READY {}", e.describe());
+            let peer = read_line();
+            e.connect(&peer, 14, 7, 7);
+            println!("CONNECTED");
+            // Parked until killed.
+            let _ = read_line();
+            return;
+        }
+        Ok("client") => {
+            let mut e = End::new();
+            let peer = read_line();
+            // 4.096 µs × 2^10 ≈ 4 ms per try, 3 retries.
+            let (raddr, rkey) = e.connect(&peer, 10, 3, 7);
+            println!("READY {}", e.describe());
+            assert_eq!(read_line(), "go");
+            assert_eq!(read_line(), "write");
+            let local = Buf::all(&e.s.pd, 4096);
+            e.s.qp
+                .post_send(&SendWr::rdma_write(1, &[local.sge(0, 4096)], raddr, rkey))
+                .unwrap();
+            let wc = wait(&mut e.s.cq, 1);
+            println!("STATUS {:?}", wc[0].status);
+            return;
+        }
+        _ => {}
+    }
+    let (srv, mut cli) = handshake(KILLED, &device_at(addr(21)), &device_at(addr(22)));
+    srv.kill();
+    cli.tell("write");
+    assert_eq!(cli.expect("STATUS"), ["RetryExcErr"]);
+    cli.finish();
+}
+
+const NO_RECV: &str = "no_receive_posted_ends_in_rnr_retry_exceeded";
+
+/// The peer posts no receive: a SEND is RNR-NAKed `rnr_retry` times, then
+/// completes with an RNR-retry-exceeded error.
+#[test]
+fn no_receive_posted_ends_in_rnr_retry_exceeded() {
+    match std::env::var(ROLE).as_deref() {
+        Ok("server") => {
+            let e = End::new();
+            println!("READY {}", e.describe());
+            let peer = read_line();
+            e.connect(&peer, 14, 7, 7);
+            println!("CONNECTED");
+            assert_eq!(read_line(), "check");
+            let c = e.s.sim.net_counters().unwrap();
+            println!("DONE {}", c.get(devx::sim::wire::Counter::RxPackets));
+            return;
+        }
+        Ok("client") => {
+            let mut e = End::new();
+            let peer = read_line();
+            e.connect(&peer, 14, 7, 2);
+            println!("READY {}", e.describe());
+            assert_eq!(read_line(), "go");
+            let local = Buf::all(&e.s.pd, 64);
+            e.s.qp
+                .post_send(&SendWr::send(1, &[local.sge(0, 64)]))
+                .unwrap();
+            let wc = wait(&mut e.s.cq, 1);
+            println!("STATUS {:?}", wc[0].status);
+            return;
+        }
+        _ => {}
+    }
+    let (mut srv, mut cli) = handshake(NO_RECV, &device_at(addr(31)), &device_at(addr(32)));
+    assert_eq!(cli.expect("STATUS"), ["RnrRetryExcErr"]);
+    cli.finish();
+    srv.tell("check");
+    // The first try and two retries reached the server.
+    assert_eq!(srv.expect("DONE"), ["3"]);
+    srv.finish();
 }

@@ -11,11 +11,12 @@
 //!   the kernel builds for a datagram sent through a UDP socket;
 //! * [`pcap`]: a capture writer whose files Wireshark dissects as RoCE;
 //! * [`port`]: a device's UDP socket and receive thread, configured by
-//!   [`config`].
+//!   [`config`], with test faults from [`fault`].
 
 pub mod config;
 pub mod crc32;
 pub mod error;
+pub mod fault;
 pub mod flow;
 pub mod headers;
 pub mod icrc;

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::config::{NetConfig, PCAP_VAR_PREFIX};
 use super::error::WireError;
+use super::fault::{Fate, FaultSpec, Faults, FAULT_VAR_PREFIX};
 use super::flow::Flow;
 use super::packet::{Headers, Packet};
 use super::pcap::PcapWriter;
@@ -52,8 +53,6 @@ pub enum Counter {
     RxBadQpn,
     /// UD datagrams whose Q_Key is not the QP's.
     RxBadQkey,
-    /// Well-formed packets of a transport this port does not carry.
-    RxUnsupported,
     /// RC/UC requests ahead of the expected PSN (or, UC, behind it).
     RxSequenceErrors,
     /// RC requests seen before, answered again.
@@ -61,10 +60,15 @@ pub enum Counter {
     /// Opcodes out of sequence, short middle packets, lengths beyond what
     /// the RETH announced or the QP takes.
     RxInvalidRequests,
+    /// Packets the fault injector ([`super::fault`]) dropped, sent twice,
+    /// or held back.
+    TxFaultDrops,
+    TxFaultDuplicates,
+    TxFaultHeld,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 13] = [
+    pub const ALL: [Counter; 15] = [
         Counter::TxPackets,
         Counter::TxBytes,
         Counter::TxErrors,
@@ -74,10 +78,12 @@ impl Counter {
         Counter::RxIcrcErrors,
         Counter::RxBadQpn,
         Counter::RxBadQkey,
-        Counter::RxUnsupported,
         Counter::RxSequenceErrors,
         Counter::RxDuplicates,
         Counter::RxInvalidRequests,
+        Counter::TxFaultDrops,
+        Counter::TxFaultDuplicates,
+        Counter::TxFaultHeld,
     ];
 
     pub fn name(self) -> &'static str {
@@ -91,10 +97,12 @@ impl Counter {
             Counter::RxIcrcErrors => "rx_icrc_errors",
             Counter::RxBadQpn => "rx_bad_qpn",
             Counter::RxBadQkey => "rx_bad_qkey",
-            Counter::RxUnsupported => "rx_unsupported",
             Counter::RxSequenceErrors => "rx_sequence_errors",
             Counter::RxDuplicates => "rx_duplicates",
             Counter::RxInvalidRequests => "rx_invalid_requests",
+            Counter::TxFaultDrops => "tx_fault_drops",
+            Counter::TxFaultDuplicates => "tx_fault_duplicates",
+            Counter::TxFaultHeld => "tx_fault_held",
         }
     }
 }
@@ -114,14 +122,20 @@ impl NetCounters {
     }
 }
 
+struct Tx {
+    buf: Vec<u8>,
+    faults: Option<Faults>,
+}
+
 /// One device's UDP port.
 pub struct NetPort {
     socket: UdpSocket,
     local: SocketAddr,
     config: NetConfig,
     counters: [AtomicU64; Counter::ALL.len()],
-    /// Packet buffer for sends (senders hold the device lock anyway).
-    tx: Mutex<Vec<u8>>,
+    /// Packet buffer and fault injector for sends (senders hold the device
+    /// lock anyway).
+    tx: Mutex<Tx>,
     capture: Option<Mutex<PcapWriter<BufWriter<File>>>>,
 }
 
@@ -166,12 +180,21 @@ impl NetPort {
             }
             None => None,
         };
+        let faults = match std::env::var(format!("{FAULT_VAR_PREFIX}{dev}")) {
+            Ok(s) => Some(Faults::new(
+                FaultSpec::parse(&s).map_err(|e| format!("{FAULT_VAR_PREFIX}{dev}: {e}"))?,
+            )),
+            Err(_) => None,
+        };
         Ok(Some(Arc::new(NetPort {
             socket,
             local,
             config,
             counters: Default::default(),
-            tx: Mutex::new(vec![0; RX_BUFFER]),
+            tx: Mutex::new(Tx {
+                buf: vec![0; RX_BUFFER],
+                faults,
+            }),
             capture,
         })))
     }
@@ -209,17 +232,52 @@ impl NetPort {
     pub fn send(&self, ip: IpAddr, headers: &Headers, payload: &[u8]) -> Result<(), WireError> {
         let dst = self.config.peer(ip);
         let flow = Flow::new(self.local, dst);
-        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let n = headers.encode(&flow, payload, &mut tx)?;
-        self.capture(&flow, &tx[..n]);
-        match self.socket.send_to(&tx[..n], dst) {
+        let mut guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = &mut *guard;
+        let n = headers.encode(&flow, payload, &mut tx.buf)?;
+        let pkt = &tx.buf[..n];
+        let Some(faults) = tx.faults.as_mut() else {
+            self.transmit(pkt, dst);
+            return Ok(());
+        };
+        match faults.decide(dst) {
+            Fate::Send => self.transmit(pkt, dst),
+            Fate::Drop => self.count(Counter::TxFaultDrops),
+            Fate::Duplicate => {
+                self.count(Counter::TxFaultDuplicates);
+                self.transmit(pkt, dst);
+                self.transmit(pkt, dst);
+            }
+            Fate::Hold => {
+                self.count(Counter::TxFaultHeld);
+                faults.hold(pkt, dst);
+                return Ok(());
+            }
+        }
+        if let Some((held, to)) = faults.release(true) {
+            self.transmit(held, to);
+        }
+        Ok(())
+    }
+
+    /// Sends a packet held back by the fault injector whose time is up.
+    fn release_held(&self) {
+        let mut guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((held, to)) = guard.faults.as_mut().and_then(|f| f.release(false)) {
+            self.transmit(held, to);
+        }
+    }
+
+    /// Puts one encoded packet on the wire (and in the capture).
+    fn transmit(&self, pkt: &[u8], dst: SocketAddr) {
+        self.capture(&Flow::new(self.local, dst), pkt);
+        match self.socket.send_to(pkt, dst) {
             Ok(_) => {
                 self.count(Counter::TxPackets);
-                self.add(Counter::TxBytes, n as u64);
+                self.add(Counter::TxBytes, pkt.len() as u64);
             }
             Err(_) => self.count(Counter::TxErrors),
         }
-        Ok(())
     }
 
     fn capture(&self, flow: &Flow, roce: &[u8]) {
@@ -265,6 +323,7 @@ fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
             if next != wait && p.socket.set_read_timeout(Some(next)).is_ok() {
                 wait = next;
             }
+            p.release_held();
         }
         match got {
             Ok((n, from)) => p.handle(&*s, &buf[..n], from),

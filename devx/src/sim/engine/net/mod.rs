@@ -24,8 +24,7 @@ use super::{responder as deliver, Engine, Inner, Peer};
 use crate::sim::fw::qp::{st, state};
 use crate::sim::fw::state::State;
 use crate::sim::wire::{
-    Bth, BthOpcode, Counter, Deth, Headers, ImmDt, NetPort, Operation, Packet, PacketSink,
-    Service,
+    Bth, BthOpcode, Counter, Deth, Headers, ImmDt, NetPort, Operation, Packet, PacketSink, Service,
 };
 use segment::Dest;
 

@@ -99,9 +99,7 @@ impl Requesters {
 
 /// The ACK timeout of `code`, `None` for 0 (wait forever).
 fn ack_timeout(code: u8) -> Option<Duration> {
-    (code != 0).then(|| {
-        Duration::from_nanos(ACK_TIMEOUT_UNIT_NS << code.min(ACK_TIMEOUT_MAX))
-    })
+    (code != 0).then(|| Duration::from_nanos(ACK_TIMEOUT_UNIT_NS << code.min(ACK_TIMEOUT_MAX)))
 }
 
 /// The QP attributes the transport needs beyond [`QpView`].

@@ -17,8 +17,7 @@ use super::super::cqe::syn;
 use super::super::msg::{Msg, Op, Reply};
 use super::super::queue::QpView;
 use super::segment::{
-    classify, packets, psn_add, psn_diff, send_ack, send_atomic_ack, send_read_response, Dest,
-    Part,
+    classify, packets, psn_add, psn_diff, send_ack, send_atomic_ack, send_read_response, Dest, Part,
 };
 use crate::sim::wire::{Counter, NakCode, NetPort, Packet, Service, Syndrome, NO_CREDIT_LIMIT};
 
@@ -260,9 +259,7 @@ pub fn delivered(
                 return;
             }
             match msg.op {
-                Op::Send | Op::Write => {
-                    send_ack(port, back, psn_add(q.epsn, u32::MAX), ACK, q.msn)
-                }
+                Op::Send | Op::Write => send_ack(port, back, psn_add(q.epsn, u32::MAX), ACK, q.msn),
                 Op::Read => send_read_response(port, back, first, &msg.data, q.msn),
                 Op::CmpSwap | Op::FetchAdd => {
                     let mut b = [0u8; 8];

@@ -152,7 +152,11 @@ pub fn send_request(port: &NetPort, d: &Dest, msg: &Msg, first: u32, from: u32) 
         }
         let lo = (i as usize * d.mtu).min(msg.data.len());
         let hi = (lo + d.mtu).min(msg.data.len());
-        let payload = if x.payload { &msg.data[lo..hi] } else { &[][..] };
+        let payload = if x.payload {
+            &msg.data[lo..hi]
+        } else {
+            &[][..]
+        };
         // An encode error cannot happen for these sizes; a lost packet is
         // what the transport recovers from anyway.
         let _ = port.send(d.ip, &h, payload);
