@@ -96,12 +96,90 @@ fn every_operation_between_two_processes() {
         Ok("client") => return ops_client(),
         _ => {}
     }
-    let (mut srv, mut cli) = handshake(OPS, &device_at(addr(1)), &device_at(addr(2)));
+    let pcap = std::env::temp_dir().join(format!("devx-wire-rc-{}.pcap", std::process::id()));
+    let mut client_env = device_at(addr(2));
+    client_env.push(("DEVX_SIM_PCAP_sim0".into(), pcap.display().to_string()));
+    let (mut srv, mut cli) = handshake(OPS, &device_at(addr(1)), &client_env);
     cli.expect("DONE");
     cli.finish();
     srv.tell("check");
     srv.expect("DONE");
     srv.finish();
+    let dissected = tshark_opcodes(&pcap);
+    let _ = std::fs::remove_file(&pcap);
+    let Some(ops) = dissected else {
+        return;
+    };
+    // Both directions, every kind of packet the exchange needs.
+    for want in [
+        "RC RDMA Write First",
+        "RC RDMA Write Last Immediate",
+        "RC Send Last Immediate",
+        "RC RDMA Read Request",
+        "RC RDMA Read Response Last",
+        "RC Fetch Add",
+        "RC Compare Swap",
+        "RC Atomic Acknowledge",
+        "RC Acknowledge",
+    ] {
+        assert!(
+            ops.iter().any(|o| o.contains(want)),
+            "no '{want}' in {ops:?}"
+        );
+    }
+}
+
+/// tshark's one-line summary of every frame of a capture, after checking
+/// that it dissects each as RoCE with no malformed packet; `None` (and a
+/// message) when tshark is not installed.
+fn tshark_opcodes(pcap: &std::path::Path) -> Option<Vec<String>> {
+    // Protocols whose heuristics would claim our test payloads as theirs.
+    let payload_protocols = [
+        "smc",
+        "smb_direct",
+        "rpcordma",
+        "nvme-rdma",
+        "lnet",
+        "iser",
+        "infiniband_sdp",
+    ];
+    let run = std::process::Command::new("tshark")
+        .arg("-n")
+        .args(
+            payload_protocols
+                .iter()
+                .flat_map(|p| ["--disable-protocol", p]),
+        )
+        .arg("-r")
+        .arg(pcap)
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "_ws.col.Protocol",
+            "-e",
+            "_ws.col.Info",
+        ])
+        .args(["-e", "_ws.malformed", "-e", "_ws.expert.severity"])
+        .output();
+    let Ok(out) = run else {
+        eprintln!("capture not dissected: tshark is not installed (apt-get install tshark)");
+        return None;
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<String> = text.lines().map(str::to_string).collect();
+    assert!(!lines.is_empty(), "empty capture");
+    for l in &lines {
+        let cols: Vec<&str> = l.split('\t').collect();
+        assert_eq!(cols[0], "RRoCE", "not RoCE: {l}");
+        assert!(cols[2..].iter().all(|c| c.is_empty()), "malformed: {l}");
+    }
+    Some(lines)
 }
 
 fn ops_server() {
