@@ -356,6 +356,7 @@ fn lossy_server() {
     }
     assert_eq!(read_line(), "check");
     assert_eq!(e.buf.read(WRITE_AT, 20_000), pattern(9, 20_000));
+    assert_eq!(e.buf.read(ATOMIC_AT, 8), 1u64.to_ne_bytes());
     let c = e.s.sim.net_counters().unwrap();
     let line: Vec<String> = c.iter().map(|(k, v)| format!("{k}={v}")).collect();
     println!("DONE {}", line.join(" "));
@@ -392,6 +393,30 @@ fn lossy_client() {
         .unwrap();
     let wc = wait(&mut e.s.cq, 1);
     assert_eq!(wc[0].status, WcStatus::Success, "{wc:?}");
+    // And read back, also across the faults, with an atomic after it.
+    let check = Buf::all(&e.s.pd, 20_008);
+    e.s.qp
+        .post_send(&SendWr::rdma_read(
+            1001,
+            &[check.sge(0, 20_000)],
+            raddr + WRITE_AT as u64,
+            rkey,
+        ))
+        .unwrap();
+    e.s.qp
+        .post_send(&SendWr::fetch_add(
+            1002,
+            &[check.sge(20_000, 8)],
+            raddr + ATOMIC_AT as u64,
+            rkey,
+            1,
+        ))
+        .unwrap();
+    let wc = wait(&mut e.s.cq, 2);
+    assert!(wc.iter().all(|w| w.status == WcStatus::Success), "{wc:?}");
+    assert_eq!(check.read(0, 20_000), pattern(9, 20_000));
+    // The target started at zero: the add ran once, however often it was sent.
+    assert_eq!(check.read(20_000, 8), 0u64.to_ne_bytes());
     println!("DONE");
 }
 

@@ -4,6 +4,7 @@
 mod bench;
 mod bench_cmd;
 mod bench_datapath;
+mod bench_wire;
 mod device_cmd;
 mod devinfo_cmd;
 mod layout_cmd;

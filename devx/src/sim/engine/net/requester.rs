@@ -1,9 +1,11 @@
 //! The requester half of RC (and UC) over the network: one message in
-//! flight per QP, its packets numbered from the QP's send PSN, resent from
-//! the NAKed PSN on a sequence error, from its first PSN after an RNR wait
-//! or when the ACK timeout passes; `retry_count` timeouts without progress
-//! end it with a transport retry error, `rnr_retry` RNR NAKs (7: no limit)
-//! with an RNR retry error. UC messages complete when sent.
+//! flight per QP, its packets numbered from the QP's send PSN and sent in a
+//! window of [`WINDOW`] unacknowledged packets. A sequence-error NAK sends
+//! again from the NAKed PSN, the ACK timeout from the first unacknowledged
+//! one (go-back-N), an RNR NAK from the message's first PSN after the
+//! responder's RNR delay; `retry_count` timeouts in a row end it with a
+//! transport retry error, `rnr_retry` RNR NAKs (7: no limit) with an RNR
+//! retry error. UC messages complete when sent.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -12,7 +14,9 @@ use super::super::cqe::syn;
 use super::super::msg::{Msg, Op, Reply};
 use super::super::queue::QpView;
 use super::super::responder::rnr_delay;
-use super::segment::{packets, psn_add, psn_diff, send_request, Dest};
+use super::segment::{
+    packets, psn_add, psn_diff, request_packets, send_read_request, send_request, Dest, WINDOW,
+};
 use crate::sim::wire::{NakCode, NetPort, Operation, Packet, Service, Syndrome};
 
 /// `rnr_retry` value meaning "retry forever".
@@ -41,8 +45,16 @@ struct InFlight {
     first: u32,
     /// PSNs the message takes (READ: one per response packet).
     span: u32,
-    /// READ: the next response PSN expected, and the data so far.
+    /// Request packets (READ and atomics: one).
+    packets: u32,
+    /// The first request packet not acknowledged, and the next to send.
+    una: u32,
+    nxt: u32,
+    /// READ: the next response PSN expected, and the one a request for
+    /// the rest was last sent for.
     next_resp: u32,
+    asked_from: u32,
+    retry_count: u8,
     retries_left: u8,
     rnr_left: u8,
     timeout: Option<Duration>,
@@ -61,13 +73,52 @@ impl InFlight {
         d >= 0 && (d as u32) < self.span
     }
 
-    fn send_from(&mut self, port: &NetPort, from: u32) {
-        if self.msg.op == Op::Read {
-            // A READ is asked for again whole.
-            self.msg.data.clear();
-            self.next_resp = self.first;
+    /// Index of request packet `psn` in the message.
+    fn index(&self, psn: u32) -> u32 {
+        psn_diff(psn, self.first).max(0) as u32
+    }
+
+    /// Sends what the window allows from `nxt` on, and restarts the ACK
+    /// timer.
+    fn pump(&mut self, port: &NetPort) {
+        while self.index(self.nxt) < self.packets && psn_diff(self.nxt, self.una) < WINDOW as i32 {
+            let i = self.index(self.nxt);
+            send_request(port, &self.dest, &self.msg, self.first, i);
+            self.nxt = psn_add(self.nxt, 1);
         }
-        send_request(port, &self.dest, &self.msg, self.first, from);
+        self.deadline = self.timeout.map(|t| Instant::now() + t);
+    }
+
+    /// Goes back to request packet `psn` (go-back-N) and sends again.
+    fn back_to(&mut self, port: &NetPort, psn: u32) {
+        if self.msg.op == Op::Read && self.next_resp != self.first {
+            self.ask_rest(port);
+            return;
+        }
+        self.una = psn;
+        self.nxt = psn;
+        self.pump(port);
+    }
+
+    /// READ: asks for what has not arrived, from the next response PSN
+    /// (IBA 9.7.4.1.4); the responder reads it again.
+    fn ask_rest(&mut self, port: &NetPort) {
+        let got = self.msg.data.len() as u64;
+        send_read_request(
+            port,
+            &self.dest,
+            self.next_resp,
+            self.msg.raddr + got,
+            self.msg.rkey,
+            self.msg.len - got,
+        );
+        self.asked_from = self.next_resp;
+        self.deadline = self.timeout.map(|t| Instant::now() + t);
+    }
+
+    /// Forward progress: the retry count starts again.
+    fn progress(&mut self) {
+        self.retries_left = self.retry_count;
         self.deadline = self.timeout.map(|t| Instant::now() + t);
     }
 }
@@ -137,15 +188,17 @@ pub fn request(
             return Status::Pending;
         }
     }
+    let n = request_packets(msg, dest.mtu);
     let span = match msg.op {
-        Op::Send | Op::Write => packets(msg.data.len(), dest.mtu),
         Op::Read => packets(msg.len as usize, dest.mtu),
-        Op::CmpSwap | Op::FetchAdd => 1,
+        _ => n,
     };
     let first = q.next_psn;
     q.next_psn = psn_add(first, span);
     if dest.service == Service::Uc {
-        send_request(port, &dest, msg, first, first);
+        for i in 0..n {
+            send_request(port, &dest, msg, first, i);
+        }
         return Status::Done(Reply::Ack);
     }
     let mut f = InFlight {
@@ -154,14 +207,23 @@ pub fn request(
         dest,
         first,
         span,
+        packets: n,
+        una: first,
+        nxt: first,
         next_resp: first,
+        asked_from: first,
+        retry_count: a.retry_count,
         retries_left: a.retry_count,
         rnr_left: v.rnr_retry,
         timeout: ack_timeout(a.ack_timeout),
         deadline: None,
         resend_at: None,
     };
-    f.send_from(port, first);
+    if f.msg.op == Op::Read {
+        // Filled by the responses.
+        f.msg.data.clear();
+    }
+    f.pump(port);
     q.inflight = Some(f);
     Status::Pending
 }
@@ -207,12 +269,21 @@ pub fn response(all: &mut Requesters, port: &NetPort, qpn: u32, p: &Packet<'_>) 
             };
             match s {
                 Syndrome::Ack { .. } => {
-                    let ends = matches!(f.msg.op, Op::Send | Op::Write) && psn == f.last();
-                    if ends {
+                    if !matches!(f.msg.op, Op::Send | Op::Write) {
+                        return false;
+                    }
+                    if psn == f.last() {
                         return complete(q, Reply::Ack);
                     }
-                    // Progress: the timeout starts again.
-                    f.deadline = f.timeout.map(|t| Instant::now() + t);
+                    // Progress: the window moves on.
+                    if psn_diff(psn, f.una) >= 0 {
+                        f.una = psn_add(psn, 1);
+                        if psn_diff(f.nxt, f.una) < 0 {
+                            f.nxt = f.una;
+                        }
+                        f.progress();
+                        f.pump(port);
+                    }
                     false
                 }
                 Syndrome::RnrNak { timer } => {
@@ -227,7 +298,7 @@ pub fn response(all: &mut Requesters, port: &NetPort, qpn: u32, p: &Packet<'_>) 
                     false
                 }
                 Syndrome::Nak(NakCode::PsnSequenceError) => {
-                    f.send_from(port, psn);
+                    f.back_to(port, psn);
                     false
                 }
                 Syndrome::Nak(c) => complete(q, Reply::Nak(nak_syndrome(c))),
@@ -237,7 +308,14 @@ pub fn response(all: &mut Requesters, port: &NetPort, qpn: u32, p: &Packet<'_>) 
         | Operation::ReadResponseMiddle
         | Operation::ReadResponseLast
         | Operation::ReadResponseOnly => {
-            if f.msg.op != Op::Read || psn != f.next_resp {
+            if f.msg.op != Op::Read {
+                return false;
+            }
+            if psn != f.next_resp {
+                // A gap: ask for the rest at once, once per gap.
+                if psn_diff(psn, f.next_resp) > 0 && f.asked_from != f.next_resp {
+                    f.ask_rest(port);
+                }
                 return false;
             }
             if f.msg.data.len() + p.payload.len() > f.msg.len as usize {
@@ -245,7 +323,7 @@ pub fn response(all: &mut Requesters, port: &NetPort, qpn: u32, p: &Packet<'_>) 
             }
             f.msg.data.extend_from_slice(p.payload);
             f.next_resp = psn_add(psn, 1);
-            f.deadline = f.timeout.map(|t| Instant::now() + t);
+            f.progress();
             let last = matches!(
                 p.opcode.operation(),
                 Operation::ReadResponseLast | Operation::ReadResponseOnly
@@ -280,9 +358,11 @@ pub fn tick(all: &mut Requesters, port: &NetPort, kick: &mut Vec<u32>) -> Option
             continue;
         };
         if f.resend_at.is_some_and(|t| t <= now) {
+            // After an RNR NAK the responder takes the message from its
+            // first packet.
             f.resend_at = None;
             let first = f.first;
-            f.send_from(port, first);
+            f.back_to(port, first);
         } else if f.deadline.is_some_and(|t| t <= now) {
             if f.retries_left == 0 {
                 if complete(q, Reply::Nak(syn::TRANSPORT_RETRY_EXC)) {
@@ -291,8 +371,8 @@ pub fn tick(all: &mut Requesters, port: &NetPort, kick: &mut Vec<u32>) -> Option
                 continue;
             }
             f.retries_left -= 1;
-            let first = f.first;
-            f.send_from(port, first);
+            let una = f.una;
+            f.back_to(port, una);
         }
         for t in [f.resend_at, f.deadline].into_iter().flatten() {
             next = Some(next.map_or(t, |n| n.min(t)));

@@ -8,8 +8,9 @@
 //! duplicate is answered again (SEND/WRITE: ACK; READ: read again; atomic:
 //! the saved original value, never executed twice); an RNR NAK rewinds the
 //! expected PSN to the message's first packet. ACKs are coalesced: one per
-//! packet that asks for it (the last of each message). UC: a gap drops
-//! the message being gathered.
+//! packet that asks for it (the requester asks every half window and on
+//! the last packet of a message). UC: a gap drops the message being
+//! gathered.
 
 use std::collections::{HashMap, VecDeque};
 

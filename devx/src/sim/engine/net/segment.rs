@@ -110,57 +110,77 @@ fn opcode(service: Service, op: Operation) -> Option<BthOpcode> {
     BthOpcode::new(service, op).ok()
 }
 
-/// Sends the request packets of `msg` starting at `first` PSN, skipping
-/// those before `from`; the last asks for an ACK.
-pub fn send_request(port: &NetPort, d: &Dest, msg: &Msg, first: u32, from: u32) {
-    let n = match msg.op {
-        Op::Send | Op::Write => packets(msg.data.len(), d.mtu),
+/// Request packets a requester sends ahead of the first unacknowledged
+/// one; with an ACK asked for every half window, the window keeps moving
+/// and a burst stays well inside a socket's default receive buffer.
+pub const WINDOW: u32 = 32;
+const ACK_EVERY: u32 = WINDOW / 2;
+
+/// Request packets `msg` takes at the destination's MTU.
+pub fn request_packets(msg: &Msg, mtu: usize) -> u32 {
+    match msg.op {
+        Op::Send | Op::Write => packets(msg.data.len(), mtu),
         _ => 1,
-    };
-    for i in 0..n {
-        let psn = psn_add(first, i);
-        if psn_diff(psn, from) < 0 {
-            continue;
-        }
-        let part = Part::of(i, n);
-        let imm = part.ends() && msg.imm.is_some();
-        let Some(opc) = opcode(d.service, operation(msg.op, part, imm)) else {
-            return;
-        };
-        let mut bth = Bth::new(opc.raw(), d.qpn, psn);
-        bth.set_solicited(part.ends() && msg.solicited);
-        bth.set_ack_req(part.ends() && d.service == Service::Rc);
-        let mut h = Headers::new(bth);
-        let x = opc.extensions();
-        if x.reth {
-            let len = match msg.op {
-                Op::Read => msg.len,
-                _ => msg.data.len() as u64,
-            };
-            h.reth = Some(Reth::new(msg.raddr, msg.rkey, len as u32));
-        }
-        if x.atomic_eth {
-            h.atomic_eth = Some(AtomicEth::new(
-                msg.raddr,
-                msg.rkey,
-                msg.swap_add,
-                msg.compare,
-            ));
-        }
-        if imm {
-            h.imm = msg.imm.map(|imm| ImmDt { imm });
-        }
-        let lo = (i as usize * d.mtu).min(msg.data.len());
-        let hi = (lo + d.mtu).min(msg.data.len());
-        let payload = if x.payload {
-            &msg.data[lo..hi]
-        } else {
-            &[][..]
-        };
-        // An encode error cannot happen for these sizes; a lost packet is
-        // what the transport recovers from anyway.
-        let _ = port.send(d.ip, &h, payload);
     }
+}
+
+/// Sends request packet `i` of `msg`, whose first PSN is `first`. The
+/// last packet, and every [`ACK_EVERY`]th, asks for an ACK (RC).
+pub fn send_request(port: &NetPort, d: &Dest, msg: &Msg, first: u32, i: u32) {
+    let n = request_packets(msg, d.mtu);
+    let psn = psn_add(first, i);
+    let part = Part::of(i, n);
+    let imm = part.ends() && msg.imm.is_some();
+    let Some(opc) = opcode(d.service, operation(msg.op, part, imm)) else {
+        return;
+    };
+    let mut bth = Bth::new(opc.raw(), d.qpn, psn);
+    bth.set_solicited(part.ends() && msg.solicited);
+    let ack = part.ends() || (i + 1) % ACK_EVERY == 0;
+    bth.set_ack_req(ack && d.service == Service::Rc);
+    let mut h = Headers::new(bth);
+    let x = opc.extensions();
+    if x.reth {
+        let len = match msg.op {
+            Op::Read => msg.len,
+            _ => msg.data.len() as u64,
+        };
+        h.reth = Some(Reth::new(msg.raddr, msg.rkey, len as u32));
+    }
+    if x.atomic_eth {
+        h.atomic_eth = Some(AtomicEth::new(
+            msg.raddr,
+            msg.rkey,
+            msg.swap_add,
+            msg.compare,
+        ));
+    }
+    if imm {
+        h.imm = msg.imm.map(|imm| ImmDt { imm });
+    }
+    let lo = (i as usize * d.mtu).min(msg.data.len());
+    let hi = (lo + d.mtu).min(msg.data.len());
+    let payload = if x.payload {
+        &msg.data[lo..hi]
+    } else {
+        &[][..]
+    };
+    // An encode error cannot happen for these sizes; a lost packet is
+    // what the transport recovers from anyway.
+    let _ = port.send(d.ip, &h, payload);
+}
+
+/// Sends a READ request for `len` bytes at `va` with PSN `psn` (the rest
+/// of a READ whose first responses arrived).
+pub fn send_read_request(port: &NetPort, d: &Dest, psn: u32, va: u64, rkey: u32, len: u64) {
+    let Some(opc) = opcode(d.service, Operation::ReadRequest) else {
+        return;
+    };
+    let mut bth = Bth::new(opc.raw(), d.qpn, psn);
+    bth.set_ack_req(true);
+    let mut h = Headers::new(bth);
+    h.reth = Some(Reth::new(va, rkey, len as u32));
+    let _ = port.send(d.ip, &h, &[]);
 }
 
 /// Sends an ACK or NAK for `psn`.
