@@ -136,7 +136,7 @@ pub fn send_request(port: &NetPort, d: &Dest, msg: &Msg, first: u32, i: u32) {
     };
     let mut bth = Bth::new(opc.raw(), d.qpn, psn);
     bth.set_solicited(part.ends() && msg.solicited);
-    let ack = part.ends() || (i + 1) % ACK_EVERY == 0;
+    let ack = part.ends() || (i + 1).is_multiple_of(ACK_EVERY);
     bth.set_ack_req(ack && d.service == Service::Rc);
     let mut h = Headers::new(bth);
     let x = opc.extensions();
