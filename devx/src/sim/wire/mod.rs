@@ -20,6 +20,7 @@ pub mod fault;
 pub mod flow;
 pub mod headers;
 pub mod icrc;
+pub mod mmsg;
 pub mod opcode;
 pub mod packet;
 pub mod pcap;

@@ -15,14 +15,17 @@ use super::config::{NetConfig, PCAP_VAR_PREFIX};
 use super::error::WireError;
 use super::fault::{Fate, FaultSpec, Faults, FAULT_VAR_PREFIX};
 use super::flow::Flow;
+use super::mmsg;
 use super::packet::{Headers, Packet};
 use super::pcap::PcapWriter;
 
-/// Largest datagram the port reads (the largest UDP payload).
-const RX_BUFFER: usize = u16::MAX as usize;
+/// Largest packet the port encodes (the largest UDP payload).
+const TX_BUFFER: usize = u16::MAX as usize;
 /// How long the receive thread waits before looking whether its device
 /// is still there.
 const RX_POLL: Duration = Duration::from_millis(100);
+/// Socket buffers asked for, each way.
+const SOCKET_BUFFER: libc::c_int = 4 << 20;
 /// The finest timer step of the transport (retransmission, RNR waits).
 const MIN_TICK: Duration = Duration::from_micros(200);
 
@@ -123,8 +126,19 @@ impl NetCounters {
 }
 
 struct Tx {
+    /// Where a packet is encoded.
     buf: Vec<u8>,
     faults: Option<Faults>,
+    q: Queue,
+}
+
+/// Packets waiting for one `sendmmsg`.
+struct Queue {
+    slots: Vec<u8>,
+    lens: Vec<usize>,
+    dsts: Vec<SocketAddr>,
+    /// Nesting of [`NetPort::batch`]; 0: every packet goes at once.
+    depth: u32,
 }
 
 /// One device's UDP port.
@@ -167,6 +181,11 @@ impl NetPort {
         if local.is_ipv4() {
             set_dont_fragment(&socket).map_err(|e| format!("{dev}: IP_MTU_DISCOVER: {e}"))?;
         }
+        // A window of 4 KiB packets overflows the default receive buffer
+        // on loopback; the kernel caps the request at net.core.rmem_max,
+        // which is all this can ask for.
+        let _ = set_int_option(&socket, libc::SOL_SOCKET, libc::SO_RCVBUF, SOCKET_BUFFER);
+        let _ = set_int_option(&socket, libc::SOL_SOCKET, libc::SO_SNDBUF, SOCKET_BUFFER);
         socket
             .set_read_timeout(Some(RX_POLL))
             .map_err(|e| format!("{dev}: read timeout: {e}"))?;
@@ -192,8 +211,14 @@ impl NetPort {
             config,
             counters: Default::default(),
             tx: Mutex::new(Tx {
-                buf: vec![0; RX_BUFFER],
+                buf: vec![0; TX_BUFFER],
                 faults,
+                q: Queue {
+                    slots: vec![0; mmsg::BATCH * mmsg::SLOT],
+                    lens: Vec::with_capacity(mmsg::BATCH),
+                    dsts: Vec::with_capacity(mmsg::BATCH),
+                    depth: 0,
+                },
             }),
             capture,
         })))
@@ -233,20 +258,20 @@ impl NetPort {
         let dst = self.config.peer(ip);
         let flow = Flow::new(self.local, dst);
         let mut guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let tx = &mut *guard;
-        let n = headers.encode(&flow, payload, &mut tx.buf)?;
-        let pkt = &tx.buf[..n];
-        let Some(faults) = tx.faults.as_mut() else {
-            self.transmit(pkt, dst);
+        let Tx { buf, faults, q } = &mut *guard;
+        let n = headers.encode(&flow, payload, buf)?;
+        let pkt = &buf[..n];
+        let Some(faults) = faults.as_mut() else {
+            self.enqueue(q, pkt, dst);
             return Ok(());
         };
         match faults.decide(dst) {
-            Fate::Send => self.transmit(pkt, dst),
+            Fate::Send => self.enqueue(q, pkt, dst),
             Fate::Drop => self.count(Counter::TxFaultDrops),
             Fate::Duplicate => {
                 self.count(Counter::TxFaultDuplicates);
-                self.transmit(pkt, dst);
-                self.transmit(pkt, dst);
+                self.enqueue(q, pkt, dst);
+                self.enqueue(q, pkt, dst);
             }
             Fate::Hold => {
                 self.count(Counter::TxFaultHeld);
@@ -255,29 +280,70 @@ impl NetPort {
             }
         }
         if let Some((held, to)) = faults.release(true) {
-            self.transmit(held, to);
+            self.enqueue(q, held, to);
         }
         Ok(())
+    }
+
+    /// Runs `f`, sending the packets it sends through this port together
+    /// (one `sendmmsg` per [`mmsg::BATCH`]) when it returns.
+    pub fn batch<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).q.depth += 1;
+        let r = f();
+        let mut guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let q = &mut guard.q;
+        q.depth = q.depth.saturating_sub(1);
+        if q.depth == 0 {
+            self.flush(q);
+        }
+        r
     }
 
     /// Sends a packet held back by the fault injector whose time is up.
     fn release_held(&self) {
         let mut guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((held, to)) = guard.faults.as_mut().and_then(|f| f.release(false)) {
-            self.transmit(held, to);
+        let Tx { faults, q, .. } = &mut *guard;
+        if let Some((held, to)) = faults.as_mut().and_then(|f| f.release(false)) {
+            self.enqueue(q, held, to);
         }
     }
 
-    /// Puts one encoded packet on the wire (and in the capture).
-    fn transmit(&self, pkt: &[u8], dst: SocketAddr) {
+    /// Queues one encoded packet for the wire (and the capture); sends the
+    /// queue when it is full or no batch is open.
+    fn enqueue(&self, q: &mut Queue, pkt: &[u8], dst: SocketAddr) {
         self.capture(&Flow::new(self.local, dst), pkt);
-        match self.socket.send_to(pkt, dst) {
-            Ok(_) => {
-                self.count(Counter::TxPackets);
-                self.add(Counter::TxBytes, pkt.len() as u64);
+        if pkt.len() > mmsg::SLOT {
+            self.flush(q);
+            match self.socket.send_to(pkt, dst) {
+                Ok(_) => {
+                    self.count(Counter::TxPackets);
+                    self.add(Counter::TxBytes, pkt.len() as u64);
+                }
+                Err(_) => self.count(Counter::TxErrors),
             }
-            Err(_) => self.count(Counter::TxErrors),
+            return;
         }
+        let at = q.lens.len() * mmsg::SLOT;
+        q.slots[at..at + pkt.len()].copy_from_slice(pkt);
+        q.lens.push(pkt.len());
+        q.dsts.push(dst);
+        if q.depth == 0 || q.lens.len() == mmsg::BATCH {
+            self.flush(q);
+        }
+    }
+
+    /// Sends what is queued, in one system call.
+    fn flush(&self, q: &mut Queue) {
+        if q.lens.is_empty() {
+            return;
+        }
+        let sent = mmsg::send_batch(&self.socket, &q.slots, &q.lens, &q.dsts);
+        let bytes: usize = q.lens[..sent].iter().sum();
+        self.add(Counter::TxPackets, sent as u64);
+        self.add(Counter::TxBytes, bytes as u64);
+        self.add(Counter::TxErrors, (q.lens.len() - sent) as u64);
+        q.lens.clear();
+        q.dsts.clear();
     }
 
     fn capture(&self, flow: &Flow, roce: &[u8]) {
@@ -306,18 +372,32 @@ impl NetPort {
 }
 
 fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
-    let mut buf = vec![0u8; RX_BUFFER];
+    let mut bufs = vec![0u8; mmsg::BATCH * mmsg::SLOT];
+    let mut got = [mmsg::Received {
+        len: 0,
+        truncated: false,
+        from: None,
+    }; mmsg::BATCH];
     let mut wait = RX_POLL;
     let mut last_tick = Instant::now();
     loop {
         let Some(p) = port.upgrade() else {
             return;
         };
-        let got = p.socket.recv_from(&mut buf);
+        let n = mmsg::recv_batch(&p.socket, &mut bufs, &mut got);
         let Some(s) = sink.upgrade() else {
             return;
         };
-        if got.is_err() || last_tick.elapsed() >= MIN_TICK {
+        // Errors: the read timeout, a signal, an ICMP error from an
+        // earlier send; none stops the port.
+        let n = n.unwrap_or(0);
+        for (r, slot) in got[..n].iter().zip(bufs.chunks_exact(mmsg::SLOT)) {
+            match (r.from, r.truncated) {
+                (Some(from), false) => p.handle(&*s, &slot[..r.len], from),
+                _ => p.count(Counter::RxMalformed),
+            }
+        }
+        if n == 0 || last_tick.elapsed() >= MIN_TICK {
             last_tick = Instant::now();
             let next = s.tick(&p).map_or(RX_POLL, |d| d.clamp(MIN_TICK, RX_POLL));
             if next != wait && p.socket.set_read_timeout(Some(next)).is_ok() {
@@ -325,31 +405,33 @@ fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
             }
             p.release_held();
         }
-        match got {
-            Ok((n, from)) => p.handle(&*s, &buf[..n], from),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            // ICMP port unreachable from an earlier send, and the like.
-            Err(_) => {}
-        }
     }
 }
 
 /// Sets DF on every datagram, so the kernel writes IP identification 0
 /// (see [`super::flow`]) and never fragments a packet.
 fn set_dont_fragment(s: &UdpSocket) -> io::Result<()> {
-    let v: libc::c_int = libc::IP_PMTUDISC_DO;
+    set_int_option(
+        s,
+        libc::IPPROTO_IP,
+        libc::IP_MTU_DISCOVER,
+        libc::IP_PMTUDISC_DO,
+    )
+}
+
+fn set_int_option(
+    s: &UdpSocket,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: the fd is a live socket owned by `s`; the option value is a
     // c_int whose size is passed alongside.
     let r = unsafe {
         libc::setsockopt(
             s.as_raw_fd(),
-            libc::IPPROTO_IP,
-            libc::IP_MTU_DISCOVER,
+            level,
+            name,
             (&v as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )

@@ -81,11 +81,15 @@ impl InFlight {
     /// Sends what the window allows from `nxt` on, and restarts the ACK
     /// timer.
     fn pump(&mut self, port: &NetPort) {
-        while self.index(self.nxt) < self.packets && psn_diff(self.nxt, self.una) < WINDOW as i32 {
-            let i = self.index(self.nxt);
-            send_request(port, &self.dest, &self.msg, self.first, i);
-            self.nxt = psn_add(self.nxt, 1);
-        }
+        port.batch(|| {
+            while self.index(self.nxt) < self.packets
+                && psn_diff(self.nxt, self.una) < WINDOW as i32
+            {
+                let i = self.index(self.nxt);
+                send_request(port, &self.dest, &self.msg, self.first, i);
+                self.nxt = psn_add(self.nxt, 1);
+            }
+        });
         self.deadline = self.timeout.map(|t| Instant::now() + t);
     }
 
@@ -196,9 +200,11 @@ pub fn request(
     let first = q.next_psn;
     q.next_psn = psn_add(first, span);
     if dest.service == Service::Uc {
-        for i in 0..n {
-            send_request(port, &dest, msg, first, i);
-        }
+        port.batch(|| {
+            for i in 0..n {
+                send_request(port, &dest, msg, first, i);
+            }
+        });
         return Status::Done(Reply::Ack);
     }
     let mut f = InFlight {

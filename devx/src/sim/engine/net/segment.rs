@@ -195,6 +195,10 @@ pub fn send_ack(port: &NetPort, d: &Dest, psn: u32, s: Syndrome, msn: u32) {
 
 /// Sends READ response packets with `data` from PSN `first`.
 pub fn send_read_response(port: &NetPort, d: &Dest, first: u32, data: &[u8], msn: u32) {
+    port.batch(|| read_response_packets(port, d, first, data, msn));
+}
+
+fn read_response_packets(port: &NetPort, d: &Dest, first: u32, data: &[u8], msn: u32) {
     let n = packets(data.len(), d.mtu);
     for i in 0..n {
         use Operation::*;
