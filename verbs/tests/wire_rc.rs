@@ -504,3 +504,102 @@ fn no_receive_posted_ends_in_rnr_retry_exceeded() {
     assert_eq!(srv.expect("DONE"), ["3"]);
     srv.finish();
 }
+
+const FORGED: &str = "forged_packets_and_bad_keys_are_refused";
+
+/// Packets from a third address (unknown QPN, PSN far ahead, bad ICRC,
+/// truncated) and a WRITE with a wrong rkey from the connected peer: the
+/// server's memory stays untouched, each refusal is counted, and the
+/// requester sees a remote access error.
+#[test]
+fn forged_packets_and_bad_keys_are_refused() {
+    use devx::sim::wire::{Bth, BthOpcode, Flow, Headers, Operation, Reth, Service};
+    use std::net::{SocketAddr, UdpSocket};
+
+    match std::env::var(ROLE).as_deref() {
+        Ok("server") => {
+            let e = End::new();
+            println!("READY {}", e.describe());
+            let peer = read_line();
+            e.connect(&peer, 14, 7, 7);
+            println!("CONNECTED");
+            assert_eq!(read_line(), "check");
+            assert!(e.buf.read(0, BUF).iter().all(|b| *b == 0), "memory written");
+            let c = e.s.sim.net_counters().unwrap();
+            let line: Vec<String> = c.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            println!("DONE {}", line.join(" "));
+            return;
+        }
+        Ok("client") => {
+            let mut e = End::new();
+            let peer = read_line();
+            let (raddr, rkey) = e.connect(&peer, 14, 7, 7);
+            println!("READY {}", e.describe());
+            assert_eq!(read_line(), "go");
+            assert_eq!(read_line(), "write");
+            let local = Buf::all(&e.s.pd, 4096);
+            local.write(0, &[0xab; 4096]);
+            e.s.qp
+                .post_send(&SendWr::rdma_write(
+                    1,
+                    &[local.sge(0, 4096)],
+                    raddr,
+                    rkey ^ 0xff00,
+                ))
+                .unwrap();
+            let wc = wait(&mut e.s.cq, 1);
+            println!("STATUS {:?}", wc[0].status);
+            return;
+        }
+        _ => {}
+    }
+    let mut srv = Peer::spawn(FORGED, "server", &device_at(addr(41)));
+    let ready = srv.expect("READY");
+    let mut cli = Peer::spawn(FORGED, "client", &device_at(addr(42)));
+    cli.tell(&ready.join(" "));
+    let c = cli.expect("READY").join(" ");
+    srv.tell(&c);
+    srv.expect("CONNECTED");
+    cli.tell("go");
+
+    let qpn: u32 = ready[0].parse().unwrap();
+    let raddr: u64 = ready[3].parse().unwrap();
+    let rkey: u32 = ready[4].parse().unwrap();
+    let to = SocketAddr::new(addr(41).into(), 4791);
+    let me = SocketAddr::new(addr(43).into(), 4791);
+    let sock = UdpSocket::bind(me).unwrap();
+    let flow = Flow::new(me, to);
+    let write = |dest: u32, psn: u32| {
+        let op = BthOpcode::new(Service::Rc, Operation::WriteOnly).unwrap();
+        let mut h = Headers::new(Bth::new(op.raw(), dest, psn));
+        h.reth = Some(Reth::new(raddr, rkey, 64));
+        let mut out = vec![0u8; 256];
+        let n = h.encode(&flow, &[0xee; 64], &mut out).unwrap();
+        out.truncate(n);
+        out
+    };
+    let mut bad_icrc = write(qpn, 0x10);
+    bad_icrc[30] ^= 0x40;
+    for d in [
+        write(0xab_cdef, 0x10),
+        write(qpn, 0x10 + 5000),
+        bad_icrc,
+        write(qpn, 0x10)[..20].to_vec(),
+    ] {
+        sock.send_to(&d, to).unwrap();
+    }
+    cli.tell("write");
+    assert_eq!(cli.expect("STATUS"), ["RemAccessErr"]);
+    cli.finish();
+    srv.tell("check");
+    let counters = srv.expect("DONE");
+    srv.finish();
+    for want in [
+        "rx_bad_qpn=1",
+        "rx_sequence_errors=1",
+        "rx_icrc_errors=1",
+        "rx_malformed=1",
+    ] {
+        assert!(counters.iter().any(|c| c == want), "{want}: {counters:?}");
+    }
+}
