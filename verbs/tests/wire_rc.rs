@@ -27,7 +27,11 @@ struct End {
 
 impl End {
     fn new() -> End {
-        let s = side(0, QpType::Rc, caps());
+        End::of(QpType::Rc)
+    }
+
+    fn of(t: QpType) -> End {
+        let s = side(0, t, caps());
         let buf = Buf::all(&s.pd, BUF);
         End { s, buf }
     }
@@ -53,18 +57,26 @@ impl End {
         let gid: [u8; 16] = hex::decode(w[1]).unwrap().try_into().unwrap();
         let mac: [u8; 6] = hex::decode(w[2]).unwrap().try_into().unwrap();
         let qp = &self.s.qp;
-        qp.to_init(&InitAttr::new(1).access(access_all())).unwrap();
         let path = AhAttr::roce(1, Gid(gid), GID_V4, Some(mac));
-        let rtr = RtrAttr::new(Mtu::Mtu1024, qpn, 0x10, path)
-            .max_dest_rd_atomic(4)
-            .min_rnr_timer(1);
-        qp.to_rtr(&rtr).unwrap();
-        let rts = RtsAttr::new(0x10)
-            .timeout(timeout)
-            .retry_cnt(retry)
-            .rnr_retry(rnr_retry)
-            .max_rd_atomic(4);
-        qp.to_rts(&rts).unwrap();
+        if qp.qp_type() == QpType::Uc {
+            let access = verbs::AccessFlags::LOCAL_WRITE | verbs::AccessFlags::REMOTE_WRITE;
+            qp.to_init(&InitAttr::new(1).access(access)).unwrap();
+            qp.to_rtr(&RtrAttr::new(Mtu::Mtu1024, qpn, 0x10, path))
+                .unwrap();
+            qp.to_rts(&RtsAttr::new(0x10)).unwrap();
+        } else {
+            qp.to_init(&InitAttr::new(1).access(access_all())).unwrap();
+            let rtr = RtrAttr::new(Mtu::Mtu1024, qpn, 0x10, path)
+                .max_dest_rd_atomic(4)
+                .min_rnr_timer(1);
+            qp.to_rtr(&rtr).unwrap();
+            let rts = RtsAttr::new(0x10)
+                .timeout(timeout)
+                .retry_cnt(retry)
+                .rnr_retry(rnr_retry)
+                .max_rd_atomic(4);
+            qp.to_rts(&rts).unwrap();
+        }
         (w[3].parse().unwrap(), w[4].parse().unwrap())
     }
 }
@@ -602,4 +614,69 @@ fn forged_packets_and_bad_keys_are_refused() {
     ] {
         assert!(counters.iter().any(|c| c == want), "{want}: {counters:?}");
     }
+}
+
+const UC: &str = "uc_sends_and_writes_between_two_processes";
+
+/// UC: multi-packet SENDs and WRITEs (with immediates) land, in order.
+#[test]
+fn uc_sends_and_writes_between_two_processes() {
+    match std::env::var(ROLE).as_deref() {
+        Ok("server") => {
+            let mut e = End::of(QpType::Uc);
+            let recv = Buf::all(&e.s.pd, 16 * 1024);
+            for i in 0..2 {
+                e.s.qp
+                    .post_recv(&RecvWr::new(i, &[recv.sge(i as usize * 8192, 8192)]))
+                    .unwrap();
+            }
+            println!("READY {}", e.describe());
+            let peer = read_line();
+            e.connect(&peer, 0, 0, 0);
+            println!("CONNECTED");
+            let r = wait(&mut e.s.cq, 2);
+            assert_eq!(
+                (r[0].status, r[0].opcode, r[0].imm(), r[0].byte_len),
+                (WcStatus::Success, WcOpcode::Recv, Some(5), 5000),
+                "{r:?}"
+            );
+            assert_eq!(
+                (r[1].status, r[1].opcode, r[1].imm(), r[1].byte_len),
+                (WcStatus::Success, WcOpcode::RecvRdmaWithImm, Some(6), 7000),
+                "{r:?}"
+            );
+            assert_eq!(recv.read(0, 5000), pattern(5, 5000));
+            assert_eq!(e.buf.read(WRITE_AT, 7000), pattern(6, 7000));
+            println!("DONE");
+            return;
+        }
+        Ok("client") => {
+            let mut e = End::of(QpType::Uc);
+            let peer = read_line();
+            let (raddr, rkey) = e.connect(&peer, 0, 0, 0);
+            println!("READY {}", e.describe());
+            assert_eq!(read_line(), "go");
+            let local = Buf::all(&e.s.pd, 16 * 1024);
+            local.write(0, &pattern(5, 5000));
+            local.write(8192, &pattern(6, 7000));
+            let qp = &mut e.s.qp;
+            qp.post_send(&SendWr::send(1, &[local.sge(0, 5000)]).imm(5))
+                .unwrap();
+            qp.post_send(
+                &SendWr::rdma_write(2, &[local.sge(8192, 7000)], raddr + WRITE_AT as u64, rkey)
+                    .imm(6),
+            )
+            .unwrap();
+            let wc = wait(&mut e.s.cq, 2);
+            assert!(wc.iter().all(|w| w.status == WcStatus::Success), "{wc:?}");
+            println!("DONE");
+            return;
+        }
+        _ => {}
+    }
+    let (mut srv, mut cli) = handshake(UC, &device_at(addr(51)), &device_at(addr(52)));
+    cli.expect("DONE");
+    cli.finish();
+    srv.expect("DONE");
+    srv.finish();
 }
