@@ -58,15 +58,18 @@ impl End {
         let mac: [u8; 6] = hex::decode(w[2]).unwrap().try_into().unwrap();
         let qp = &self.s.qp;
         let path = AhAttr::roce(1, Gid(gid), GID_V4, Some(mac));
+        let mtu = std::env::var(MTU_VAR)
+            .ok()
+            .and_then(|m| m.parse().ok())
+            .map_or(Mtu::Mtu1024, Mtu::at_most);
         if qp.qp_type() == QpType::Uc {
             let access = verbs::AccessFlags::LOCAL_WRITE | verbs::AccessFlags::REMOTE_WRITE;
             qp.to_init(&InitAttr::new(1).access(access)).unwrap();
-            qp.to_rtr(&RtrAttr::new(Mtu::Mtu1024, qpn, 0x10, path))
-                .unwrap();
+            qp.to_rtr(&RtrAttr::new(mtu, qpn, 0x10, path)).unwrap();
             qp.to_rts(&RtsAttr::new(0x10)).unwrap();
         } else {
             qp.to_init(&InitAttr::new(1).access(access_all())).unwrap();
-            let rtr = RtrAttr::new(Mtu::Mtu1024, qpn, 0x10, path)
+            let rtr = RtrAttr::new(mtu, qpn, 0x10, path)
                 .max_dest_rd_atomic(4)
                 .min_rnr_timer(1);
             qp.to_rtr(&rtr).unwrap();
@@ -100,6 +103,30 @@ fn handshake(
 }
 
 const OPS: &str = "every_operation_between_two_processes";
+/// The path MTU both ends use (bytes; 1024 when unset).
+const MTU_VAR: &str = "DEVX_WIRE_TEST_MTU";
+
+/// Every path MTU cuts and joins the same messages: the operations test
+/// again at 256, 512, 2048 and 4096 bytes.
+#[test]
+fn every_path_mtu_segments_and_reassembles() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    for (i, mtu) in [256u32, 512, 2048, 4096].into_iter().enumerate() {
+        let env = |a| {
+            let mut e = device_at(addr(a));
+            e.push((MTU_VAR.to_string(), mtu.to_string()));
+            e
+        };
+        let (mut srv, mut cli) = handshake(OPS, &env(61 + 2 * i as u8), &env(62 + 2 * i as u8));
+        cli.expect("DONE");
+        cli.finish();
+        srv.tell("check");
+        srv.expect("DONE");
+        srv.finish();
+    }
+}
 
 #[test]
 fn every_operation_between_two_processes() {

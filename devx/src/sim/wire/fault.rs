@@ -12,6 +12,12 @@ use std::time::{Duration, Instant};
 /// `DEVX_SIM_FAULT_<dev>`: the faults of one device's port.
 pub const FAULT_VAR_PREFIX: &str = "DEVX_SIM_FAULT_";
 const DEFAULT_HOLD: Duration = Duration::from_millis(1);
+/// Spreads a small seed over the generator's 64 bits (the golden ratio).
+const SEED_SPREAD: u64 = 0x9e37_79b9_7f4a_7c15;
+/// xorshift64*'s output multiplier (Vigna).
+const XORSHIFT_STAR: u64 = 0x2545_f491_4f6c_dd1d;
+/// Bits of a uniform f64 mantissa.
+const F64_BITS: u32 = 53;
 
 /// What to inject.
 #[derive(Debug, Clone, PartialEq)]
@@ -107,7 +113,7 @@ pub struct Faults {
 impl Faults {
     pub fn new(spec: FaultSpec) -> Faults {
         // xorshift must not start at 0.
-        let rng = spec.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let rng = spec.seed.wrapping_mul(SEED_SPREAD) | 1;
         Faults {
             spec,
             rng,
@@ -123,7 +129,7 @@ impl Faults {
         x ^= x << 25;
         x ^= x >> 27;
         self.rng = x;
-        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+        (x.wrapping_mul(XORSHIFT_STAR) >> (64 - F64_BITS)) as f64 / (1u64 << F64_BITS) as f64
     }
 
     /// The fate of a packet to `dst`.
