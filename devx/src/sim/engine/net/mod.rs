@@ -258,6 +258,7 @@ impl Engine {
                 reply,
                 &back,
             );
+            inner.net.resp.recycle(msg.data);
             None
         });
         if let Some(q) = kick {
@@ -277,19 +278,18 @@ impl PacketSink for Engine {
     fn tick(&self, port: &NetPort) -> Option<Duration> {
         let mut kick = Vec::new();
         let next = self.fw.with_mut(|st| {
-            let mut inner = self.lock_inner();
+            let mut guard = self.lock_inner();
+            let inner = &mut *guard;
             // QPs that left RTS (error, reset, destroyed) lose their
             // transport state; flushing is the engine's business.
-            for qpn in inner.net.req.qpns() {
-                let live = inner
-                    .cache
+            let cache = &mut inner.cache;
+            let mut live = |qpn| {
+                cache
                     .qp_view(st, qpn)
-                    .is_some_and(|v| v.state == state::RTS);
-                if !live {
-                    inner.net.req.forget(qpn);
-                    inner.net.resp.forget(qpn);
-                }
-            }
+                    .is_some_and(|v| matches!(v.state, state::RTR | state::RTS))
+            };
+            inner.net.req.retain(&mut live);
+            inner.net.resp.retain(&mut live);
             requester::tick(&mut inner.net.req, port, &mut kick)
         });
         self.kick(kick);

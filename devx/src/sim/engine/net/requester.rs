@@ -140,15 +140,18 @@ pub struct ReqQp {
 #[derive(Default)]
 pub struct Requesters {
     qps: HashMap<u32, ReqQp>,
+    /// Message buffers handed back to the engine in exchange for the ones
+    /// a message in flight keeps, so none is allocated per message.
+    spare: Vec<Vec<u8>>,
 }
 
-impl Requesters {
-    pub fn forget(&mut self, qpn: u32) {
-        self.qps.remove(&qpn);
-    }
+/// Buffers kept in [`Requesters::spare`] at most.
+const SPARE: usize = 8;
 
-    pub fn qpns(&self) -> Vec<u32> {
-        self.qps.keys().copied().collect()
+impl Requesters {
+    /// Keeps the state of the QPs `live` says are still there.
+    pub fn retain(&mut self, mut live: impl FnMut(u32) -> bool) {
+        self.qps.retain(|q, _| live(*q));
     }
 }
 
@@ -179,10 +182,14 @@ pub fn request(
         next_psn: a.sq_psn,
         ..ReqQp::default()
     });
-    if let Some((w, reply, data)) = q.done.take() {
+    if let Some((w, reply, mut data)) = q.done.take() {
         if w == wqe {
-            if matches!(msg.op, Op::Read | Op::CmpSwap | Op::FetchAdd) {
-                msg.data = data;
+            // The message's own buffer (READ data, an atomic's original
+            // value, or what was sent) goes back; the one gathered again
+            // for this call is kept for the next message.
+            std::mem::swap(&mut msg.data, &mut data);
+            if all.spare.len() < SPARE {
+                all.spare.push(data);
             }
             return Status::Done(reply);
         }
@@ -207,9 +214,13 @@ pub fn request(
         });
         return Status::Done(Reply::Ack);
     }
+    // The message keeps the engine's buffer; the engine gets a spare one.
+    let data = std::mem::replace(&mut msg.data, all.spare.pop().unwrap_or_default());
+    let mut kept = msg.clone();
+    kept.data = data;
     let mut f = InFlight {
         wqe,
-        msg: msg.clone(),
+        msg: kept,
         dest,
         first,
         span,

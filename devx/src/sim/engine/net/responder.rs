@@ -51,11 +51,25 @@ pub struct RespQp {
 #[derive(Default)]
 pub struct Responders {
     qps: HashMap<u32, RespQp>,
+    /// Buffers of delivered messages, for the next ones.
+    spare: Vec<Vec<u8>>,
 }
 
+/// Buffers kept in [`Responders::spare`] at most.
+const SPARE: usize = 8;
+
 impl Responders {
-    pub fn forget(&mut self, qpn: u32) {
-        self.qps.remove(&qpn);
+    /// Keeps the state of the QPs `live` says are still there.
+    pub fn retain(&mut self, mut live: impl FnMut(u32) -> bool) {
+        self.qps.retain(|q, _| live(*q));
+    }
+
+    /// Takes back a delivered message's buffer.
+    pub fn recycle(&mut self, mut data: Vec<u8>) {
+        if self.spare.len() < SPARE {
+            data.clear();
+            self.spare.push(data);
+        }
     }
 }
 
@@ -86,6 +100,7 @@ pub fn request(
     back: &Dest,
 ) -> Action {
     let rc = back.service == Service::Rc;
+    let spare = &mut all.spare;
     let q = all.qps.entry(v.qpn).or_insert_with(|| RespQp {
         epsn: rq_psn,
         msn: 0,
@@ -135,7 +150,7 @@ pub fn request(
         return invalid(q, port, back, rc);
     }
     if part.starts() {
-        let mut msg = Msg::new(op, Vec::new());
+        let mut msg = Msg::new(op, spare.pop().unwrap_or_default());
         msg.service = v.service;
         if let Some(r) = p.reth {
             msg.raddr = r.va.get();
