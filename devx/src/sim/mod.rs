@@ -17,6 +17,7 @@ pub mod identity;
 pub mod kernel;
 pub mod profile;
 pub mod syndrome;
+pub mod wire;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -52,14 +53,24 @@ pub(crate) struct DeviceShared {
 pub struct SimDevice {
     index: u32,
     profile: Profile,
+    /// Why the configured network port could not be opened.
+    net_error: Option<String>,
     shared: Arc<DeviceShared>,
 }
 
 impl SimDevice {
     fn new(index: u32, profile: Profile) -> SimDevice {
-        let ident = Identity::new(index);
+        let mut ident = Identity::new(index);
+        let name = format!("sim{index}");
+        // A device with a network address is known by it (its RoCE GIDs).
+        let port = wire::NetPort::for_device(&name);
+        if let Ok(Some(p)) = &port {
+            if let std::net::IpAddr::V4(a) = p.local_addr().ip() {
+                ident.ipv4 = a.octets();
+            }
+        }
         let info = DeviceInfo {
-            name: format!("sim{index}"),
+            name: name.clone(),
             provider: "sim".into(),
             emulated: true,
             location: format!("embedded emulated device, {}", profile.model),
@@ -72,9 +83,18 @@ impl SimDevice {
         let fw = Arc::new(fw::Firmware::new(profile.clone(), ident));
         let engine = Arc::new(kernel::async_cmd::AsyncEngine::new(Arc::clone(&fw)));
         let dp = engine::Engine::new(index, Arc::clone(&fw));
+        let net_error = match port {
+            Ok(Some(p)) => dp
+                .attach_port(&name, p)
+                .err()
+                .map(|e| format!("{name}: receive thread: {e}")),
+            Ok(None) => None,
+            Err(e) => Some(e),
+        };
         SimDevice {
             index,
             profile,
+            net_error,
             shared: Arc::new(DeviceShared {
                 info,
                 fw,
@@ -180,6 +200,22 @@ impl SimDevice {
     /// Opens a context and returns it with its concrete type (uid, handles).
     pub fn open_sim(&self) -> Result<Arc<SimContext>> {
         Ok(Arc::new(SimContext::open(Arc::clone(&self.shared))?))
+    }
+
+    /// The UDP address of the device's network port, if it has one
+    /// (see [`wire::config`]).
+    pub fn net_addr(&self) -> Option<std::net::SocketAddr> {
+        self.shared.dp.port().map(|p| p.local_addr())
+    }
+
+    /// Why the device has no network port although one was configured.
+    pub fn net_error(&self) -> Option<&str> {
+        self.net_error.as_deref()
+    }
+
+    /// The network port's counters (sent, received, and refused packets).
+    pub fn net_counters(&self) -> Option<wire::NetCounters> {
+        self.shared.dp.port().map(|p| p.counters())
     }
 
     /// The firmware, for the data-path engine and white-box tests.

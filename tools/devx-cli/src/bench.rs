@@ -18,6 +18,8 @@ pub enum BenchKind {
     Kernel,
     /// The direct data path: post, poll, and RDMA WRITEs between emulated devices.
     Datapath,
+    /// RC over RoCEv2 between two processes on loopback.
+    Wire,
 }
 
 /// One measured quantity.
@@ -35,6 +37,13 @@ pub fn run(kind: BenchKind, json: bool, iterations: Option<u64>) -> CliResult {
         BenchKind::Datapath => (
             "datapath",
             crate::bench_datapath::datapath(iterations.unwrap_or(1_000_000))?,
+        ),
+        BenchKind::Wire if crate::bench_wire::is_responder() => {
+            return crate::bench_wire::responder();
+        }
+        BenchKind::Wire => (
+            "wire",
+            crate::bench_wire::wire(iterations.unwrap_or(20_000))?,
         ),
     };
     if json {

@@ -36,9 +36,10 @@ pub fn devices(json: bool) -> CliResult {
             .map(|d| {
                 let i = d.info();
                 format!(
-                    "{{\"name\": {}, \"provider\": {}, \"emulated\": {}, \"location\": {}, \"node_guid\": {}, \"fw_version\": {}, \"vendor_id\": {}, \"vendor_part_id\": {}, \"num_ports\": {}}}",
+                    "{{\"name\": {}, \"provider\": {}, \"emulated\": {}, \"location\": {}, \"node_guid\": {}, \"fw_version\": {}, \"vendor_id\": {}, \"vendor_part_id\": {}, \"num_ports\": {}{}}}",
                     json_str(&i.name), json_str(&i.provider), i.emulated, json_str(&i.location),
-                    i.node_guid, json_str(&i.fw_version), i.vendor_id, i.vendor_part_id, i.num_ports
+                    i.node_guid, json_str(&i.fw_version), i.vendor_id, i.vendor_part_id, i.num_ports,
+                    crate::net_info::json_fields(&i.name, i.emulated)
                 )
             })
             .collect();
@@ -59,6 +60,11 @@ pub fn devices(json: bool) -> CliResult {
             "{:<10} {:<9} {:016x}   {:<12} {}",
             i.name, kind, i.node_guid, i.fw_version, i.location
         );
+    }
+    for i in all.iter().map(|d| d.info()).filter(|i| i.emulated) {
+        if let Some((gid, addr)) = crate::net_info::describe(&i.name) {
+            println!("{:<10} gid {gid}  address {addr}", i.name);
+        }
     }
     println!(
         "Any sim0 … sim{} names an emulated device, created on first use \

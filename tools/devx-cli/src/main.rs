@@ -4,10 +4,12 @@
 mod bench;
 mod bench_cmd;
 mod bench_datapath;
+mod bench_wire;
 mod device_cmd;
 mod devinfo_cmd;
 mod fields;
 mod layout_cmd;
+mod net_info;
 mod obj_cmd;
 mod rdma_cmd;
 mod replay_cmd;

@@ -21,6 +21,7 @@ pub mod dma;
 pub mod flush;
 pub mod keys;
 pub mod msg;
+pub mod net;
 pub mod notify;
 pub mod queue;
 pub mod requester;
@@ -28,12 +29,12 @@ pub mod responder;
 pub mod umr;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use super::fw::Firmware;
-use super::identity::Identity;
 use super::kernel::uar::DoorbellSink;
 use msg::Reply;
 use requester::{Batch, Entry, Step};
@@ -66,6 +67,8 @@ pub enum Peer {
     /// Another device: its index in [`Inner::remote`] (an index, so that
     /// resolving a peer per WQE costs no reference count traffic).
     Remote(usize),
+    /// A device in another process or host, through the network port.
+    Net(IpAddr),
 }
 
 /// The engine's bookkeeping; locked only while the device lock is held.
@@ -96,6 +99,8 @@ pub struct Inner {
     /// The last GID resolved to a peer, and its index: a QP's WQEs name
     /// the same destination again and again.
     last_peer: Option<([u8; 16], usize)>,
+    /// Transport state of QPs talking through the network port.
+    pub net: net::NetState,
 }
 
 impl Inner {
@@ -120,11 +125,13 @@ pub struct Engine {
     last_held: AtomicU64,
     timer: AtomicBool,
     me: Weak<Engine>,
+    /// The network port, when the device has an address ([`net`]).
+    net: OnceLock<Arc<crate::sim::wire::NetPort>>,
 }
 
 impl Engine {
     pub fn new(index: u32, fw: Arc<Firmware>) -> Arc<Engine> {
-        let gids = Identity::new(index).gid_table().map(|e| e.gid);
+        let gids = fw.with(|st| st.ident.gid_table().map(|e| e.gid));
         Arc::new_cyclic(|me| Engine {
             index,
             fw,
@@ -135,6 +142,7 @@ impl Engine {
             last_held: AtomicU64::new(NO_HELD),
             timer: AtomicBool::new(false),
             me: me.clone(),
+            net: OnceLock::new(),
         })
     }
 
@@ -168,11 +176,14 @@ impl Engine {
         // The registry lock is never held while a device lock is taken, so
         // taking it here (under this device's lock) cannot deadlock.
         let reg = super::registry().lock().unwrap_or_else(|e| e.into_inner());
-        let e = reg
+        let found = reg
             .values()
             .find(|d| d.index() != self.index && d.shared.dp.gids.contains(gid))
-            .map(|d| Arc::clone(&d.shared.dp))?;
+            .map(|d| Arc::clone(&d.shared.dp));
         drop(reg);
+        let Some(e) = found else {
+            return self.net_peer(gid);
+        };
         inner.peers.push((*gid, e));
         let i = inner.peers.len() - 1;
         inner.last_peer = Some((*gid, i));

@@ -16,6 +16,7 @@ use super::cqe::{self, op, syn, Completion};
 use super::flush;
 use super::keys::Need;
 use super::msg::{Msg, Op, Reply};
+use super::net::Status;
 use super::queue::{self, QpView, MAX_SQ_WQE};
 use super::responder;
 use super::{Engine, Inner, Peer, RnrWait};
@@ -108,6 +109,9 @@ enum Outcome {
     /// The message (left in [`Inner::outgoing`], which keeps this type
     /// small) is for peer [`Inner::remote`] `.0`.
     Remote(usize),
+    /// On the network, not answered yet: the WQE stays posted until the
+    /// transport runs the QP again ([`super::net`]).
+    Pending,
 }
 
 fn be32(b: &[u8], at: usize) -> u32 {
@@ -313,6 +317,9 @@ fn settle(
     ci: &mut u16,
 ) -> bool {
     let bbs = wqe.len().div_ceil(64) as u16;
+    if let Outcome::Pending = out {
+        return false;
+    }
     let out = match out {
         Outcome::Rnr(delay) => {
             // rnr_retry 7 waits forever; otherwise the timer's retries count
@@ -587,6 +594,16 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
     if let Peer::Remote(i) = peer {
         inner.outgoing = Some(msg);
         return Outcome::Remote(i);
+    }
+    if let Peer::Net(ip) = peer {
+        let out = match super::net::request(eng, st, inner, v, wqe, &mut msg, ip) {
+            Ok(Status::Done(Reply::Ack)) => finish(st, &mut inner.cache, v, wqe, &msg),
+            Ok(Status::Done(Reply::Nak(s))) | Err(s) => Outcome::Error(s),
+            Ok(Status::Done(Reply::Rnr(d))) => Outcome::Rnr(d),
+            Ok(Status::Pending) => Outcome::Pending,
+        };
+        inner.scratch = msg.data;
+        return out;
     }
     let out = match responder::deliver(st, inner, &mut msg) {
         Reply::Ack => finish(st, &mut inner.cache, v, wqe, &msg),

@@ -1,0 +1,78 @@
+//! The invariant CRC of a RoCEv2 packet (IBA annex A17, "RoCEv2", A17.4.3.2).
+//!
+//! CRC-32 over, in order: eight bytes of ones standing for the masked LRH
+//! of native InfiniBand; the IP header and the UDP header with their
+//! variant fields set to all ones (IPv4: TOS, TTL, header checksum; IPv6:
+//! traffic class, flow label, hop limit; UDP: checksum); the BTH with its
+//! variant byte (`resv8a`: FECN, BECN) set to ones; then the rest of the
+//! packet up to the ICRC. The CRC's four bytes go on the wire least
+//! significant byte first, as Linux's rxe and ConnectX write them.
+
+use super::crc32::Crc32;
+use super::error::WireError;
+use super::flow::{field, IPV4_HEADER, IPV6_HEADER, MAX_IP_UDP, UDP_HEADER};
+use super::headers::Bth;
+
+/// Bytes of the ICRC at the end of every packet.
+pub const ICRC_LEN: usize = 4;
+
+/// The pseudo-LRH standing in front of the IP header.
+const MASKED_LRH: [u8; 8] = [u8::MAX; 8];
+/// The BTH's variant byte (`resv8a`).
+const BTH_VARIANT: usize = 4;
+const MASKED: u8 = u8::MAX;
+/// The traffic class's low nibble shares IPv6's first byte with the version.
+const V6_TRAFFIC_CLASS_HIGH: u8 = 0x0f;
+/// IPv4's header length field, in 32-bit words.
+const V4_IHL: u8 = 0x0f;
+
+/// The ICRC of the packet whose IP + UDP headers are `ip_udp` (IPv4
+/// without options, or IPv6 without extension headers) and whose UDP
+/// payload up to the ICRC is `roce` (BTH first); the bytes as they go on
+/// the wire.
+pub fn icrc(ip_udp: &[u8], roce: &[u8]) -> Result<[u8; ICRC_LEN], WireError> {
+    let mut h = [0u8; MAX_IP_UDP];
+    let h = h
+        .get_mut(..ip_udp.len())
+        .ok_or(WireError::BadIpHeader("longer than IPv6 + UDP"))?;
+    h.copy_from_slice(ip_udp);
+    let ip = match h.first().map(|b| b >> 4) {
+        Some(4) if h.len() == IPV4_HEADER + UDP_HEADER => {
+            if usize::from(h[0] & V4_IHL) * 4 != IPV4_HEADER {
+                return Err(WireError::BadIpHeader("IPv4 header with options"));
+            }
+            h[field::V4_TOS] = MASKED;
+            h[field::V4_TTL] = MASKED;
+            h[field::V4_CHECKSUM..][..2].fill(MASKED);
+            IPV4_HEADER
+        }
+        Some(6) if h.len() == IPV6_HEADER + UDP_HEADER => {
+            h[0] |= V6_TRAFFIC_CLASS_HIGH;
+            h[field::V6_TRAFFIC_FLOW][1..].fill(MASKED);
+            h[field::V6_HOP_LIMIT] = MASKED;
+            IPV6_HEADER
+        }
+        _ => {
+            return Err(WireError::BadIpHeader(
+                "not IPv4 (20 bytes) or IPv6 (40) + UDP",
+            ))
+        }
+    };
+    h[ip + field::UDP_CHECKSUM..][..2].fill(MASKED);
+    let bth_len = std::mem::size_of::<Bth>();
+    let bth = roce.get(..bth_len).ok_or(WireError::Truncated {
+        what: "BTH",
+        need: bth_len,
+        have: roce.len(),
+    })?;
+    let mut masked_bth = [0u8; std::mem::size_of::<Bth>()];
+    masked_bth.copy_from_slice(bth);
+    masked_bth[BTH_VARIANT] = MASKED;
+
+    let mut c = Crc32::new();
+    c.update(&MASKED_LRH);
+    c.update(h);
+    c.update(&masked_bth);
+    c.update(&roce[bth_len..]);
+    Ok(c.finish().to_le_bytes())
+}

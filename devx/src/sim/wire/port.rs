@@ -1,0 +1,444 @@
+//! The network port of an emulated device: a UDP socket bound to the
+//! device's address, a receive thread that parses and checks every
+//! datagram before handing it on, per-port counters, and an optional
+//! capture of everything sent and received.
+
+use std::fs::File;
+use std::io::{self, BufWriter};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::config::{NetConfig, PCAP_VAR_PREFIX};
+use super::error::WireError;
+use super::fault::{Fate, FaultSpec, Faults, FAULT_VAR_PREFIX};
+use super::flow::Flow;
+use super::mmsg;
+use super::packet::{Headers, Packet};
+use super::pcap::PcapWriter;
+
+/// Largest packet the port encodes (the largest UDP payload).
+const TX_BUFFER: usize = u16::MAX as usize;
+/// How long the receive thread waits before looking whether its device
+/// is still there.
+const RX_POLL: Duration = Duration::from_millis(100);
+/// Socket buffers asked for, each way.
+const SOCKET_BUFFER: libc::c_int = 4 << 20;
+/// The finest timer step of the transport (retransmission, RNR waits).
+const MIN_TICK: Duration = Duration::from_micros(200);
+
+/// Where received packets go: the device's data-path engine.
+pub trait PacketSink: Send + Sync {
+    /// A packet that parsed and passed its ICRC check, from `from`.
+    fn receive(&self, port: &NetPort, packet: &Packet<'_>, from: SocketAddr);
+
+    /// Time passes: retransmit what timed out. Returns how long until the
+    /// next deadline (`None`: none pending).
+    fn tick(&self, port: &NetPort) -> Option<Duration>;
+}
+
+/// What a port counts; [`NetCounters`] reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counter {
+    TxPackets,
+    TxBytes,
+    /// The socket refused a datagram.
+    TxErrors,
+    RxPackets,
+    RxBytes,
+    /// Truncated, malformed or unsupported-opcode datagrams.
+    RxMalformed,
+    RxIcrcErrors,
+    /// No QP with the destination QPN, or one of another transport or in a
+    /// state that takes no packets.
+    RxBadQpn,
+    /// UD datagrams whose Q_Key is not the QP's.
+    RxBadQkey,
+    /// RC/UC requests ahead of the expected PSN (or, UC, behind it).
+    RxSequenceErrors,
+    /// RC requests seen before, answered again.
+    RxDuplicates,
+    /// Opcodes out of sequence, short middle packets, lengths beyond what
+    /// the RETH announced or the QP takes.
+    RxInvalidRequests,
+    /// Packets the fault injector ([`super::fault`]) dropped, sent twice,
+    /// or held back.
+    TxFaultDrops,
+    TxFaultDuplicates,
+    TxFaultHeld,
+}
+
+impl Counter {
+    pub const ALL: [Counter; 15] = [
+        Counter::TxPackets,
+        Counter::TxBytes,
+        Counter::TxErrors,
+        Counter::RxPackets,
+        Counter::RxBytes,
+        Counter::RxMalformed,
+        Counter::RxIcrcErrors,
+        Counter::RxBadQpn,
+        Counter::RxBadQkey,
+        Counter::RxSequenceErrors,
+        Counter::RxDuplicates,
+        Counter::RxInvalidRequests,
+        Counter::TxFaultDrops,
+        Counter::TxFaultDuplicates,
+        Counter::TxFaultHeld,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Counter::TxPackets => "tx_packets",
+            Counter::TxBytes => "tx_bytes",
+            Counter::TxErrors => "tx_errors",
+            Counter::RxPackets => "rx_packets",
+            Counter::RxBytes => "rx_bytes",
+            Counter::RxMalformed => "rx_malformed",
+            Counter::RxIcrcErrors => "rx_icrc_errors",
+            Counter::RxBadQpn => "rx_bad_qpn",
+            Counter::RxBadQkey => "rx_bad_qkey",
+            Counter::RxSequenceErrors => "rx_sequence_errors",
+            Counter::RxDuplicates => "rx_duplicates",
+            Counter::RxInvalidRequests => "rx_invalid_requests",
+            Counter::TxFaultDrops => "tx_fault_drops",
+            Counter::TxFaultDuplicates => "tx_fault_duplicates",
+            Counter::TxFaultHeld => "tx_fault_held",
+        }
+    }
+}
+
+/// A snapshot of a port's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NetCounters([u64; Counter::ALL.len()]);
+
+impl NetCounters {
+    pub fn get(&self, c: Counter) -> u64 {
+        self.0[c as usize]
+    }
+
+    /// Every counter with its name.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Counter::ALL.iter().map(|c| (c.name(), self.get(*c)))
+    }
+}
+
+struct Tx {
+    /// Where a packet is encoded.
+    buf: Vec<u8>,
+    faults: Option<Faults>,
+    q: Queue,
+}
+
+/// Packets waiting for one `sendmmsg`.
+struct Queue {
+    slots: Vec<u8>,
+    lens: Vec<usize>,
+    dsts: Vec<SocketAddr>,
+    /// Nesting of [`NetPort::batch`]; 0: every packet goes at once.
+    depth: u32,
+}
+
+/// One device's UDP port.
+pub struct NetPort {
+    socket: UdpSocket,
+    local: SocketAddr,
+    config: NetConfig,
+    counters: [AtomicU64; Counter::ALL.len()],
+    /// Packet buffer and fault injector for sends (senders hold the device
+    /// lock anyway).
+    tx: Mutex<Tx>,
+    capture: Option<Mutex<PcapWriter<BufWriter<File>>>>,
+}
+
+impl NetPort {
+    /// The port the environment configures for device `dev` (see
+    /// [`super::config`]), bound; `None` when it names no address.
+    pub fn for_device(dev: &str) -> Result<Option<Arc<NetPort>>, String> {
+        let config = NetConfig::from_env()?;
+        if let Some(a) = config.addr_of(dev) {
+            if a.is_ipv6() {
+                return Err(format!(
+                    "{dev}: {a}: IPv6 device addresses are not supported yet (the GID table holds one IPv4 address)"
+                ));
+            }
+        }
+        NetPort::open(dev, config)
+    }
+
+    /// Binds device `dev`'s port if `config` gives it an address; `None`
+    /// when it has none. The capture file comes from `DEVX_SIM_PCAP_<dev>`.
+    pub fn open(dev: &str, config: NetConfig) -> Result<Option<Arc<NetPort>>, String> {
+        let Some(addr) = config.addr_of(dev) else {
+            return Ok(None);
+        };
+        let socket = UdpSocket::bind(addr).map_err(|e| format!("{dev}: bind {addr}: {e}"))?;
+        let local = socket
+            .local_addr()
+            .map_err(|e| format!("{dev}: local address: {e}"))?;
+        if local.is_ipv4() {
+            set_dont_fragment(&socket).map_err(|e| format!("{dev}: IP_MTU_DISCOVER: {e}"))?;
+        }
+        // A window of 4 KiB packets overflows the default receive buffer
+        // on loopback; the kernel caps the request at net.core.rmem_max,
+        // which is all this can ask for.
+        let _ = set_int_option(&socket, libc::SOL_SOCKET, libc::SO_RCVBUF, SOCKET_BUFFER);
+        let _ = set_int_option(&socket, libc::SOL_SOCKET, libc::SO_SNDBUF, SOCKET_BUFFER);
+        socket
+            .set_read_timeout(Some(RX_POLL))
+            .map_err(|e| format!("{dev}: read timeout: {e}"))?;
+        let capture = match std::env::var_os(format!("{PCAP_VAR_PREFIX}{dev}")) {
+            Some(path) => {
+                let f = File::create(&path)
+                    .map_err(|e| format!("{dev}: capture {}: {e}", path.to_string_lossy()))?;
+                let w = PcapWriter::new(BufWriter::new(f))
+                    .map_err(|e| format!("{dev}: capture: {e}"))?;
+                Some(Mutex::new(w))
+            }
+            None => None,
+        };
+        let faults = match std::env::var(format!("{FAULT_VAR_PREFIX}{dev}")) {
+            Ok(s) => Some(Faults::new(
+                FaultSpec::parse(&s).map_err(|e| format!("{FAULT_VAR_PREFIX}{dev}: {e}"))?,
+            )),
+            Err(_) => None,
+        };
+        Ok(Some(Arc::new(NetPort {
+            socket,
+            local,
+            config,
+            counters: Default::default(),
+            tx: Mutex::new(Tx {
+                buf: vec![0; TX_BUFFER],
+                faults,
+                q: Queue {
+                    slots: vec![0; mmsg::BATCH * mmsg::SLOT],
+                    lens: Vec::with_capacity(mmsg::BATCH),
+                    dsts: Vec::with_capacity(mmsg::BATCH),
+                    depth: 0,
+                },
+            }),
+            capture,
+        })))
+    }
+
+    /// Starts the receive thread; it ends when the port or the sink is
+    /// dropped (checked every [`RX_POLL`]).
+    pub fn start(self: &Arc<NetPort>, name: &str, sink: Weak<dyn PacketSink>) -> io::Result<()> {
+        let port = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name(format!("{name}-rx"))
+            .spawn(move || receive_loop(&port, &sink))
+            .map(|_| ())
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    pub fn count(&self, c: Counter) {
+        self.add(c, 1);
+    }
+
+    fn add(&self, c: Counter, n: u64) {
+        self.counters[c as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn counters(&self) -> NetCounters {
+        NetCounters(std::array::from_fn(|i| {
+            self.counters[i].load(Ordering::Relaxed)
+        }))
+    }
+
+    /// Sends one packet to the device at `ip`. Socket errors are counted,
+    /// as a lost packet would be on a wire.
+    pub fn send(&self, ip: IpAddr, headers: &Headers, payload: &[u8]) -> Result<(), WireError> {
+        let dst = self.config.peer(ip);
+        let flow = Flow::new(self.local, dst);
+        let mut guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let Tx { buf, faults, q } = &mut *guard;
+        let n = headers.encode(&flow, payload, buf)?;
+        let pkt = &buf[..n];
+        let Some(faults) = faults.as_mut() else {
+            self.enqueue(q, pkt, dst);
+            return Ok(());
+        };
+        match faults.decide(dst) {
+            Fate::Send => self.enqueue(q, pkt, dst),
+            Fate::Drop => self.count(Counter::TxFaultDrops),
+            Fate::Duplicate => {
+                self.count(Counter::TxFaultDuplicates);
+                self.enqueue(q, pkt, dst);
+                self.enqueue(q, pkt, dst);
+            }
+            Fate::Hold => {
+                self.count(Counter::TxFaultHeld);
+                faults.hold(pkt, dst);
+                return Ok(());
+            }
+        }
+        if let Some((held, to)) = faults.release(true) {
+            self.enqueue(q, held, to);
+        }
+        Ok(())
+    }
+
+    /// Runs `f`, sending the packets it sends through this port together
+    /// (one `sendmmsg` per [`mmsg::BATCH`]) when it returns.
+    pub fn batch<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).q.depth += 1;
+        let r = f();
+        let mut guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let q = &mut guard.q;
+        q.depth = q.depth.saturating_sub(1);
+        if q.depth == 0 {
+            self.flush(q);
+        }
+        r
+    }
+
+    /// Sends a packet held back by the fault injector whose time is up.
+    fn release_held(&self) {
+        let mut guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let Tx { faults, q, .. } = &mut *guard;
+        if let Some((held, to)) = faults.as_mut().and_then(|f| f.release(false)) {
+            self.enqueue(q, held, to);
+        }
+    }
+
+    /// Queues one encoded packet for the wire (and the capture); sends the
+    /// queue when it is full or no batch is open.
+    fn enqueue(&self, q: &mut Queue, pkt: &[u8], dst: SocketAddr) {
+        self.capture(&Flow::new(self.local, dst), pkt);
+        if pkt.len() > mmsg::SLOT {
+            self.flush(q);
+            match self.socket.send_to(pkt, dst) {
+                Ok(_) => {
+                    self.count(Counter::TxPackets);
+                    self.add(Counter::TxBytes, pkt.len() as u64);
+                }
+                Err(_) => self.count(Counter::TxErrors),
+            }
+            return;
+        }
+        let at = q.lens.len() * mmsg::SLOT;
+        q.slots[at..at + pkt.len()].copy_from_slice(pkt);
+        q.lens.push(pkt.len());
+        q.dsts.push(dst);
+        if q.depth == 0 || q.lens.len() == mmsg::BATCH {
+            self.flush(q);
+        }
+    }
+
+    /// Sends what is queued, in one system call.
+    fn flush(&self, q: &mut Queue) {
+        if q.lens.is_empty() {
+            return;
+        }
+        let sent = mmsg::send_batch(&self.socket, &q.slots, &q.lens, &q.dsts);
+        let bytes: usize = q.lens[..sent].iter().sum();
+        self.add(Counter::TxPackets, sent as u64);
+        self.add(Counter::TxBytes, bytes as u64);
+        self.add(Counter::TxErrors, (q.lens.len() - sent) as u64);
+        q.lens.clear();
+        q.dsts.clear();
+    }
+
+    fn capture(&self, flow: &Flow, roce: &[u8]) {
+        if let Some(c) = &self.capture {
+            let mut w = c.lock().unwrap_or_else(|e| e.into_inner());
+            // A capture that cannot be written must not stop the device.
+            let _ = w.write(flow, roce, SystemTime::now());
+            let _ = w.flush();
+        }
+    }
+
+    /// Parses and checks one received datagram and hands it to `sink`.
+    fn handle(&self, sink: &dyn PacketSink, data: &[u8], from: SocketAddr) {
+        let flow = Flow::new(from, self.local);
+        self.capture(&flow, data);
+        match Packet::parse_checked(&flow, data) {
+            Ok(p) => {
+                self.count(Counter::RxPackets);
+                self.add(Counter::RxBytes, data.len() as u64);
+                sink.receive(self, &p, from);
+            }
+            Err(WireError::IcrcMismatch { .. }) => self.count(Counter::RxIcrcErrors),
+            Err(_) => self.count(Counter::RxMalformed),
+        }
+    }
+}
+
+fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
+    let mut bufs = vec![0u8; mmsg::BATCH * mmsg::SLOT];
+    let mut got = [mmsg::Received {
+        len: 0,
+        truncated: false,
+        from: None,
+    }; mmsg::BATCH];
+    let mut wait = RX_POLL;
+    let mut last_tick = Instant::now();
+    loop {
+        let Some(p) = port.upgrade() else {
+            return;
+        };
+        let n = mmsg::recv_batch(&p.socket, &mut bufs, &mut got);
+        let Some(s) = sink.upgrade() else {
+            return;
+        };
+        // Errors: the read timeout, a signal, an ICMP error from an
+        // earlier send; none stops the port.
+        let n = n.unwrap_or(0);
+        for (r, slot) in got[..n].iter().zip(bufs.chunks_exact(mmsg::SLOT)) {
+            match (r.from, r.truncated) {
+                (Some(from), false) => p.handle(&*s, &slot[..r.len], from),
+                _ => p.count(Counter::RxMalformed),
+            }
+        }
+        if n == 0 || last_tick.elapsed() >= MIN_TICK {
+            last_tick = Instant::now();
+            let next = s.tick(&p).map_or(RX_POLL, |d| d.clamp(MIN_TICK, RX_POLL));
+            if next != wait && p.socket.set_read_timeout(Some(next)).is_ok() {
+                wait = next;
+            }
+            p.release_held();
+        }
+    }
+}
+
+/// Sets DF on every datagram, so the kernel writes IP identification 0
+/// (see [`super::flow`]) and never fragments a packet.
+fn set_dont_fragment(s: &UdpSocket) -> io::Result<()> {
+    set_int_option(
+        s,
+        libc::IPPROTO_IP,
+        libc::IP_MTU_DISCOVER,
+        libc::IP_PMTUDISC_DO,
+    )
+}
+
+fn set_int_option(
+    s: &UdpSocket,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: the fd is a live socket owned by `s`; the option value is a
+    // c_int whose size is passed alongside.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

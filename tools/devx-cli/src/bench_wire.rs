@@ -1,0 +1,313 @@
+//! `bench wire`: RC between two processes over loopback, through the
+//! emulated devices' network ports. This process is the requester; it
+//! starts itself again as the responder (`DEVX_BENCH_WIRE_ROLE`), and the
+//! two swap QPN, GID, MAC and buffer over the child's stdin and stdout.
+//! Measured: 64-byte RDMA WRITEs per second, 1 MiB WRITEs in Gbit/s at
+//! MTU 4096, and the round trip of a 64-byte SEND ping-pong.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::Ipv4Addr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use verbs::{
+    AccessFlags, AhAttr, Context, Cq, Gid, InitAttr, Mr, Mtu, Qp, QpCap, QpInit, QpType, RecvWr,
+    RtrAttr, RtsAttr, SendWr, Sge, Wc,
+};
+
+use crate::bench::Metric;
+
+const ROLE: &str = "DEVX_BENCH_WIRE_ROLE";
+/// A device no other command of this process opens.
+const DEV: &str = "sim77";
+/// GID table index of the RoCE v2 IPv4-mapped entry.
+const GID_INDEX: u8 = 3;
+const BIG: usize = 1 << 20;
+const SMALL: usize = 64;
+const WRS: u32 = 256;
+/// SEND immediate telling the responder to stop.
+const STOP: u32 = u32::MAX;
+const WAIT: Duration = Duration::from_secs(30);
+
+fn e<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
+    move |err| format!("bench wire: {what}: {err}")
+}
+
+struct End {
+    _ctx: Context,
+    cq: Cq,
+    qp: Qp,
+    mr: Mr<Vec<u8>>,
+    line: String,
+}
+
+/// A device at `addr` with one RC QP and a buffer open to remote writes.
+fn end(addr: Ipv4Addr) -> Result<End, String> {
+    // The device reads its address when first opened, which is here.
+    std::env::set_var(format!("DEVX_SIM_ADDR_{DEV}"), addr.to_string());
+    let sim = devx::sim::sim_device(DEV).map_err(e("device"))?;
+    if let Some(err) = sim.net_error() {
+        return Err(format!("bench wire: {err}"));
+    }
+    let dev = devx::Device::emulated(DEV).map_err(e("device"))?;
+    let ctx = Context::open(&dev).map_err(e("open"))?;
+    let pd = ctx.alloc_pd().map_err(e("alloc_pd"))?;
+    let cq = ctx.create_cq(2 * WRS).map_err(e("create_cq"))?;
+    let cap = QpCap {
+        max_send_wr: WRS,
+        max_recv_wr: WRS,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let qp = pd
+        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap))
+        .map_err(e("create_qp"))?;
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let mr = pd.reg_mr(vec![0u8; 2 * BIG], access).map_err(e("reg_mr"))?;
+    let gid = ctx
+        .query_gid(1, u16::from(GID_INDEX))
+        .map_err(e("query_gid"))?;
+    let line = format!(
+        "{} {} {} {} {}",
+        qp.qpn(),
+        hex::encode(gid.gid.0),
+        hex::encode(sim.identity().mac),
+        mr.addr(),
+        mr.rkey()
+    );
+    Ok(End {
+        _ctx: ctx,
+        cq,
+        qp,
+        mr,
+        line,
+    })
+}
+
+/// Connects to the peer described by `line`; its buffer's address and rkey.
+fn connect(me: &End, line: &str) -> Result<(u64, u32), String> {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let bad = || format!("bench wire: bad peer line '{line}'");
+    let [qpn, gid, mac, addr, rkey] = w[..] else {
+        return Err(bad());
+    };
+    let gid: [u8; 16] = hex::decode(gid)
+        .ok()
+        .and_then(|g| g.try_into().ok())
+        .ok_or_else(bad)?;
+    let mac: [u8; 6] = hex::decode(mac)
+        .ok()
+        .and_then(|m| m.try_into().ok())
+        .ok_or_else(bad)?;
+    let qpn: u32 = qpn.parse().map_err(|_| bad())?;
+    let path = AhAttr::roce(1, Gid(gid), GID_INDEX, Some(mac));
+    me.qp
+        .to_init(&InitAttr::new(1).access(AccessFlags::REMOTE_WRITE))
+        .map_err(e("to_init"))?;
+    me.qp
+        .to_rtr(&RtrAttr::new(Mtu::Mtu4096, qpn, 0, path).min_rnr_timer(1))
+        .map_err(e("to_rtr"))?;
+    me.qp
+        .to_rts(&RtsAttr::new(0).timeout(14).retry_cnt(7).rnr_retry(7))
+        .map_err(e("to_rts"))?;
+    Ok((
+        addr.parse().map_err(|_| bad())?,
+        rkey.parse().map_err(|_| bad())?,
+    ))
+}
+
+/// Waits for `n` completions, all successful; returns them counted by
+/// whether they were receives.
+fn drain(cq: &mut Cq, n: usize, wcs: &mut Vec<Wc>) -> Result<(), String> {
+    wcs.clear();
+    let mut buf = [Wc::default(); 32];
+    let deadline = Instant::now() + WAIT;
+    while wcs.len() < n {
+        let k = cq.poll(&mut buf[..(n - wcs.len()).min(32)]);
+        if k == 0 {
+            if Instant::now() > deadline {
+                return Err(format!("bench wire: {} of {n} completions", wcs.len()));
+            }
+            // Two busy processes and their receive threads share the cores.
+            std::thread::yield_now();
+            continue;
+        }
+        for w in &buf[..k] {
+            if !w.is_ok() {
+                return Err(format!(
+                    "bench wire: wr_id {} failed: {}",
+                    w.wr_id, w.status
+                ));
+            }
+        }
+        wcs.extend_from_slice(&buf[..k]);
+    }
+    Ok(())
+}
+
+/// The responder: echoes every SEND until the one carrying [`STOP`].
+pub fn responder() -> Result<(), String> {
+    let peer_addr: Ipv4Addr = std::env::var(ROLE)
+        .ok()
+        .and_then(|r| r.strip_prefix("responder:").map(str::to_string))
+        .and_then(|a| a.parse().ok())
+        .ok_or("bench wire: bad responder role")?;
+    let mut me = end(peer_addr)?;
+    let recv = [Sge::from_mr(&me.mr, BIG, SMALL as u32)];
+    for _ in 0..WRS {
+        me.qp
+            .post_recv(&RecvWr::new(0, &recv))
+            .map_err(e("post_recv"))?;
+    }
+    println!("{}", me.line);
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).map_err(e("stdin"))?;
+    connect(&me, &line)?;
+    println!("connected");
+    let send = [Sge::from_mr(&me.mr, 0, SMALL as u32)];
+    let mut wcs = Vec::new();
+    loop {
+        drain(&mut me.cq, 1, &mut wcs)?;
+        if wcs[0].wr_id == 1 {
+            continue; // our echo's completion
+        }
+        me.qp
+            .post_recv(&RecvWr::new(0, &recv))
+            .map_err(e("post_recv"))?;
+        if wcs[0].imm() == Some(STOP) {
+            return Ok(());
+        }
+        me.qp
+            .post_send(&SendWr::send(1, &send))
+            .map_err(e("post_send"))?;
+    }
+}
+
+fn spawn(addr: Ipv4Addr) -> Result<Child, String> {
+    let exe = std::env::current_exe().map_err(e("own path"))?;
+    Command::new(exe)
+        .args(["bench", "wire"])
+        .env(ROLE, format!("responder:{addr}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(e("start the responder"))
+}
+
+/// The requester's side: every measurement.
+pub fn wire(iterations: u64) -> Result<Vec<Metric>, String> {
+    let pid = std::process::id();
+    let net = |n| {
+        Ipv4Addr::new(
+            127,
+            77,
+            ((pid >> 8) & 0xff) as u8,
+            (pid & 0x7f) as u8 * 2 + n,
+        )
+    };
+    let mut child = spawn(net(1))?;
+    let result = measure(&mut child, net(0), iterations);
+    if result.is_err() {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    result
+}
+
+fn measure(child: &mut Child, addr: Ipv4Addr, iterations: u64) -> Result<Vec<Metric>, String> {
+    let mut out = BufReader::new(
+        child
+            .stdout
+            .take()
+            .ok_or("bench wire: no responder stdout")?,
+    );
+    let mut stdin = child.stdin.take().ok_or("bench wire: no responder stdin")?;
+    let mut peer = String::new();
+    out.read_line(&mut peer).map_err(e("responder"))?;
+    let mut me = end(addr)?;
+    let (raddr, rkey) = connect(&me, &peer)?;
+    writeln!(stdin, "{}", me.line).map_err(e("responder"))?;
+    let mut ack = String::new();
+    out.read_line(&mut ack).map_err(e("responder"))?;
+    if ack.trim() != "connected" {
+        return Err(format!("bench wire: responder said '{}'", ack.trim()));
+    }
+    let recv = [Sge::from_mr(&me.mr, BIG, SMALL as u32)];
+    for _ in 0..WRS {
+        me.qp
+            .post_recv(&RecvWr::new(0, &recv))
+            .map_err(e("post_recv"))?;
+    }
+    let mut wcs = Vec::new();
+
+    // 64-byte WRITEs, a window of WRS outstanding.
+    let small = [Sge::from_mr(&me.mr, 0, SMALL as u32)];
+    let n = iterations.max(1);
+    let start = Instant::now();
+    let mut posted = 0u64;
+    let mut done = 0u64;
+    while done < n {
+        while posted < n && posted - done < u64::from(WRS) {
+            me.qp
+                .post_send(&SendWr::rdma_write(2, &small, raddr, rkey))
+                .map_err(e("post_send"))?;
+            posted += 1;
+        }
+        drain(&mut me.cq, 1, &mut wcs)?;
+        done += 1;
+    }
+    let write64 = n as f64 / start.elapsed().as_secs_f64();
+
+    // 1 MiB WRITEs at MTU 4096.
+    let big = [Sge::from_mr(&me.mr, 0, BIG as u32)];
+    let m = (n / 1000).clamp(4, 64);
+    let start = Instant::now();
+    for _ in 0..m {
+        me.qp
+            .post_send(&SendWr::rdma_write(3, &big, raddr, rkey))
+            .map_err(e("post_send"))?;
+    }
+    drain(&mut me.cq, m as usize, &mut wcs)?;
+    let gbit = (m as f64 * BIG as f64 * 8.0) / start.elapsed().as_secs_f64() / 1e9;
+
+    // SEND ping-pong: a round trip per iteration.
+    let rounds = (n / 10).clamp(10, 10_000);
+    let start = Instant::now();
+    for _ in 0..rounds {
+        me.qp
+            .post_send(&SendWr::send(4, &small))
+            .map_err(e("post_send"))?;
+        drain(&mut me.cq, 2, &mut wcs)?;
+        me.qp
+            .post_recv(&RecvWr::new(0, &recv))
+            .map_err(e("post_recv"))?;
+    }
+    let rtt_us = start.elapsed().as_secs_f64() * 1e6 / rounds as f64;
+    me.qp
+        .post_send(&SendWr::send(5, &small).imm(STOP))
+        .map_err(e("post_send"))?;
+    drain(&mut me.cq, 1, &mut wcs)?;
+    Ok(vec![
+        Metric {
+            name: "wire_rc_write_64b_msgs_per_s".into(),
+            value: write64,
+            unit: "msg/s",
+        },
+        Metric {
+            name: "wire_rc_write_1mib_mtu4096_gbit_per_s".into(),
+            value: gbit,
+            unit: "Gbit/s",
+        },
+        Metric {
+            name: "wire_rc_pingpong_64b_round_trip_us".into(),
+            value: rtt_us,
+            unit: "us",
+        },
+    ])
+}
+
+/// Whether this process is the responder of a `bench wire` run.
+pub fn is_responder() -> bool {
+    std::env::var_os(ROLE).is_some()
+}
