@@ -204,7 +204,6 @@ fn wait_one(cq: &mut Cq, wr_id: u64) -> Result<(), String> {
 
 fn connect(qp: &Qp, o: &Opts, my_psn: u32, peer: &Dest) -> verbs::Result<()> {
     let path = AhAttr::roce(1, Gid(peer.gid), GID_INDEX, Some(peer.mac));
-    qp.to_init(&InitAttr::new(1))?;
     qp.to_rtr(&RtrAttr::new(o.mtu, peer.qpn, peer.psn, path).min_rnr_timer(12))?;
     qp.to_rts(&RtsAttr::new(my_psn).timeout(14).retry_cnt(7).rnr_retry(7))
 }
@@ -259,6 +258,9 @@ fn run() -> Result<(), String> {
         me.psn,
         gid.to_ipv6()
     );
+    // Receives are posted before the peer is known, so the QP goes to INIT
+    // first, as ibv_rc_pingpong does.
+    qp.to_init(&InitAttr::new(1)).map_err(err)?;
     let recv = [Sge::from_mr(&mr, o.size, o.size as u32)];
     for _ in 0..o.rx_depth {
         qp.post_recv(&RecvWr::new(RECV_WRID, &recv)).map_err(err)?;

@@ -30,9 +30,17 @@ impl End {
         End::of(QpType::Rc)
     }
 
+    /// The QP starts in INIT, so receives can be posted before the peer
+    /// is known, as real programs do.
     fn of(t: QpType) -> End {
         let s = side(0, t, caps());
         let buf = Buf::all(&s.pd, BUF);
+        let access = if t == QpType::Uc {
+            verbs::AccessFlags::LOCAL_WRITE | verbs::AccessFlags::REMOTE_WRITE
+        } else {
+            access_all()
+        };
+        s.qp.to_init(&InitAttr::new(1).access(access)).unwrap();
         End { s, buf }
     }
 
@@ -63,12 +71,9 @@ impl End {
             .and_then(|m| m.parse().ok())
             .map_or(Mtu::Mtu1024, Mtu::at_most);
         if qp.qp_type() == QpType::Uc {
-            let access = verbs::AccessFlags::LOCAL_WRITE | verbs::AccessFlags::REMOTE_WRITE;
-            qp.to_init(&InitAttr::new(1).access(access)).unwrap();
             qp.to_rtr(&RtrAttr::new(mtu, qpn, 0x10, path)).unwrap();
             qp.to_rts(&RtsAttr::new(0x10)).unwrap();
         } else {
-            qp.to_init(&InitAttr::new(1).access(access_all())).unwrap();
             let rtr = RtrAttr::new(mtu, qpn, 0x10, path)
                 .max_dest_rd_atomic(4)
                 .min_rnr_timer(1);
