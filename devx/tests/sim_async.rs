@@ -99,12 +99,12 @@ fn firmware_errors_arrive_as_errors() {
     let ch = env.ctx.create_cmd_channel().unwrap();
     env.dev.pause_async(true);
     env.ctx
-        .query_async(cq_h, &with_num(hdr(0x402, 0, 16), cqn), 64, 9, &*ch)
+        .query_async(cq_h, &with_num(hdr(0x402, 1, 16), cqn), 64, 9, &*ch)
         .unwrap();
     env.dev.pause_async(false);
     let (wr_id, r) = ch.get().unwrap();
     assert_eq!(wr_id, 9);
-    check(&r.unwrap_err(), syn::OUTBOX_SHORT);
+    check(&r.unwrap_err(), syn::BAD_OP_MOD);
     // Kernel checks happen at submit: wrong class, unbound object, bad length.
     let e = env
         .ctx

@@ -46,6 +46,42 @@ fn general_caps_come_from_the_profile() {
     assert_eq!(c.log_max_msg(), p.log_max_msg);
 }
 
+/// rdma-core's DEVX test reads the general caps with a 2064-byte outbox
+/// (header + the first half of the page); firmware answers with what fits.
+#[test]
+fn a_short_outbox_gets_the_first_bytes_of_the_answer() {
+    let env = Env::new(306);
+    let cur = (HcaCapType::General.raw() << 1) | 1;
+    let full = caps(&env, cur).unwrap();
+    for len in [2064, 64, 16] {
+        let short = env
+            .general(&hdr(Opcode::QueryHcaCap as u16, cur, 16), len)
+            .unwrap();
+        assert_eq!(short, full[..len], "outbox of {len} bytes");
+    }
+    // The fields rdma-core reads sit in the part that fits.
+    let mut padded = env
+        .general(&hdr(Opcode::QueryHcaCap as u16, cur, 16), 2064)
+        .unwrap();
+    padded.resize(QueryHcaCapOut::SIZE_BYTES, 0);
+    let c = *QueryHcaCapOut::from_slice(&padded)
+        .unwrap()
+        .capability()
+        .cmd_hca_cap();
+    assert_eq!((c.log_max_qp(), c.log_max_cq(), c.roce()), (17, 24, 1));
+    // Other queries with a context after the header truncate the same way.
+    let vport = env
+        .general(
+            &hdr(Opcode::QueryHcaVportContext as u16, 0, 16),
+            QueryHcaVportContextOut::SIZE_BYTES,
+        )
+        .unwrap();
+    let head = env
+        .general(&hdr(Opcode::QueryHcaVportContext as u16, 0, 16), 48)
+        .unwrap();
+    assert_eq!(head, vport[..48]);
+}
+
 #[test]
 fn other_cap_pages() {
     let env = Env::new(302);
@@ -182,9 +218,10 @@ fn mailbox_checks() {
         &env.general(&hdr(0xb42, 0, 16), 16).unwrap_err(),
         syn::UNKNOWN_OPCODE,
     );
-    // Outbox shorter than the layout.
+    // Outbox shorter than the layout's header and top-level fields.
     check(
-        &env.general(&hdr(0x100, 1, 16), 64).unwrap_err(),
+        &env.general(&hdr(Opcode::QueryIssi as u16, 0, 16), 64)
+            .unwrap_err(),
         syn::OUTBOX_SHORT,
     );
     // Reserved header bits, a bad op_mod, an inbox shorter than its layout.

@@ -70,7 +70,7 @@ pub mod status {
 checks! {
     // Mailbox and header.
     INBOX_SHORT = BAD_INP_LEN, 0x1000_0001, "inbox shorter than the command's *_in layout (or its tail)";
-    OUTBOX_SHORT = BAD_OUTP_LEN, 0x1000_0002, "outbox shorter than the command's *_out layout (or its tail)";
+    OUTBOX_SHORT = BAD_OUTP_LEN, 0x1000_0002, "outbox shorter than the command's *_out header and fields (or its tail)";
     UNKNOWN_OPCODE = BAD_OP, 0x1000_0003, "opcode not implemented by this firmware";
     BAD_OP_MOD = BAD_PARAM, 0x1000_0004, "op_mod not valid for this opcode";
     HEADER_RESERVED = BAD_PARAM, 0x1000_0005, "reserved header bits 0x20..0x30 are not zero";

@@ -34,9 +34,14 @@ impl OpMods {
 pub struct CmdDef {
     pub handler: Handler,
     pub op_mods: OpMods,
-    /// Minimum inbox and outbox lengths (the fixed layouts).
+    /// Minimum inbox length (the fixed `*_in` layout).
     pub in_len: usize,
+    /// The fixed `*_out` layout: what the handler fills.
     pub out_len: usize,
+    /// The shortest outbox answered: the header and the command's own
+    /// top-level fields. What lies beyond (a context, a capability page)
+    /// is cut to the outbox, as firmware does.
+    pub min_out_len: usize,
     /// True for commands with the general-object header, whose bytes 4..6
     /// are vhca_tunnel_id rather than reserved.
     pub general_header: bool,
@@ -160,6 +165,27 @@ pub fn lookup(opcode: u16) -> Option<CmdDef> {
         op_mods,
         in_len: (inp.size_bits / 8) as usize,
         out_len: (outp.size_bits / 8) as usize,
+        min_out_len: min_out_len(outp),
         general_header: (0xa00..=0xa03).contains(&opcode),
     })
+}
+
+/// Status and syndrome plus the command-specific output dwords: every
+/// command's outbox has at least this much.
+const OUT_HEADER_BYTES: usize = 16;
+
+/// The header and every top-level field of `outp` (rounded up to a dword);
+/// nested structures and arrays are the part firmware truncates.
+fn min_out_len(outp: &prm_layouts::LayoutMeta) -> usize {
+    let end_bits = outp
+        .fields
+        .iter()
+        .filter(|f| !f.name.contains(['.', '[']))
+        .map(|f| f.offset_bits + f.width_bits)
+        .max()
+        .unwrap_or(0);
+    let bytes = (end_bits as usize).div_ceil(32) * 4;
+    bytes
+        .max(OUT_HEADER_BYTES)
+        .min((outp.size_bits / 8) as usize)
 }

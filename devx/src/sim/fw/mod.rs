@@ -1,8 +1,9 @@
 //! The emulated firmware: a command processor over per-device state.
 //!
 //! Every mailbox goes through the same gate before its handler runs: header
-//! length, opcode known, inbox and outbox at least as long as the command's
-//! PRM layouts, op_mod allowed, reserved header bits zero, uid alive. Then
+//! length, opcode known, inbox at least as long as the command's `*_in`
+//! layout, outbox at least as long as the `*_out` header and top-level
+//! fields (the rest is cut to fit), op_mod allowed, reserved header bits zero, uid alive. Then
 //! the handler validates the command's own fields and references. A failure
 //! is written to the outbox as status + syndrome, exactly as firmware
 //! answers; nothing here panics on any input bytes.
@@ -93,7 +94,7 @@ impl Firmware {
         if inbox.len() < def.in_len {
             return fail(syndrome::INBOX_SHORT);
         }
-        if outbox.len() < def.out_len {
+        if outbox.len() < def.min_out_len {
             return fail(syndrome::OUTBOX_SHORT);
         }
         if !def.op_mods.allows(op_mod) {
@@ -112,7 +113,16 @@ impl Firmware {
             op_mod,
             uid,
         };
-        (def.handler)(&mut st, &cmd, outbox)
+        if outbox.len() >= def.out_len {
+            return (def.handler)(&mut st, &cmd, outbox);
+        }
+        // A shorter outbox gets the answer's first bytes, as firmware
+        // writes only as far as the caller's output length reaches.
+        let mut full = vec![0u8; def.out_len];
+        (def.handler)(&mut st, &cmd, &mut full)?;
+        let n = outbox.len();
+        outbox.copy_from_slice(&full[..n]);
+        Ok(())
     }
 
     /// CREATE_UCTX: a new DEVX uid.
