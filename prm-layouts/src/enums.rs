@@ -500,6 +500,57 @@ impl HcaCapType {
 }
 
 wire_enum! {
+    /// Address family of a RoCE address table entry (`roce_l3_type`).
+    RoceL3Type: u8 {
+        Ipv4 = 0 => "IPV4",
+        Ipv6 = 1 => "IPV6",
+    }
+}
+
+impl RoceL3Type {
+    /// `source_l3_address` as firmware stores it for `gid`: an IPv4 entry
+    /// keeps only the four address bytes at the end (bytes 12..16), the
+    /// rest zero; an IPv6 entry keeps the whole GID.
+    #[must_use]
+    pub fn l3_address(self, gid: &[u8; 16]) -> [u8; 16] {
+        match self {
+            Self::Ipv4 => {
+                let mut a = [0u8; 16];
+                a[12..].copy_from_slice(&gid[12..]);
+                a
+            }
+            Self::Ipv6 => *gid,
+        }
+    }
+
+    /// The GID of an entry whose `source_l3_address` is `addr`: the
+    /// IPv4-mapped `::ffff:a.b.c.d` for IPv4, the address itself for IPv6.
+    /// An all-zero address is an unused entry (whose `roce_l3_type` reads
+    /// as IPv4) and stays the zero GID.
+    #[must_use]
+    pub fn gid(self, addr: &[u8; 16]) -> [u8; 16] {
+        match self {
+            Self::Ipv4 if addr.iter().any(|&b| b != 0) => {
+                let mut g = [0u8; 16];
+                g[10] = 0xff;
+                g[11] = 0xff;
+                g[12..].copy_from_slice(&addr[12..]);
+                g
+            }
+            Self::Ipv4 | Self::Ipv6 => *addr,
+        }
+    }
+}
+
+wire_enum! {
+    /// RoCE version of a RoCE address table entry (`roce_version`).
+    RoceVersion: u8 {
+        V1 = 0 => "V1",
+        V2 = 2 => "V2",
+    }
+}
+
+wire_enum! {
     /// Firmware general object types (`obj_type` of general-object commands).
     GeneralObjType: u16 {
         SwIcm = 0x0008 => "SW_ICM",

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use prm_layouts::enums::{HcaCapType, Opcode};
+use prm_layouts::enums::{HcaCapType, Opcode, RoceL3Type, RoceVersion};
 use prm_layouts::{
     QueryHcaVportContextIn, QueryHcaVportContextOut, QueryHcaVportGidIn, QueryHcaVportGidOut,
     QueryNicVportContextIn, QueryNicVportContextOut, QueryRoceAddressIn, QueryRoceAddressOut,
@@ -311,12 +311,21 @@ impl Context {
                 let out = QueryRoceAddressOut::from_slice(&out)
                     .ok_or_else(|| short_outbox(VERB, "QUERY_ROCE_ADDRESS"))?;
                 let a = out.roce_address();
+                // Firmware keeps only the four address bytes of an IPv4 entry.
+                let l3_type = RoceL3Type::from_raw(a.roce_l3_type()).ok_or_else(|| {
+                    Error::unsupported(
+                        VERB,
+                        format!(
+                            "QUERY_ROCE_ADDRESS entry {index}: unknown roce_l3_type {}",
+                            a.roce_l3_type()
+                        ),
+                    )
+                })?;
                 Ok(GidEntry {
                     index,
                     port,
-                    gid: Gid(*a.source_l3_address()),
-                    // MLX5_ROCE_VERSION_2 = 2; 0 is v1.
-                    gid_type: if a.roce_version() == 2 {
+                    gid: Gid(l3_type.gid(a.source_l3_address())),
+                    gid_type: if a.roce_version() == RoceVersion::V2.raw() {
                         GidType::RoceV2
                     } else {
                         GidType::RoceV1

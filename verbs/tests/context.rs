@@ -3,7 +3,7 @@
 
 mod common;
 
-use prm_layouts::enums::Opcode;
+use prm_layouts::enums::{Opcode, RoceVersion};
 use verbs::{AtomicCap, Context, DeviceReport, GidType, LinkLayer, Mtu, PortModify, PortState};
 
 #[test]
@@ -86,6 +86,24 @@ fn bad_ports_are_refused_before_any_command() {
     assert_eq!(sim.commands_executed(), before);
 }
 
+/// Firmware keeps only the four IPv4 bytes of an IPv4 RoCE entry; the GID
+/// read back is still the IPv4-mapped `::ffff:a.b.c.d`.
+#[test]
+fn ipv4_roce_gids_read_back_ipv4_mapped() {
+    let (ctx, sim) = common::open(1);
+    let mut want = [0u8; 16];
+    want[10..12].copy_from_slice(&[0xff, 0xff]);
+    want[12..].copy_from_slice(&sim.identity().ipv4);
+    let v4: Vec<_> = ctx
+        .gid_table(1)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.gid.0 == want)
+        .map(|e| e.gid_type)
+        .collect();
+    assert_eq!(v4, [GidType::RoceV1, GidType::RoceV2]);
+}
+
 #[test]
 fn gid_table_matches_the_device() {
     let (ctx, sim) = common::open(1);
@@ -94,7 +112,7 @@ fn gid_table_matches_the_device() {
     assert_eq!(gids.len(), want.len());
     for (g, w) in gids.iter().zip(want.iter()) {
         assert_eq!(g.gid.0, w.gid);
-        let t = if w.version == 2 {
+        let t = if w.version == RoceVersion::V2 {
             GidType::RoceV2
         } else {
             GidType::RoceV1

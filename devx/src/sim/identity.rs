@@ -1,6 +1,8 @@
 //! Addresses of an emulated device, derived from its index so that every
 //! `simN` in a process is distinct and stable across runs.
 
+use prm_layouts::{RoceL3Type, RoceVersion};
+
 /// MAC, GUIDs and the RoCE GID table of one emulated port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
@@ -17,10 +19,8 @@ pub struct Identity {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GidEntry {
     pub gid: [u8; 16],
-    /// `roce_version` field value: 0 = RoCE v1, 2 = RoCE v2.
-    pub version: u8,
-    /// `roce_l3_type`: 0 = IPv4, 1 = IPv6.
-    pub l3_type: u8,
+    pub version: RoceVersion,
+    pub l3_type: RoceL3Type,
 }
 
 impl Identity {
@@ -63,23 +63,23 @@ impl Identity {
         [
             GidEntry {
                 gid: ll,
-                version: 0,
-                l3_type: 1,
+                version: RoceVersion::V1,
+                l3_type: RoceL3Type::Ipv6,
             },
             GidEntry {
                 gid: ll,
-                version: 2,
-                l3_type: 1,
+                version: RoceVersion::V2,
+                l3_type: RoceL3Type::Ipv6,
             },
             GidEntry {
                 gid: v4,
-                version: 0,
-                l3_type: 0,
+                version: RoceVersion::V1,
+                l3_type: RoceL3Type::Ipv4,
             },
             GidEntry {
                 gid: v4,
-                version: 2,
-                l3_type: 0,
+                version: RoceVersion::V2,
+                l3_type: RoceL3Type::Ipv4,
             },
         ]
     }
@@ -109,6 +109,6 @@ mod tests {
         assert_eq!(&t[0].gid[..8], &[0xfe, 0x80, 0, 0, 0, 0, 0, 0]);
         assert_eq!(&t[0].gid[8..], &[0x0e, 0x42, 0xa1, 0xff, 0xfe, 0, 0, 1]);
         assert_eq!(&t[3].gid[10..], &[0xff, 0xff, 10, 200, 0, 2]);
-        assert_eq!(t[3].version, 2);
+        assert_eq!(t[3].version, RoceVersion::V2);
     }
 }

@@ -159,11 +159,12 @@ pub fn query_roce_address(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult
     let o = out_view::<QueryRoceAddressOut>(out)?;
     if let Some(g) = entry {
         let a = o.roce_address_mut();
-        a.set_source_l3_address(&g.gid);
+        // Stored as Linux's mlx5 driver writes it with SET_ROCE_ADDRESS.
+        a.set_source_l3_address(&g.l3_type.l3_address(&g.gid));
         a.set_source_mac_47_32(hi);
         a.set_source_mac_31_0(lo);
-        a.set_roce_l3_type(g.l3_type);
-        a.set_roce_version(g.version);
+        a.set_roce_l3_type(g.l3_type.raw());
+        a.set_roce_version(g.version.raw());
     }
     Ok(())
 }
