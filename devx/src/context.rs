@@ -9,7 +9,7 @@ use crate::deferred::Deferred;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::obj::Obj;
-use crate::provider::ProviderContext;
+use crate::provider::{GidTableEntry, ProviderContext};
 
 static NEXT_CONTEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -169,5 +169,10 @@ impl Context {
     /// The EQ number serving completion vector `vector`.
     pub fn query_eqn(&self, vector: u32) -> Result<u32> {
         self.inner.provider.query_eqn(vector)
+    }
+
+    /// The valid entries of the kernel's GID table, every port.
+    pub fn query_gid_table(&self) -> Result<Vec<GidTableEntry>> {
+        self.inner.provider.query_gid_table()
     }
 }

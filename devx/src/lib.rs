@@ -28,8 +28,8 @@ pub use events::{event_type, Events};
 pub use live::{live_objects, LiveObject};
 pub use obj::{DestroyFailed, Obj};
 pub use provider::{
-    AsyncCompletion, CmdChannel, DeviceInfo, DevxEvent, EventChannel, Handle, Provider,
-    ProviderContext, UarAlloc, UarKind, UarPage,
+    AsyncCompletion, CmdChannel, DeviceInfo, DevxEvent, EventChannel, GidTableEntry, GidType,
+    Handle, Provider, ProviderContext, UarAlloc, UarKind, UarPage,
 };
 /// Names the emulated device's syndromes (`sim::syndrome::name`).
 pub use sim::syndrome::name as syndrome_name;

@@ -64,6 +64,28 @@ pub struct UarAlloc {
     pub page: Arc<dyn UarPage>,
 }
 
+/// Kind of a GID table entry (`enum ib_uverbs_gid_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GidType {
+    /// InfiniBand port GID.
+    Ib,
+    RoceV1,
+    RoceV2,
+}
+
+/// One valid entry of the kernel's GID table (`struct ib_uverbs_gid_entry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GidTableEntry {
+    /// The GID as it goes on the wire (an IPv4 address as `::ffff:a.b.c.d`).
+    pub gid: [u8; 16],
+    pub index: u32,
+    /// Port number, from 1.
+    pub port: u32,
+    pub gid_type: GidType,
+    /// The network device the entry belongs to (0 on InfiniBand).
+    pub netdev_ifindex: u32,
+}
+
 /// Result of one asynchronous command: its `wr_id` and the outbox or the error.
 pub type AsyncCompletion = (u64, Result<Vec<u8>>);
 
@@ -112,6 +134,10 @@ pub trait ProviderContext: Send + Sync {
     fn uar_free(&self, uar: Handle) -> Result<()>;
     /// EQ number serving completion vector `vector`.
     fn query_eqn(&self, vector: u32) -> Result<u32>;
+    /// The valid entries of every port's GID table, as the kernel keeps it
+    /// (uverbs QUERY_GID_TABLE): the way to read GIDs on any port type, since
+    /// DEVX does not admit QUERY_HCA_VPORT_GID.
+    fn query_gid_table(&self) -> Result<Vec<GidTableEntry>>;
     /// A new event channel; `omit_data` delivers only cookies.
     fn create_event_channel(&self, omit_data: bool) -> Result<Arc<dyn EventChannel>> {
         let _ = omit_data;

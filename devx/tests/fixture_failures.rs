@@ -115,6 +115,10 @@ impl ProviderContext for FlakyCtx {
         next(&self.script)?;
         self.inner.query_eqn(vector)
     }
+    fn query_gid_table(&self) -> devx::Result<Vec<devx::GidTableEntry>> {
+        next(&self.script)?;
+        self.inner.query_gid_table()
+    }
 }
 
 #[derive(Clone, Default)]
@@ -140,6 +144,7 @@ fn record(script: Vec<Option<Error>>, opens: usize) -> String {
         for _ in 0..opens {
             let Ok(ctx) = dev.open() else { continue };
             let _ = ctx.query_eqn(0);
+            let _ = ctx.query_gid_table();
             let _ = ctx.general_cmd(&mailbox("query_issi_in", &[("opcode", 0x10a)]), 16);
             if let Ok(pd) = ctx.create(&mailbox("alloc_pd_in", &[("opcode", 0x800)]), 16) {
                 let _ = pd.query(&mailbox("query_issi_in", &[("opcode", 0x10a)]), 32);

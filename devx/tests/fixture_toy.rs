@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use devx::{
-    AsyncCompletion, CmdChannel, DeviceInfo, Error, Handle, Provider, ProviderContext, UarAlloc,
-    UarKind, UarPage,
+    AsyncCompletion, CmdChannel, DeviceInfo, Error, GidTableEntry, GidType, Handle, Provider,
+    ProviderContext, UarAlloc, UarKind, UarPage,
 };
 
 /// Opcode the toy refuses with BAD_OP, for firmware-error tests.
@@ -197,6 +197,19 @@ impl ProviderContext for ToyCtx {
 
     fn query_eqn(&self, vector: u32) -> devx::Result<u32> {
         Ok(7 + vector)
+    }
+
+    /// One RoCE v2 entry for an IPv4 address.
+    fn query_gid_table(&self) -> devx::Result<Vec<GidTableEntry>> {
+        let mut gid = [0u8; 16];
+        gid[10..].copy_from_slice(&[0xff, 0xff, 192, 0, 2, 7]);
+        Ok(vec![GidTableEntry {
+            gid,
+            index: 3,
+            port: 1,
+            gid_type: GidType::RoceV2,
+            netdev_ifindex: 5,
+        }])
     }
 }
 

@@ -1131,3 +1131,56 @@ mod props {
         let _ = abi::method_name(0x1001, 0x1000);
     }
 }
+
+// ---------------------------------------------------------------- GID table
+
+#[test]
+fn gid_table_through_the_uverbs_method() {
+    let k = fake();
+    let ctx = open(&k);
+    let mut v4 = [0u8; 16];
+    v4[10..].copy_from_slice(&[0xff, 0xff, 192, 0, 2, 1]);
+    let mut ib = [0u8; 16];
+    ib[..2].copy_from_slice(&[0xfe, 0x80]);
+    ib[8..].copy_from_slice(&0x0c42_a1ff_fe00_0001u64.to_be_bytes());
+    let table = vec![
+        devx::GidTableEntry {
+            gid: v4,
+            index: 3,
+            port: 1,
+            gid_type: devx::GidType::RoceV2,
+            netdev_ifindex: 7,
+        },
+        devx::GidTableEntry {
+            gid: ib,
+            index: 0,
+            port: 2,
+            gid_type: devx::GidType::Ib,
+            netdev_ifindex: 0,
+        },
+    ];
+    k.set_gid_table(table.clone());
+    assert_eq!(ctx.query_gid_table().unwrap(), table);
+    // As rdma-core's ibv_query_gid_table frames it: UVERBS_OBJECT_DEVICE,
+    // QUERY_GID_TABLE, entry size, flags, the entries, their count.
+    let c = last(&k);
+    let (entries, n) = (c.attrs[2], c.attrs[3]);
+    expect_raw(
+        &c,
+        0,
+        5,
+        &[
+            attr(0, 8, M, 32),
+            attr(1, 4, M, 0),
+            attr(2, entries.len, M, entries.data),
+            attr(3, 8, M, n.data),
+        ],
+    );
+    assert_eq!(k.violations(), Vec::<String>::new());
+    k.tamper_next(0, 5, Tamper::SucceedSilently);
+    assert!(matches!(ctx.query_gid_table(), Err(Error::Provider { .. })));
+    // More valid entries than room: the kernel's EINVAL, named.
+    k.set_gid_table(vec![table[0]; 3000]);
+    let e = ctx.query_gid_table().unwrap_err();
+    assert_eq!(os_errno(&e), ("QUERY_GID_TABLE".into(), libc::EINVAL));
+}

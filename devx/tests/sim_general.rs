@@ -5,7 +5,7 @@
 mod support;
 
 use devx::sim::syndrome as syn;
-use devx::DeviceInfo;
+use devx::{DeviceInfo, ProviderContext};
 use prm_layouts::*;
 use support::*;
 
@@ -209,16 +209,30 @@ fn gid_table_and_roce_addresses() {
         syn::BAD_GID_INDEX,
     );
 
-    let mut g = hdr(0x764, 0, 16);
+    // The kernel's GID table holds the same entries, IPv4 ones mapped.
+    let kernel = env.ctx.query_gid_table().unwrap();
+    assert_eq!(kernel.len(), table.len());
+    for (k, (i, g)) in kernel.iter().zip(table.iter().enumerate()) {
+        assert_eq!((k.index, k.port, k.gid), (i as u32, 1, g.gid));
+        let t = match g.version {
+            RoceVersion::V1 => devx::GidType::RoceV1,
+            RoceVersion::V2 => devx::GidType::RoceV2,
+        };
+        assert_eq!(k.gid_type, t);
+    }
+}
+
+/// Linux's DEVX admits no QUERY_HCA_VPORT_GID on the general method
+/// (devx_is_general_cmd): EINVAL before the firmware sees it.
+#[test]
+fn query_hca_vport_gid_is_not_a_general_command() {
+    let env = Env::new(307);
+    let before = env.dev.commands_executed();
+    let mut g = hdr(Opcode::QueryHcaVportGid as u16, 0, 16);
     g[14..16].copy_from_slice(&1u16.to_be_bytes());
-    let o = env.general(&g, 32).unwrap();
-    assert_eq!(be16(&o, 12), 1);
-    assert_eq!(&o[16..32], &table[1].gid);
-    g[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
-    check(&env.general(&g, 32).unwrap_err(), syn::OUTBOX_SHORT);
-    let o = env.general(&g, 16 + 16 * 255).unwrap();
-    assert_eq!(be16(&o, 12), 255);
-    assert_eq!(&o[16 + 48..16 + 64], &table[3].gid);
+    let e = env.general(&g, 32).unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL, "{e}");
+    assert_eq!(env.dev.commands_executed(), before);
 }
 
 #[test]

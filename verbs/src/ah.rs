@@ -243,8 +243,8 @@ impl fmt::Debug for Ah {
 }
 
 impl Ah {
-    /// `ibv_create_ah`. Reads the source GID's table entry (one
-    /// QUERY_ROCE_ADDRESS or QUERY_HCA_VPORT_GID) when the address has a GRH.
+    /// `ibv_create_ah`. Reads the source GID's table entry (the kernel's
+    /// GID table, and QUERY_ROCE_ADDRESS on RoCE) when the address has a GRH.
     pub fn create(pd: &Pd, attr: &AhAttr) -> Result<Ah> {
         let r = attr.resolve(pd.context(), "create_ah")?;
         Ok(Ah {

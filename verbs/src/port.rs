@@ -1,14 +1,14 @@
 //! `query_port` and the GID table: vport state, MTU and addresses, read with
 //! the general commands DEVX admits (QUERY_VPORT_STATE, QUERY_NIC_VPORT_CONTEXT,
-//! QUERY_HCA_VPORT_CONTEXT, QUERY_ROCE_ADDRESS, QUERY_HCA_VPORT_GID).
+//! QUERY_HCA_VPORT_CONTEXT, QUERY_ROCE_ADDRESS) and the kernel's GID table.
 
 use std::fmt;
 
 use prm_layouts::enums::{HcaCapType, Opcode, RoceL3Type, RoceVersion};
 use prm_layouts::{
-    QueryHcaVportContextIn, QueryHcaVportContextOut, QueryHcaVportGidIn, QueryHcaVportGidOut,
-    QueryNicVportContextIn, QueryNicVportContextOut, QueryRoceAddressIn, QueryRoceAddressOut,
-    QueryVportStateIn, QueryVportStateOut,
+    CmdHcaCap, QueryHcaVportContextIn, QueryHcaVportContextOut, QueryNicVportContextIn,
+    QueryNicVportContextOut, QueryRoceAddressIn, QueryRoceAddressOut, QueryVportStateIn,
+    QueryVportStateOut,
 };
 
 use crate::context::{Context, LinkLayer};
@@ -211,6 +211,17 @@ pub(crate) struct VportGuids {
     pub sys_image_guid: u64,
 }
 
+/// GID table length of an InfiniBand port: `gid_table_size` encodes
+/// 8 << n entries.
+fn ib_gid_tbl_len(c: &CmdHcaCap) -> u32 {
+    let log = c.gid_table_size();
+    if log > 4 {
+        0
+    } else {
+        8 << log
+    }
+}
+
 fn short_outbox(verb: &'static str, what: &str) -> Error {
     Error::Device {
         verb,
@@ -264,14 +275,13 @@ impl Context {
             LinkLayer::InfiniBand => {
                 let out = self.query_hca_vport(VERB, port)?;
                 let v = out.hca_vport_context();
-                let gid_log = c.gid_table_size();
                 Ok(PortAttr {
                     state: PortState::from_ib(v.port_state()),
                     // The port MTU lives in the PMTU register (ACCESS_REG), which
                     // DEVX does not reliably admit; ConnectX IB ports run 4096.
                     max_mtu: Mtu::Mtu4096,
                     active_mtu: Mtu::Mtu4096,
-                    gid_tbl_len: if gid_log > 4 { 0 } else { 8 << gid_log },
+                    gid_tbl_len: ib_gid_tbl_len(c),
                     port_cap_flags: v.cap_mask1(),
                     max_msg_sz,
                     pkey_tbl_len: if c.pkey_table_size() > 16 {
@@ -293,66 +303,87 @@ impl Context {
     }
 
     /// One GID table entry (`ibv_query_gid_ex`). An unused entry has a zero GID.
+    ///
+    /// The GID and its type come from the kernel's GID table on every port
+    /// type, as rdma-core reads them (DEVX does not admit
+    /// QUERY_HCA_VPORT_GID); a RoCE entry's source MAC and VLAN from the
+    /// firmware's copy of the entry (QUERY_ROCE_ADDRESS).
     pub fn query_gid(&self, port: u8, index: u16) -> Result<GidEntry> {
         const VERB: &str = "query_gid";
         self.check_port(VERB, port)?;
+        let table = self.devx().query_gid_table().verb(VERB)?;
+        let kernel = table
+            .iter()
+            .find(|e| e.port == u32::from(port) && e.index == u32::from(index));
+        self.gid_entry(VERB, port, index, kernel)
+    }
+
+    /// Every used entry of the port's GID table.
+    pub fn gid_table(&self, port: u8) -> Result<Vec<GidEntry>> {
+        const VERB: &str = "gid_table";
+        self.check_port(VERB, port)?;
+        let table = self.devx().query_gid_table().verb(VERB)?;
+        table
+            .iter()
+            .filter(|e| e.port == u32::from(port) && e.gid != [0; 16])
+            .map(|e| {
+                let index = u16::try_from(e.index).map_err(|_| {
+                    Error::unsupported(VERB, format!("GID index {} does not fit 16 bits", e.index))
+                })?;
+                self.gid_entry(VERB, port, index, Some(e))
+            })
+            .collect()
+    }
+
+    /// Entry `index` of `port` from the kernel's entry (`None`: unused).
+    fn gid_entry(
+        &self,
+        verb: &'static str,
+        port: u8,
+        index: u16,
+        kernel: Option<&devx::GidTableEntry>,
+    ) -> Result<GidEntry> {
+        let gid_type = |k: &devx::GidTableEntry| match k.gid_type {
+            devx::GidType::Ib => GidType::Ib,
+            devx::GidType::RoceV1 => GidType::RoceV1,
+            devx::GidType::RoceV2 => GidType::RoceV2,
+        };
         match self.link_layer() {
             LinkLayer::Ethernet => {
-                let mut inbox = QueryRoceAddressIn::new();
-                inbox.set_opcode(Opcode::QueryRoceAddress.raw());
-                inbox.set_roce_address_index(index);
-                if self.caps().num_vhca_ports() > 0 {
-                    inbox.set_vhca_port_num(port);
-                }
-                let out = self
-                    .devx()
-                    .general_cmd(inbox.as_bytes(), QueryRoceAddressOut::SIZE_BYTES)
-                    .verb(VERB)?;
-                let out = QueryRoceAddressOut::from_slice(&out)
-                    .ok_or_else(|| short_outbox(VERB, "QUERY_ROCE_ADDRESS"))?;
-                let a = out.roce_address();
-                // Firmware keeps only the four address bytes of an IPv4 entry.
-                let l3_type = RoceL3Type::from_raw(a.roce_l3_type()).ok_or_else(|| {
-                    Error::unsupported(
-                        VERB,
+                let fw = self.roce_address(verb, port, index)?;
+                let Some(k) = kernel else {
+                    return Ok(fw);
+                };
+                // Both are the same table: the kernel programs the firmware's.
+                if fw.gid.0 != k.gid {
+                    return Err(Error::unsupported(
+                        verb,
                         format!(
-                            "QUERY_ROCE_ADDRESS entry {index}: unknown roce_l3_type {}",
-                            a.roce_l3_type()
+                            "GID {index} of port {port} is {} in the kernel's table but {} in \
+                             the firmware's RoCE address table",
+                            Gid(k.gid),
+                            fw.gid
                         ),
-                    )
-                })?;
+                    ));
+                }
                 Ok(GidEntry {
-                    index,
-                    port,
-                    gid: Gid(l3_type.gid(a.source_l3_address())),
-                    gid_type: if a.roce_version() == RoceVersion::V2.raw() {
-                        GidType::RoceV2
-                    } else {
-                        GidType::RoceV1
-                    },
-                    mac: Some(mac_bytes(a.source_mac_47_32(), a.source_mac_31_0())),
-                    vlan: (a.vlan_valid() != 0).then(|| a.vlan_id()),
+                    gid_type: gid_type(k),
+                    ..fw
                 })
             }
             LinkLayer::InfiniBand => {
-                let mut inbox = QueryHcaVportGidIn::new();
-                inbox.set_opcode(Opcode::QueryHcaVportGid.raw());
-                inbox.set_gid_index(index);
-                if self.num_ports() > 1 {
-                    inbox.set_port_num(port);
+                let len = ib_gid_tbl_len(self.caps());
+                if u32::from(index) >= len {
+                    return Err(Error::argument(
+                        verb,
+                        format!("GID index {index} is past the port's table of {len} entries"),
+                    ));
                 }
-                let outlen = QueryHcaVportGidOut::SIZE_BYTES + 16;
-                let out = self
-                    .devx()
-                    .general_cmd(inbox.as_bytes(), outlen)
-                    .verb(VERB)?;
-                let gid = QueryHcaVportGidOut::gid_in(&out, 0)
-                    .ok_or_else(|| short_outbox(VERB, "QUERY_HCA_VPORT_GID"))?;
                 Ok(GidEntry {
                     index,
                     port,
-                    gid: Gid(gid.0),
-                    gid_type: GidType::Ib,
+                    gid: Gid(kernel.map(|k| k.gid).unwrap_or_default()),
+                    gid_type: kernel.map(gid_type).unwrap_or(GidType::Ib),
                     mac: None,
                     vlan: None,
                 })
@@ -360,17 +391,43 @@ impl Context {
         }
     }
 
-    /// Every used entry of the port's GID table.
-    pub fn gid_table(&self, port: u8) -> Result<Vec<GidEntry>> {
-        let len = self.query_port(port)?.gid_tbl_len.min(u32::from(u16::MAX));
-        let mut out = Vec::new();
-        for index in 0..len as u16 {
-            let e = self.query_gid(port, index)?;
-            if !e.gid.is_zero() {
-                out.push(e);
-            }
+    /// The firmware's RoCE address table entry `index` (QUERY_ROCE_ADDRESS).
+    fn roce_address(&self, verb: &'static str, port: u8, index: u16) -> Result<GidEntry> {
+        let mut inbox = QueryRoceAddressIn::new();
+        inbox.set_opcode(Opcode::QueryRoceAddress.raw());
+        inbox.set_roce_address_index(index);
+        if self.caps().num_vhca_ports() > 0 {
+            inbox.set_vhca_port_num(port);
         }
-        Ok(out)
+        let out = self
+            .devx()
+            .general_cmd(inbox.as_bytes(), QueryRoceAddressOut::SIZE_BYTES)
+            .verb(verb)?;
+        let out = QueryRoceAddressOut::from_slice(&out)
+            .ok_or_else(|| short_outbox(verb, "QUERY_ROCE_ADDRESS"))?;
+        let a = out.roce_address();
+        // Firmware keeps only the four address bytes of an IPv4 entry.
+        let l3_type = RoceL3Type::from_raw(a.roce_l3_type()).ok_or_else(|| {
+            Error::unsupported(
+                verb,
+                format!(
+                    "QUERY_ROCE_ADDRESS entry {index}: unknown roce_l3_type {}",
+                    a.roce_l3_type()
+                ),
+            )
+        })?;
+        Ok(GidEntry {
+            index,
+            port,
+            gid: Gid(l3_type.gid(a.source_l3_address())),
+            gid_type: if a.roce_version() == RoceVersion::V2.raw() {
+                GidType::RoceV2
+            } else {
+                GidType::RoceV1
+            },
+            mac: Some(mac_bytes(a.source_mac_47_32(), a.source_mac_31_0())),
+            vlan: (a.vlan_valid() != 0).then(|| a.vlan_id()),
+        })
     }
 
     fn vport_state_up(&self, verb: &'static str) -> Result<bool> {

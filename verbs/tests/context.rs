@@ -275,3 +275,24 @@ fn handles_cross_threads() {
     drop((qps, cq, pd));
     assert_eq!(sim.live_objects(), 0);
 }
+
+/// On an InfiniBand port the GIDs come from the kernel's GID table: DEVX
+/// refuses QUERY_HCA_VPORT_GID on the general method, as Linux does.
+#[test]
+fn infiniband_gids_come_from_the_kernel_table() {
+    let mut profile = devx::sim::Profile::connectx6_dx();
+    profile.port_type = 0;
+    let sim = devx::sim::sim_device_with_profile("sim9401", profile).unwrap();
+    let ctx = Context::open(&devx::Device::by_name("sim9401").unwrap()).unwrap();
+    assert_eq!(ctx.link_layer(), LinkLayer::InfiniBand);
+    let mut want = [0u8; 16];
+    want[..2].copy_from_slice(&[0xfe, 0x80]);
+    want[8..].copy_from_slice(&sim.identity().node_guid.to_be_bytes());
+    let g = ctx.query_gid(1, 0).unwrap();
+    assert_eq!((g.gid.0, g.gid_type, g.mac), (want, GidType::Ib, None));
+    assert_eq!(ctx.gid_table(1).unwrap(), vec![g]);
+    assert!(ctx.query_gid(1, 1).unwrap().gid.is_zero());
+    let len = ctx.query_port(1).unwrap().gid_tbl_len;
+    let e = ctx.query_gid(1, len as u16).unwrap_err();
+    assert!(e.is_argument(), "{e}");
+}

@@ -7,6 +7,7 @@
 use std::os::fd::RawFd;
 
 use super::sys::{Errno, Sys, SysResult};
+use crate::provider::{GidTableEntry, GidType};
 
 /// `_IOWR(0x1b, 1, struct ib_uverbs_ioctl_hdr)`.
 pub const RDMA_VERBS_IOCTL: u64 = 0xC018_1B01;
@@ -35,6 +36,59 @@ pub mod verbs {
     pub const UVERBS_ATTR_UHW_OUT: u16 = 0x1001;
     /// `IB_USER_VERBS_CMD_GET_CONTEXT` of the legacy write() interface.
     pub const IB_USER_VERBS_CMD_GET_CONTEXT: u32 = 0;
+
+    pub const UVERBS_METHOD_QUERY_GID_TABLE: u16 = 5;
+    pub const UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE: u16 = 0;
+    pub const UVERBS_ATTR_QUERY_GID_TABLE_FLAGS: u16 = 1;
+    pub const UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES: u16 = 2;
+    pub const UVERBS_ATTR_QUERY_GID_TABLE_RESP_NUM_ENTRIES: u16 = 3;
+
+    /// `enum ib_uverbs_gid_type`.
+    pub const IB_UVERBS_GID_TYPE_IB: u32 = 0;
+    pub const IB_UVERBS_GID_TYPE_ROCE_V1: u32 = 1;
+    pub const IB_UVERBS_GID_TYPE_ROCE_V2: u32 = 2;
+}
+
+/// Size of `struct ib_uverbs_gid_entry`: the GID, then gid_index, port_num,
+/// gid_type and netdev_ifindex as host-endian u32.
+pub const GID_ENTRY_LEN: usize = 32;
+
+/// Decodes one `struct ib_uverbs_gid_entry`; `None` for a gid_type this
+/// library does not know.
+pub fn gid_entry_from_bytes(b: &[u8; GID_ENTRY_LEN]) -> Option<GidTableEntry> {
+    let word = |at: usize| u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let mut gid = [0u8; 16];
+    gid.copy_from_slice(&b[..16]);
+    Some(GidTableEntry {
+        gid,
+        index: word(16),
+        port: word(20),
+        gid_type: match word(24) {
+            verbs::IB_UVERBS_GID_TYPE_IB => GidType::Ib,
+            verbs::IB_UVERBS_GID_TYPE_ROCE_V1 => GidType::RoceV1,
+            verbs::IB_UVERBS_GID_TYPE_ROCE_V2 => GidType::RoceV2,
+            _ => return None,
+        },
+        netdev_ifindex: word(28),
+    })
+}
+
+/// The `struct ib_uverbs_gid_entry` bytes of `e`.
+pub fn gid_entry_to_bytes(e: &GidTableEntry) -> [u8; GID_ENTRY_LEN] {
+    let mut b = [0u8; GID_ENTRY_LEN];
+    b[..16].copy_from_slice(&e.gid);
+    let gid_type = match e.gid_type {
+        GidType::Ib => verbs::IB_UVERBS_GID_TYPE_IB,
+        GidType::RoceV1 => verbs::IB_UVERBS_GID_TYPE_ROCE_V1,
+        GidType::RoceV2 => verbs::IB_UVERBS_GID_TYPE_ROCE_V2,
+    };
+    for (i, v) in [e.index, e.port, gid_type, e.netdev_ifindex]
+        .into_iter()
+        .enumerate()
+    {
+        b[16 + 4 * i..20 + 4 * i].copy_from_slice(&v.to_ne_bytes());
+    }
+    b
 }
 
 /// mlx5 driver objects.
@@ -534,6 +588,7 @@ pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
 pub fn method_name(object_id: u16, method_id: u16) -> &'static str {
     match (object_id, method_id) {
         (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_GET_CONTEXT) => "GET_CONTEXT",
+        (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_QUERY_GID_TABLE) => "QUERY_GID_TABLE",
         (obj::DEVX, devx::METHOD_OTHER) => "DEVX_OTHER",
         (obj::DEVX, devx::METHOD_QUERY_UAR) => "DEVX_QUERY_UAR",
         (obj::DEVX, devx::METHOD_QUERY_EQN) => "DEVX_QUERY_EQN",

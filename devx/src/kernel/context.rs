@@ -13,15 +13,15 @@ use prm_layouts::enums::opcode_name;
 
 use super::abi::{
     self, async_fd, be16, be32, devx, devx_obj, ne32, obj, uar, umem, verbs, AllocUcontextReq,
-    IoctlAttr, IoctlCmd, UcontextResp, ALLOC_UCONTEXT_RESP_LEN, WRITE_GET_CONTEXT_LEN,
-    WRITE_GET_CONTEXT_RESP_LEN,
+    IoctlAttr, IoctlCmd, UcontextResp, ALLOC_UCONTEXT_RESP_LEN, GID_ENTRY_LEN,
+    WRITE_GET_CONTEXT_LEN, WRITE_GET_CONTEXT_RESP_LEN,
 };
 use super::discover::KernelDevice;
 use super::sys::{Errno, Sys};
 use crate::error::{Error, FwReport, Result};
 use crate::provider::{
-    AsyncCompletion, CmdChannel, DeviceInfo, DevxEvent, EventChannel, Handle, Provider,
-    ProviderContext, UarAlloc, UarKind, UarPage,
+    AsyncCompletion, CmdChannel, DeviceInfo, DevxEvent, EventChannel, GidTableEntry, Handle,
+    Provider, ProviderContext, UarAlloc, UarKind, UarPage,
 };
 
 /// Name of this provider in errors and device info.
@@ -655,6 +655,59 @@ impl ProviderContext for KernelContext {
             )));
         }
         Ok(u32::from_ne_bytes(eqn))
+    }
+
+    fn query_gid_table(&self) -> Result<Vec<GidTableEntry>> {
+        const NAME: &str = "QUERY_GID_TABLE";
+        // As many entries as a u16 attribute length can carry: far more than
+        // the valid entries of any device's ports.
+        let max = MAX_MAILBOX / GID_ENTRY_LEN;
+        let mut entries = vec![0u8; max * GID_ENTRY_LEN];
+        let mut num = [0u8; 8];
+        let mut cmd = IoctlCmd::new(
+            verbs::UVERBS_OBJECT_DEVICE,
+            verbs::UVERBS_METHOD_QUERY_GID_TABLE,
+            [
+                IoctlAttr::u64_in(
+                    verbs::UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE,
+                    GID_ENTRY_LEN as u64,
+                ),
+                IoctlAttr::u32_in(verbs::UVERBS_ATTR_QUERY_GID_TABLE_FLAGS, 0),
+                IoctlAttr::ptr_out(
+                    verbs::UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES,
+                    entries.as_mut_ptr(),
+                    entries.len(),
+                ),
+                IoctlAttr::ptr_out(
+                    verbs::UVERBS_ATTR_QUERY_GID_TABLE_RESP_NUM_ENTRIES,
+                    num.as_mut_ptr(),
+                    num.len(),
+                ),
+            ],
+        );
+        // SAFETY: the pointer attributes refer to the live locals `entries`
+        // and `num`, with their lengths.
+        unsafe { cmd.exec(self.sys(), self.fd) }.map_err(|e| Error::os(NAME, e as i32))?;
+        if !cmd.attrs[3].valid_output() {
+            return Err(provider_error(format!(
+                "{NAME} succeeded without returning the number of entries"
+            )));
+        }
+        let n = u64::from_ne_bytes(num);
+        if n > max as u64 {
+            return Err(provider_error(format!(
+                "{NAME} returned {n} entries into room for {max}"
+            )));
+        }
+        entries
+            .chunks_exact(GID_ENTRY_LEN)
+            .take(n as usize)
+            .map(|b| {
+                let b: &[u8; GID_ENTRY_LEN] = b.try_into().unwrap_or(&[0; GID_ENTRY_LEN]);
+                abi::gid_entry_from_bytes(b)
+                    .ok_or_else(|| provider_error(format!("{NAME} returned an unknown gid_type")))
+            })
+            .collect()
     }
 
     fn create_event_channel(&self, omit_data: bool) -> Result<Arc<dyn EventChannel>> {

@@ -12,6 +12,9 @@ use prm_layouts::{
     RoceCap,
 };
 
+/// `port_type` of an Ethernet (RoCE) port; 0 is InfiniBand.
+pub const PORT_TYPE_ETHERNET: u8 = 1;
+
 /// Limits and feature bits of an emulated device. Log values are log2.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
@@ -58,7 +61,7 @@ pub struct Profile {
     pub local_ca_ack_delay: u8,
     /// DUMP page_size_cap 0xfffffffffffff000.
     pub log_pg_sz: u8,
-    /// DUMP link_layer Ethernet: 1.
+    /// DUMP link_layer Ethernet: [`PORT_TYPE_ETHERNET`] (0 is InfiniBand).
     pub port_type: u8,
     /// DUMP phys_port_cnt 1.
     pub num_ports: u8,
@@ -173,7 +176,7 @@ impl Profile {
             max_wqe_sz_sq: 1024,
             local_ca_ack_delay: 16,
             log_pg_sz: 12,
-            port_type: 1,
+            port_type: PORT_TYPE_ETHERNET,
             num_ports: 1,
             pkey_table_size: 0,
             pkey_entries: 128,

@@ -326,9 +326,9 @@ fn replay_on_a_device_reports_every_field_that_differs() {
         "{}",
         stdout(&o)
     );
-    // On sim0 the GUIDs and MAC differ, each named, and every command runs.
+    // On sim0 the GUIDs, MAC and GIDs differ, each named, and every command runs.
     let o = cli(&["--device", "sim0", "replay", &original]);
-    one_line_error(&o, "3 commands differ from the recording");
+    one_line_error(&o, "4 commands differ from the recording");
     let err = stderr(&o);
     assert!(
         err.contains("query_nic_vport_context_out.nic_vport_context.node_guid: recorded 0xc42a1fffe000064, got 0xc42a1fffe000000"),

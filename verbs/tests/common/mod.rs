@@ -215,6 +215,10 @@ impl ProviderContext for FailingContext {
         self.inner.query_eqn(vector)
     }
 
+    fn query_gid_table(&self) -> devx::Result<Vec<devx::GidTableEntry>> {
+        self.inner.query_gid_table()
+    }
+
     fn create_event_channel(&self, omit_data: bool) -> devx::Result<Arc<dyn EventChannel>> {
         self.inner.create_event_channel(omit_data)
     }

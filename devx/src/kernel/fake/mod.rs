@@ -28,6 +28,7 @@ mod state;
 mod syscalls;
 mod write;
 
+use crate::provider::GidTableEntry;
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::path::PathBuf;
@@ -150,6 +151,7 @@ impl FakeKernel {
                     wc: true,
                     num_comp_vectors: 4,
                     page_size: 4096,
+                    gid_table: Vec::new(),
                     ucontext,
                 },
                 next_fd: FIRST_FAKE_FD,
@@ -199,6 +201,11 @@ impl FakeKernel {
 
     pub fn set_num_comp_vectors(&self, n: u32) {
         self.lock().cfg.num_comp_vectors = n;
+    }
+
+    /// The valid GID table entries QUERY_GID_TABLE returns (none at first).
+    pub fn set_gid_table(&self, entries: Vec<GidTableEntry>) {
+        self.lock().cfg.gid_table = entries;
     }
 
     /// The mlx5 response new contexts get.

@@ -85,6 +85,15 @@ static OTHER: &[AttrSpec] = &[
     m(devx::OTHER_CMD_IN, MAILBOX_IN),
     m(devx::OTHER_CMD_OUT, MAILBOX_OUT),
 ];
+static QUERY_GID_TABLE: &[AttrSpec] = &[
+    m(verbs::UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE, Kind::ConstIn),
+    o(verbs::UVERBS_ATTR_QUERY_GID_TABLE_FLAGS, Kind::FlagsIn(0)),
+    m(
+        verbs::UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES,
+        Kind::PtrOut(0, ANY),
+    ),
+    m(verbs::UVERBS_ATTR_QUERY_GID_TABLE_RESP_NUM_ENTRIES, U64_OUT),
+];
 static QUERY_UAR: &[AttrSpec] = &[m(0x1000, U32_IN), m(0x1001, U32_OUT)];
 static QUERY_EQN: &[AttrSpec] = &[
     m(devx::QUERY_EQN_USER_VEC, U32_IN),
@@ -153,6 +162,7 @@ static UAR_DESTROY: &[AttrSpec] = &[m(uar::HANDLE, Kind::IdrDestroy(ObjType::Uar
 pub(super) fn method_spec(object: u16, method: u16) -> Option<&'static [AttrSpec]> {
     Some(match (object, method) {
         (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_GET_CONTEXT) => GET_CONTEXT,
+        (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_QUERY_GID_TABLE) => QUERY_GID_TABLE,
         (obj::DEVX, devx::METHOD_OTHER) => OTHER,
         (obj::DEVX, devx::METHOD_QUERY_UAR) => QUERY_UAR,
         (obj::DEVX, devx::METHOD_QUERY_EQN) => QUERY_EQN,

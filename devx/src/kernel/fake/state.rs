@@ -1,6 +1,7 @@
 //! The fake kernel's bookkeeping: open files and descriptors, objects,
 //! subscriptions, mappings and the test's knobs, all under one lock.
 
+use crate::provider::GidTableEntry;
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
 use std::path::PathBuf;
@@ -78,6 +79,8 @@ pub(super) struct Config {
     pub(super) wc: bool,
     pub(super) num_comp_vectors: u32,
     pub(super) page_size: usize,
+    /// The valid entries QUERY_GID_TABLE returns.
+    pub(super) gid_table: Vec<GidTableEntry>,
     pub(super) ucontext: UcontextResp,
 }
 

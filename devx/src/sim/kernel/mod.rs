@@ -19,11 +19,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::admission::{self, CmdClass};
 use crate::error::{Error, FwReport, Result};
 use crate::provider::{
-    CmdChannel, DeviceInfo, EventChannel, Handle, ProviderContext, UarAlloc, UarKind,
+    CmdChannel, DeviceInfo, EventChannel, GidTableEntry, GidType, Handle, ProviderContext,
+    UarAlloc, UarKind,
 };
 
+use prm_layouts::RoceVersion;
+
 use super::fw::cmd::FwError;
+use super::fw::state::State;
 use super::fw::{eq, umem};
+use super::profile::PORT_TYPE_ETHERNET;
 use super::DeviceShared;
 use async_cmd::SimCmdChannel;
 use events::SimEventChannel;
@@ -42,6 +47,39 @@ pub struct SimContext {
     id: u64,
     uid: u16,
     handles: Mutex<Handles>,
+}
+
+/// The kernel's GID table of the emulated port 1. An Ethernet port holds
+/// the RoCE addresses it gave the firmware (IPv4 ones in their mapped
+/// form); an InfiniBand port its default GID, the link-local prefix and
+/// the port GUID.
+fn gid_table(st: &State) -> Vec<GidTableEntry> {
+    const PORT: u32 = 1;
+    if st.profile.port_type != PORT_TYPE_ETHERNET {
+        let mut gid = [0u8; 16];
+        gid[..2].copy_from_slice(&[0xfe, 0x80]);
+        gid[8..].copy_from_slice(&st.ident.node_guid.to_be_bytes());
+        return vec![GidTableEntry {
+            gid,
+            index: 0,
+            port: PORT,
+            gid_type: GidType::Ib,
+            netdev_ifindex: 0,
+        }];
+    }
+    (0u32..)
+        .zip(st.ident.gid_table())
+        .map(|(index, e)| GidTableEntry {
+            gid: e.gid,
+            index,
+            port: PORT,
+            gid_type: match e.version {
+                RoceVersion::V2 => GidType::RoceV2,
+                RoceVersion::V1 => GidType::RoceV1,
+            },
+            netdev_ifindex: 0,
+        })
+        .collect()
 }
 
 fn einval(what: impl Into<String>) -> Error {
@@ -464,6 +502,10 @@ impl ProviderContext for SimContext {
                     libc::ENOENT,
                 )
             })
+    }
+
+    fn query_gid_table(&self) -> Result<Vec<GidTableEntry>> {
+        Ok(self.dev.fw.with(gid_table))
     }
 
     fn create_event_channel(&self, omit_data: bool) -> Result<Arc<dyn EventChannel>> {

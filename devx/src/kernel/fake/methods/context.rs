@@ -75,3 +75,30 @@ pub(in crate::kernel::fake) fn alloc_ucontext(
     resp.tot_bfregs = if dyn_uar { 0 } else { total };
     Ok((resp, devx))
 }
+
+/// QUERY_GID_TABLE: the configured entries, each cut or zero-padded to the
+/// caller's entry size; EINVAL when they do not all fit, as in Linux.
+pub(super) fn query_gid_table(s: &mut State, ctx: &mut Ctx<'_>) -> SysResult<i32> {
+    let entry_size = ctx
+        .input_u64(verbs::UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE)
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n > 0)
+        .ok_or(Errno::EINVAL)?;
+    let room = ctx.out_len(verbs::UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES) / entry_size;
+    let table = &s.cfg.gid_table;
+    if room == 0 || table.len() > room {
+        return Err(Errno::EINVAL);
+    }
+    let mut out = vec![0u8; table.len() * entry_size];
+    for (dst, e) in out.chunks_exact_mut(entry_size).zip(table) {
+        let b = abi::gid_entry_to_bytes(e);
+        let n = b.len().min(entry_size);
+        dst[..n].copy_from_slice(&b[..n]);
+    }
+    ctx.write_out(verbs::UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES, &out)?;
+    ctx.write_out(
+        verbs::UVERBS_ATTR_QUERY_GID_TABLE_RESP_NUM_ENTRIES,
+        &(table.len() as u64).to_ne_bytes(),
+    )?;
+    Ok(0)
+}

@@ -34,6 +34,9 @@ impl FakeKernel {
             (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_GET_CONTEXT) => {
                 context::get_context(s, file, ctx)
             }
+            (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_QUERY_GID_TABLE) => {
+                context::query_gid_table(s, ctx)
+            }
             (abi::obj::DEVX_OBJ, devx_obj::METHOD_CREATE)
             | (abi::obj::DEVX_OBJ, devx_obj::METHOD_QUERY)
             | (abi::obj::DEVX_OBJ, devx_obj::METHOD_MODIFY)
