@@ -351,23 +351,21 @@ impl Context {
         match self.link_layer() {
             LinkLayer::Ethernet => {
                 let fw = self.roce_address(verb, port, index)?;
-                let Some(k) = kernel else {
-                    return Ok(fw);
-                };
-                // Both are the same table: the kernel programs the firmware's.
-                if fw.gid.0 != k.gid {
+                // Both are the same table (the kernel programs the firmware's),
+                // an unused entry is zero in both.
+                let gid = Gid(kernel.map(|k| k.gid).unwrap_or_default());
+                if fw.gid != gid {
                     return Err(Error::unsupported(
                         verb,
                         format!(
-                            "GID {index} of port {port} is {} in the kernel's table but {} in \
-                             the firmware's RoCE address table",
-                            Gid(k.gid),
+                            "GID {index} of port {port} is {gid} in the kernel's table but {} \
+                             in the firmware's RoCE address table",
                             fw.gid
                         ),
                     ));
                 }
                 Ok(GidEntry {
-                    gid_type: gid_type(k),
+                    gid_type: kernel.map_or(fw.gid_type, gid_type),
                     ..fw
                 })
             }
