@@ -32,6 +32,8 @@
 //! ```
 
 pub mod bits;
+pub mod bytes;
+pub mod commands;
 pub mod enums;
 mod meta;
 mod rt;

@@ -13,6 +13,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use crate::admission::ObjKey;
 use crate::error::{Error, Result};
 use crate::provider::{DevxEvent, EventChannel, Handle};
+use prm_layouts::Opcode;
 
 /// EQE types (`MLX5_EVENT_TYPE_*`, prm-guide §6.3).
 pub mod ty {
@@ -329,7 +330,7 @@ impl EventHub {
 /// The key a CQ's subscriptions are filed under (CREATE_CQ, cqn).
 pub fn cq_key(cqn: u32) -> ObjKey {
     ObjKey {
-        creator: 0x400,
+        creator: Opcode::CreateCq.raw().into(),
         number: cqn & 0x00ff_ffff,
     }
 }
