@@ -291,6 +291,9 @@ pub static COMMANDS: &[Command] = commands! {
     Modify ReleaseXrqError => CreateXrq.XrqCmdIn."xrqn";
     Modify ModifyXrq => CreateXrq.XrqCmdIn."xrqn";
     Modify ModifySchedulingElement;
+    // Also creates (see above): the method the caller picks decides.
+    Modify AddVxlanUdpDport;
+    Modify SetL2TableEntry;
     Modify ModifyTir => CreateTir.ModifyTirIn."tirn";
     Modify ModifySq => CreateSq.ModifySqIn."sqn";
     Modify ModifyRq => CreateRq.ModifyRqIn."rqn";
@@ -393,6 +396,20 @@ pub fn command_any(opcode: u16) -> Option<&'static Command> {
     COMMANDS.iter().find(|c| c.opcode == op)
 }
 
+/// Whether the DEVX method of `class` admits a raw command.
+#[must_use]
+pub fn admits(opcode: u16, op_mod: u16, class: CmdClass) -> bool {
+    if Opcode::in_general_range(opcode) {
+        return class == CmdClass::General;
+    }
+    class != CmdClass::Destroy
+        && Opcode::from_raw(opcode).is_some_and(|op| {
+            COMMANDS.iter().any(|c| {
+                c.opcode == op && c.class == class && c.op_mod.map_or(true, |m| m == op_mod)
+            })
+        })
+}
+
 /// The DEVX class of a raw command, or `None` when DEVX refuses it outright
 /// (commands only the driver sends, destroys, unknown opcodes).
 #[must_use]
@@ -461,5 +478,8 @@ mod tests {
         assert_eq!(devx_class(Opcode::DestroyCq.raw(), 0), None);
         assert_eq!(devx_class(Opcode::SetHcaCap.raw(), 0), None);
         assert_eq!(devx_class(0xb42, 0), Some(CmdClass::General));
+        let vxlan = Opcode::AddVxlanUdpDport.raw();
+        assert!(admits(vxlan, 0, CmdClass::Create) && admits(vxlan, 0, CmdClass::Modify));
+        assert!(!admits(Opcode::DestroyCq.raw(), 0, CmdClass::Destroy));
     }
 }

@@ -9,6 +9,7 @@ use crate::kernel::fake::firmware::{class_admits, Class};
 use crate::kernel::fake::state::{FakeObj, FdState, State};
 use crate::kernel::fake::{FakeKernel, Tamper, ASYNC_BYTES_LIMIT};
 use crate::kernel::sys::{Errno, SysResult};
+use prm_layouts::Opcode;
 
 /// DEVX_OBJ_CREATE / QUERY / MODIFY and DEVX_OTHER: the inbox goes to
 /// firmware once its opcode fits the method.
@@ -32,7 +33,16 @@ pub(super) fn command(
     };
     let inbox = ctx.input(in_id).unwrap_or(&[]).to_vec();
     let op = abi::be16(&inbox, 0);
-    let whitelisted = matches!(op, 0x100 | 0x762 | 0x752 | 0x740);
+    // Commands a context without a DEVX uid may still send (`devx_is_whitelist_cmd`).
+    let whitelisted = Opcode::from_raw(op).is_some_and(|op| {
+        matches!(
+            op,
+            Opcode::QueryHcaCap
+                | Opcode::QueryHcaVportContext
+                | Opcode::QueryEswVportContext
+                | Opcode::QueryEswFunctions
+        )
+    });
     if !devx_uid && !whitelisted {
         return Err(Errno::EINVAL);
     }
