@@ -9,11 +9,14 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use prm_layouts::commands::header;
 use prm_layouts::enums::opcode_name;
 
+use crate::admission::{op_mod_of, opcode_of};
+
 use super::abi::{
-    self, async_fd, be16, be32, devx, devx_obj, ne32, obj, uar, umem, verbs, AllocUcontextReq,
-    IoctlAttr, IoctlCmd, UcontextResp, ALLOC_UCONTEXT_RESP_LEN, WRITE_GET_CONTEXT_LEN,
+    self, async_fd, devx, devx_obj, ne32, obj, uar, umem, verbs, AllocUcontextReq, IoctlAttr,
+    IoctlCmd, UcontextResp, ALLOC_UCONTEXT_RESP_LEN, WRITE_GET_CONTEXT_LEN,
     WRITE_GET_CONTEXT_RESP_LEN,
 };
 use super::discover::KernelDevice;
@@ -121,7 +124,7 @@ fn mailbox_check(inbox: &[u8], outlen: usize) -> Result<()> {
 /// `METHOD(OPCODE_NAME)`, the op text of OS errors.
 fn op_with_opcode(method: &str, inbox: &[u8]) -> String {
     if inbox.len() >= 2 {
-        format!("{method}({})", opcode_name(be16(inbox, 0)))
+        format!("{method}({})", opcode_name(opcode_of(inbox)))
     } else {
         method.to_string()
     }
@@ -435,8 +438,8 @@ impl ProviderContext for KernelContext {
             Ok(()) => Ok(()),
             Err(e) => match status_from_destroy_errno(e) {
                 Some(status) if destroy_inbox.len() >= 8 => Err(Error::Firmware {
-                    opcode: be16(destroy_inbox, 0),
-                    op_mod: be16(destroy_inbox, 6),
+                    opcode: opcode_of(destroy_inbox),
+                    op_mod: op_mod_of(destroy_inbox),
                     status,
                     syndrome: 0,
                     report: FwReport::ErrnoOnly,
@@ -497,8 +500,8 @@ impl ProviderContext for KernelContext {
             .ok_or_else(|| Error::argument("the completion channel belongs to another provider"))?;
         // Recorded before the ioctl: the completion may be read on another
         // thread before the ioctl returns here.
-        let opcode = be16(inbox, 0);
-        ch.push_pending(wr_id, opcode, be16(inbox, 6));
+        let opcode = opcode_of(inbox);
+        ch.push_pending(wr_id, opcode, op_mod_of(inbox));
         ch.max_outlen.fetch_max(outlen, Ordering::Relaxed);
         let mut cmd = IoctlCmd::new(
             abi::obj::DEVX_OBJ,
@@ -808,7 +811,7 @@ impl CmdChannel for KernelCmdChannel {
                 opcode,
                 op_mod,
                 status,
-                syndrome: be32(&out, 4),
+                syndrome: header::SYNDROME.get_or_zero(&out) as u32,
                 report: FwReport::Outbox,
             }),
             _ => Ok(out),

@@ -5,7 +5,6 @@ use prm_layouts::{commands, CmdStatus, Opcode};
 
 use super::state::State;
 use super::FakeKernel;
-use crate::kernel::abi;
 
 /// Opcode classes of the DEVX methods (Linux 6.1 `devx_is_*_cmd`).
 pub(super) use prm_layouts::commands::CmdClass as Class;
@@ -25,7 +24,7 @@ impl FakeKernel {
         outlen: usize,
         class: Class,
     ) -> (Vec<u8>, bool) {
-        let opcode = abi::be16(inbox, 0);
+        let opcode = crate::admission::opcode_of(inbox);
         let mut out = vec![0u8; outlen];
         if let Some(&(status, syndrome)) = s.fw_fail.get(&opcode) {
             out[0] = status;

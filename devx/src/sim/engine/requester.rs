@@ -11,6 +11,8 @@
 
 use std::sync::Arc;
 
+use prm_layouts::bytes::{be32, be64};
+
 use super::cache::Cache;
 use super::cqe::{self, op, syn, Completion};
 use super::flush;
@@ -112,15 +114,6 @@ enum Outcome {
     /// On the network, not answered yet: the WQE stays posted until the
     /// transport runs the QP again ([`super::net`]).
     Pending,
-}
-
-fn be32(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4)
-        .map_or(0, |s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
-}
-
-fn be64(b: &[u8], at: usize) -> u64 {
-    (u64::from(be32(b, at)) << 32) | u64::from(be32(b, at + 4))
 }
 
 /// How one doorbell (or timer tick) entered the loop.

@@ -9,6 +9,8 @@
 //! access through the window is then checked against the window's range and
 //! rights and reaches the region's memory; the previous tag stops working.
 
+use prm_layouts::bytes::{be32, be64};
+
 use super::dma::Span;
 use super::keys::{self, KeyFault, Need};
 use super::queue::QpView;
@@ -61,15 +63,6 @@ const MKEY_CTX: usize = 64;
 const KLMS: usize = 128;
 /// `qpn` of a window bound to no QP (type 1).
 const NO_QPN: u32 = 0x00ff_ffff;
-
-fn be32(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4)
-        .map_or(0, |s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
-}
-
-fn be64(b: &[u8], at: usize) -> u64 {
-    (u64::from(be32(b, at)) << 32) | u64::from(be32(b, at + 4))
-}
 
 /// Whether `m` is a memory window (as opposed to an indirect key made by
 /// CREATE_MKEY with its KLMs).
