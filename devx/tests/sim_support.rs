@@ -1,7 +1,7 @@
 //! Shared helpers for the emulated-device tests: one device per test (the
 //! registry is process-wide and tests run in parallel), mailbox builders and
 //! owned queue memory.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::sync::Arc;
 
