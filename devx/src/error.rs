@@ -21,6 +21,7 @@ pub enum FwReport {
 
 /// Everything a DEVX call can fail with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The device ran the command and refused it.
     #[error("{}{}: {} ({:#x}), syndrome {:#x}{}", opcode_name(*opcode), op_mod_suffix(*op_mod), status_name(*status), status, syndrome, report_suffix(*report))]

@@ -31,6 +31,8 @@
 //! assert_eq!(inbox.name, "create_cq_in");
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod bits;
 pub mod bytes;
 pub mod commands;

@@ -221,6 +221,7 @@ impl std::error::Error for FieldOverflow {}
 
 /// Errors of the by-name API.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LayoutError {
     /// No such field; `suggestions` holds the closest names.
     UnknownField {
