@@ -366,13 +366,15 @@ impl KernelContext {
         }
     }
 
+    /// Runs a destroy method whose one attribute, `attr`, names `handle`.
     fn destroy_idr(
         &self,
         object: u16,
         method: u16,
+        attr: u16,
         handle: Handle,
     ) -> std::result::Result<(), Errno> {
-        let mut cmd = IoctlCmd::new(object, method, [IoctlAttr::obj(0x1000, u64::from(handle))]);
+        let mut cmd = IoctlCmd::new(object, method, [IoctlAttr::obj(attr, u64::from(handle))]);
         // SAFETY: no pointer attributes.
         unsafe { cmd.exec(self.sys(), self.fd) }
     }
@@ -434,7 +436,12 @@ impl ProviderContext for KernelContext {
     fn destroy(&self, handle: Handle, destroy_inbox: &[u8]) -> Result<()> {
         // The kernel runs the destroy command it built at create time;
         // `destroy_inbox` only names the command in errors.
-        match self.destroy_idr(obj::DEVX_OBJ, devx_obj::METHOD_DESTROY, handle) {
+        match self.destroy_idr(
+            obj::DEVX_OBJ,
+            devx_obj::METHOD_DESTROY,
+            devx_obj::HANDLE,
+            handle,
+        ) {
             Ok(()) => Ok(()),
             Err(e) => match status_from_destroy_errno(e) {
                 Some(status) if destroy_inbox.len() >= 8 => Err(Error::Firmware {
@@ -549,7 +556,7 @@ impl ProviderContext for KernelContext {
         unsafe { cmd.exec(self.sys(), self.fd) }.map_err(|e| Error::os(NAME, e as i32))?;
         let handle = handle_of(NAME, cmd.attrs[0].data)?;
         if !cmd.attrs[5].valid_output() {
-            let _ = self.destroy_idr(obj::DEVX_UMEM, umem::METHOD_DEREG, handle);
+            let _ = self.destroy_idr(obj::DEVX_UMEM, umem::METHOD_DEREG, umem::HANDLE, handle);
             return Err(provider_error(format!(
                 "{NAME} succeeded without returning the umem id"
             )));
@@ -558,7 +565,7 @@ impl ProviderContext for KernelContext {
     }
 
     fn umem_dereg(&self, handle: Handle) -> Result<()> {
-        self.destroy_idr(obj::DEVX_UMEM, umem::METHOD_DEREG, handle)
+        self.destroy_idr(obj::DEVX_UMEM, umem::METHOD_DEREG, umem::HANDLE, handle)
             .map_err(|e| Error::os("DEVX_UMEM_DEREG", e as i32))
     }
 
@@ -588,7 +595,7 @@ impl ProviderContext for KernelContext {
         })?;
         let handle = handle_of(NAME, cmd.attrs[0].data)?;
         let free = |msg: String| {
-            let _ = self.destroy_idr(obj::UAR, uar::METHOD_DESTROY, handle);
+            let _ = self.destroy_idr(obj::UAR, uar::METHOD_DESTROY, uar::HANDLE, handle);
             provider_error(msg)
         };
         if !cmd.attrs[2..5].iter().all(IoctlAttr::valid_output) {
@@ -615,7 +622,7 @@ impl ProviderContext for KernelContext {
         {
             Ok(p) => p,
             Err(e) => {
-                let _ = self.destroy_idr(obj::UAR, uar::METHOD_DESTROY, handle);
+                let _ = self.destroy_idr(obj::UAR, uar::METHOD_DESTROY, uar::HANDLE, handle);
                 return Err(Error::os(
                     format!("mmap(UAR page at offset {offset:#x})"),
                     e as i32,
@@ -634,7 +641,7 @@ impl ProviderContext for KernelContext {
     }
 
     fn uar_free(&self, handle: Handle) -> Result<()> {
-        self.destroy_idr(obj::UAR, uar::METHOD_DESTROY, handle)
+        self.destroy_idr(obj::UAR, uar::METHOD_DESTROY, uar::HANDLE, handle)
             .map_err(|e| Error::os("UAR_OBJ_DESTROY", e as i32))
     }
 
