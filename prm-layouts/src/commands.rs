@@ -104,6 +104,14 @@ pub struct Command {
     pub names: Option<&'static FieldMeta>,
 }
 
+impl Command {
+    /// The command's input and output mailbox layouts, where known.
+    #[must_use]
+    pub fn mailboxes(&self) -> Option<(&'static LayoutMeta, &'static LayoutMeta)> {
+        crate::mailbox_layouts(self.opcode.raw())
+    }
+}
+
 /// The header every inbox starts with.
 pub mod header {
     use crate::{FieldMeta, MboxIn, MboxOut};
@@ -461,6 +469,28 @@ mod tests {
                     assert_eq!(command(q, 0).and_then(|q| q.object), Some(o));
                 }
             }
+        }
+    }
+
+    #[test]
+    fn named_fields_are_fields_of_the_command_mailboxes() {
+        for c in COMMANDS {
+            let (Some(f), Some((inbox, _))) = (c.names, c.mailboxes()) else {
+                continue;
+            };
+            assert_eq!(inbox.field(f.name), Some(f), "{}", c.opcode);
+        }
+        for o in OBJECTS {
+            let Some((inbox, outbox)) = crate::mailbox_layouts(o.create.raw()) else {
+                continue;
+            };
+            let (mailbox, f) = o.created;
+            let layout = if mailbox == Mailbox::In {
+                inbox
+            } else {
+                outbox
+            };
+            assert_eq!(layout.field(f.name), Some(f), "{}", o.create);
         }
     }
 
