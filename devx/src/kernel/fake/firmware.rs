@@ -1,7 +1,8 @@
 //! The tiny firmware behind the fake: DEVX opcode classes, canned or failing
 //! outboxes, fresh object ids, and the kernel's status-to-errno mapping.
 
-use prm_layouts::{commands, CmdStatus, Opcode};
+use prm_layouts::commands::header;
+use prm_layouts::{commands, CmdStatus, FieldMeta, GeneralObjOutCmdHdr, Opcode};
 
 use super::state::State;
 use super::FakeKernel;
@@ -16,6 +17,11 @@ pub(super) fn class_admits(class: Class, inbox: &[u8]) -> bool {
     crate::admission::admits(inbox, class)
 }
 
+/// Where the fake answers a create's new object number: the third dword of
+/// the outbox, as the general object header has it (other creates hold their
+/// 24-bit number in its low bits).
+pub(super) const CREATED_ID: &FieldMeta = GeneralObjOutCmdHdr::META.named("obj_id");
+
 impl FakeKernel {
     /// Firmware: the outbox for `inbox`, and whether it failed.
     pub(super) fn firmware(
@@ -27,18 +33,17 @@ impl FakeKernel {
         let opcode = crate::admission::opcode_of(inbox);
         let mut out = vec![0u8; outlen];
         if let Some(&(status, syndrome)) = s.fw_fail.get(&opcode) {
-            out[0] = status;
-            if outlen >= 8 {
-                out[4..8].copy_from_slice(&syndrome.to_be_bytes());
-            }
+            // An outbox too short for the syndrome keeps the status alone.
+            let _ = header::STATUS.set(&mut out, status.into());
+            let _ = header::SYNDROME.set(&mut out, syndrome.into());
             return (out, status != 0);
         }
         if let Some(reply) = s.fw_reply.get(&opcode) {
             let n = reply.len().min(outlen);
             out[..n].copy_from_slice(&reply[..n]);
-            out[0] = 0;
+            let _ = header::STATUS.set(&mut out, 0);
         }
-        if class == Class::Create && outlen >= 12 {
+        if class == Class::Create && CREATED_ID.get(&out).is_some() {
             let id = s.next_obj_id;
             s.next_obj_id += 1;
             let id = if opcode == Opcode::CreateGeneralObject.raw() {
@@ -46,7 +51,7 @@ impl FakeKernel {
             } else {
                 id & 0x00ff_ffff
             };
-            out[8..12].copy_from_slice(&id.to_be_bytes());
+            let _ = CREATED_ID.set(&mut out, id.into());
         }
         (out, false)
     }

@@ -5,7 +5,7 @@ use std::os::fd::RawFd;
 
 use crate::kernel::abi::{devx, devx_obj, obj, IoctlHdr};
 use crate::kernel::fake::ctx::Ctx;
-use crate::kernel::fake::firmware::{class_admits, Class};
+use crate::kernel::fake::firmware::{class_admits, Class, CREATED_ID};
 use crate::kernel::fake::state::{FakeObj, FdState, State};
 use crate::kernel::fake::{FakeKernel, Tamper, ASYNC_BYTES_LIMIT};
 use crate::kernel::sys::{Errno, SysResult};
@@ -77,7 +77,7 @@ pub(super) fn command(
     }
     ctx.write_out(out_id, &out)?;
     if class == Class::Create {
-        let obj_id = prm_layouts::bytes::be32(&out, 8);
+        let obj_id = CREATED_ID.get_or_zero(&out) as u32;
         let f = s.files.entry(file).or_default();
         let h = f.next_handle;
         f.next_handle += 1;
