@@ -131,6 +131,10 @@ pub mod header {
     pub const SYNDROME: &FieldMeta = MboxOut::META.named("syndrome");
 }
 
+// `object!(CREATE, DESTROY, query, In|Out CreateLayout."number", DestroyLayout."number"
+//          [, scope [CreateLayout."field" => "destroy field", ...]] [, typed true])`:
+// where the create's mailbox holds the new number, where the destroy takes it,
+// and which create fields the destroy repeats.
 macro_rules! object {
     ($create:ident, $destroy:ident, $query:expr,
      $mbox:ident $created:ident . $cf:literal,
@@ -235,6 +239,7 @@ const fn first_field(v: &[&'static FieldMeta]) -> Option<&'static FieldMeta> {
     }
 }
 
+// `CLASS OPCODE [op_mod N] [=> CREATE_OF_THE_OBJECT[.InLayout."number field"]];`
 macro_rules! commands {
     ($($class:ident $op:ident $(op_mod $m:literal)? $(=> $obj:ident $(. $layout:ident . $field:literal)?)?;)*) => {
         &[$(Command {
