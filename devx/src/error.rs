@@ -3,6 +3,7 @@
 //! Firmware failures keep what the device said (opcode, op_mod, status,
 //! syndrome) and print it by name, so nobody has to decode `EREMOTEIO` by hand.
 
+use prm_layouts::commands::header;
 use prm_layouts::enums::{opcode_name, CmdStatus};
 
 /// Result of every DEVX call.
@@ -20,6 +21,7 @@ pub enum FwReport {
 
 /// Everything a DEVX call can fail with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The device ran the command and refused it.
     #[error("{}{}: {} ({:#x}), syndrome {:#x}{}", opcode_name(*opcode), op_mod_suffix(*op_mod), status_name(*status), status, syndrome, report_suffix(*report))]
@@ -120,13 +122,11 @@ pub fn errno_name(errno: i32) -> String {
 impl Error {
     /// Builds a firmware error from an inbox/outbox pair whose status is non-zero.
     pub fn from_outbox(inbox: &[u8], outbox: &[u8]) -> Error {
-        let opcode = be16(inbox, 0);
-        let op_mod = be16(inbox, 6);
         Error::Firmware {
-            opcode,
-            op_mod,
-            status: outbox.first().copied().unwrap_or(0),
-            syndrome: be32(outbox, 4),
+            opcode: crate::admission::opcode_of(inbox),
+            op_mod: crate::admission::op_mod_of(inbox),
+            status: header::STATUS.get_or_zero(outbox) as u8,
+            syndrome: header::SYNDROME.get_or_zero(outbox) as u32,
             report: FwReport::Outbox,
         }
     }
@@ -206,19 +206,5 @@ impl Error {
             Error::Cancelled(_) => libc::ECANCELED,
             Error::Provider { .. } => libc::EPROTO,
         }
-    }
-}
-
-pub(crate) fn be16(buf: &[u8], at: usize) -> u16 {
-    match buf.get(at..at + 2) {
-        Some(b) => u16::from_be_bytes([b[0], b[1]]),
-        None => 0,
-    }
-}
-
-pub(crate) fn be32(buf: &[u8], at: usize) -> u32 {
-    match buf.get(at..at + 4) {
-        Some(b) => u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
-        None => 0,
     }
 }

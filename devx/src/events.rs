@@ -10,6 +10,8 @@ use std::fmt;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
+use prm_layouts::{Eqe, FieldMeta};
+
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::obj::Obj;
@@ -26,24 +28,29 @@ pub mod event_type {
     pub const SRQ_LAST_WQE: u16 = 0x13;
 }
 
+// EQE fields, read by name so a channel that delivers a truncated EQE gives
+// `None` instead of a wrong value.
+const EVENT_TYPE: &FieldMeta = Eqe::META.named("event_type");
+const EVENT_SUB_TYPE: &FieldMeta = Eqe::META.named("event_sub_type");
+const COMP_CQ_NUMBER: &FieldMeta = Eqe::META.named("event_data.comp.cq_number");
+
 impl DevxEvent {
-    /// EQE type (byte 1); `None` when the channel omits data.
+    /// EQE type; `None` when the channel omits data.
     pub fn event_type(&self) -> Option<u8> {
-        self.eqe.get(1).copied()
+        Some(EVENT_TYPE.get(&self.eqe)? as u8)
     }
 
-    /// EQE sub-type (byte 3).
+    /// EQE sub-type.
     pub fn sub_type(&self) -> Option<u8> {
-        self.eqe.get(3).copied()
+        Some(EVENT_SUB_TYPE.get(&self.eqe)? as u8)
     }
 
-    /// The CQ a completion event names (be32 at byte 56, low 24 bits).
+    /// The CQ a completion event names.
     pub fn comp_cqn(&self) -> Option<u32> {
         if self.event_type()? != event_type::COMP as u8 {
             return None;
         }
-        let b: [u8; 4] = self.eqe.get(56..60)?.try_into().ok()?;
-        Some(u32::from_be_bytes(b) & 0x00ff_ffff)
+        Some(COMP_CQ_NUMBER.get(&self.eqe)? as u32)
     }
 }
 

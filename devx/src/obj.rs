@@ -111,7 +111,7 @@ impl Obj {
 
     /// Opcode of the command that created it.
     pub fn create_opcode(&self) -> u16 {
-        u16::from_be_bytes([self.create_in[0], self.create_in[1]])
+        crate::admission::opcode_of(&self.create_in)
     }
 
     /// The PRM object number (cqn, qpn, pd, mkey index, table id…).

@@ -65,11 +65,7 @@ struct ToyCtx {
     handles: AtomicU64,
 }
 
-fn be16(b: &[u8], at: usize) -> u16 {
-    b.get(at..at + 2)
-        .map(|x| u16::from_be_bytes([x[0], x[1]]))
-        .unwrap_or(0)
-}
+use prm_layouts::bytes::be16;
 
 fn fw_fail(inbox: &[u8], outbox: &mut [u8], status: u8, syndrome: u32) -> Error {
     if outbox.len() >= 8 {

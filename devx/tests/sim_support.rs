@@ -1,7 +1,7 @@
 //! Shared helpers for the emulated-device tests: one device per test (the
 //! registry is process-wide and tests run in parallel), mailbox builders and
 //! owned queue memory.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::sync::Arc;
 
@@ -41,12 +41,7 @@ pub struct Env {
     mems: Vec<Mem>,
 }
 
-pub fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
-}
-pub fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
+pub use prm_layouts::bytes::{be16, be32};
 
 /// Header-only inbox: opcode, op_mod, and a 24-bit number at 0x48.
 pub fn hdr(opcode: u16, op_mod: u16, len: usize) -> Vec<u8> {

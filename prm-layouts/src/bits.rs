@@ -7,6 +7,7 @@
 
 /// Why a run-time bit access was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BitsError {
     /// Width is 0 or above 64.
     BadWidth(u32),

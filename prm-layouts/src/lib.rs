@@ -11,6 +11,9 @@
 //!   nested layouts by reference (`create_cq_in.cq_context_mut()`).
 //! * By-name access through [`LayoutMeta`] for tools and fixtures.
 //! * [`registry`], [`find`] and [`mailbox_layouts`] to look layouts up at run time.
+//! * [`commands`]: per opcode, the DEVX method class, the object made or
+//!   named and the field carrying its number, and how its destroy is built.
+//! * [`bytes`]: big-endian reads at byte offsets, for bytes no layout covers.
 //!
 //! ```
 //! use prm_layouts::{find, mailbox_layouts, CreateCqIn, Opcode};
@@ -31,7 +34,11 @@
 //! assert_eq!(inbox.name, "create_cq_in");
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod bits;
+pub mod bytes;
+pub mod commands;
 pub mod enums;
 mod meta;
 mod rt;

@@ -49,6 +49,81 @@ pub struct LayoutMeta {
     pub tail: Option<TailMeta>,
 }
 
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+impl FieldMeta {
+    /// First byte of the field (byte-string fields are byte aligned).
+    #[must_use]
+    pub const fn byte_offset(&self) -> usize {
+        self.offset_bits as usize / 8
+    }
+
+    /// Reads this scalar field from a mailbox; `None` when `buf` ends before
+    /// the field or the field is a byte string.
+    #[must_use]
+    pub fn get(&self, buf: &[u8]) -> Option<u64> {
+        match self.kind {
+            FieldKind::Scalar => crate::bits::get(buf, self.offset_bits, self.width_bits),
+            FieldKind::Bytes => None,
+        }
+    }
+
+    /// Reads this scalar field, as 0 when `buf` ends before it (the way a
+    /// short mailbox reads as zero-padded).
+    #[must_use]
+    pub fn get_or_zero(&self, buf: &[u8]) -> u64 {
+        self.get(buf).unwrap_or(0)
+    }
+
+    /// The bytes of this field in `buf`, or `None` when `buf` ends before it.
+    #[must_use]
+    pub fn bytes<'a>(&self, buf: &'a [u8]) -> Option<&'a [u8]> {
+        let at = self.byte_offset();
+        buf.get(at..at + self.width_bits as usize / 8)
+    }
+
+    /// Writes the low bits of `v` into this scalar field (the `DEVX_SET` rule).
+    ///
+    /// # Errors
+    /// `buf` ends before the field, or the field is wider than 64 bits.
+    pub fn set(&self, buf: &mut [u8], v: u64) -> Result<(), crate::bits::BitsError> {
+        crate::bits::set_masked(buf, self.offset_bits, self.width_bits, v)
+    }
+
+    /// Copies this field of `src` into field `to` of `dst` (same width:
+    /// a header field repeated in another command).
+    ///
+    /// Returns `None` when either buffer ends before its field or the widths
+    /// differ.
+    pub fn copy_to(&self, src: &[u8], to: &FieldMeta, dst: &mut [u8]) -> Option<()> {
+        if self.width_bits != to.width_bits {
+            return None;
+        }
+        match (self.kind, to.kind) {
+            (FieldKind::Bytes, FieldKind::Bytes) => {
+                let from = self.bytes(src)?;
+                let at = to.byte_offset();
+                dst.get_mut(at..at + from.len())?.copy_from_slice(from);
+                Some(())
+            }
+            _ => to.set(dst, self.get(src)?).ok(),
+        }
+    }
+}
+
 /// A value read from or written to a field.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum FieldValue {
@@ -146,6 +221,7 @@ impl std::error::Error for FieldOverflow {}
 
 /// Errors of the by-name API.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LayoutError {
     /// No such field; `suggestions` holds the closest names.
     UnknownField {
@@ -257,6 +333,25 @@ impl LayoutMeta {
     #[must_use]
     pub fn field(&self, name: &str) -> Option<&'static FieldMeta> {
         self.fields.iter().find(|f| f.name == name)
+    }
+
+    /// Field by flattened name, resolved at compile time: used in constants
+    /// (`const CQN: &FieldMeta = CreateCqOut::META.named("cqn")`), where an
+    /// unknown name fails the build.
+    ///
+    /// # Panics
+    /// When the layout has no field `name` (a compile error in a constant).
+    #[must_use]
+    pub const fn named(&self, name: &str) -> &'static FieldMeta {
+        let fields: &'static [FieldMeta] = self.fields;
+        let mut i = 0;
+        while i < fields.len() {
+            if str_eq(fields[i].name, name) {
+                return &fields[i];
+            }
+            i += 1;
+        }
+        panic!("layout has no field of that name");
     }
 
     /// Up to `n` field names closest to `name` (edit distance), best first.

@@ -158,7 +158,7 @@ impl Endpoint {
         if b[1] & !FLAG_MAC != 0 || b[39] != 0 {
             return Err(ParseEndpointError::new("reserved bits are set"));
         }
-        let be32 = |at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let be32 = |at: usize| prm_layouts::bytes::be32(b, at);
         let mac = (b[1] & FLAG_MAC != 0).then(|| {
             let mut m = [0u8; 6];
             m.copy_from_slice(&b[32..38]);
@@ -173,7 +173,7 @@ impl Endpoint {
             qpn: check_24("qpn", be32(4))?,
             psn: check_24("psn", be32(8))?,
             port: check_port(b[2])?,
-            lid: u16::from_be_bytes([b[12], b[13]]),
+            lid: prm_layouts::bytes::be16(b, 12),
             mtu: Mtu::from_raw(b[3]).ok_or_else(|| {
                 ParseEndpointError::new(format!("mtu code {} is not 1..=5", b[3]))
             })?,

@@ -7,6 +7,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What a verb can fail with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The device (or the DEVX layer under it) refused; `source` says how, by
     /// command name, status and syndrome for firmware failures.

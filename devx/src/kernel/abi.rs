@@ -574,16 +574,6 @@ pub(crate) fn ne64(b: &[u8], at: usize) -> u64 {
         .map_or(0, u64::from_ne_bytes)
 }
 
-pub(crate) fn be16(b: &[u8], at: usize) -> u16 {
-    b.get(at..at + 2)
-        .map_or(0, |s| u16::from_be_bytes([s[0], s[1]]))
-}
-
-pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4)
-        .map_or(0, |s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
-}
-
 /// Readable name of a DEVX (object, method) pair, as error messages show it.
 pub fn method_name(object_id: u16, method_id: u16) -> &'static str {
     match (object_id, method_id) {

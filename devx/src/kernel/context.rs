@@ -9,12 +9,15 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use prm_layouts::commands::header;
 use prm_layouts::enums::opcode_name;
 
+use crate::admission::{op_mod_of, opcode_of};
+
 use super::abi::{
-    self, async_fd, be16, be32, devx, devx_obj, ne32, obj, uar, umem, verbs, AllocUcontextReq,
-    IoctlAttr, IoctlCmd, UcontextResp, ALLOC_UCONTEXT_RESP_LEN, GID_ENTRY_LEN,
-    WRITE_GET_CONTEXT_LEN, WRITE_GET_CONTEXT_RESP_LEN,
+    self, async_fd, devx, devx_obj, ne32, obj, uar, umem, verbs, AllocUcontextReq, IoctlAttr,
+    IoctlCmd, UcontextResp, ALLOC_UCONTEXT_RESP_LEN, GID_ENTRY_LEN, WRITE_GET_CONTEXT_LEN,
+    WRITE_GET_CONTEXT_RESP_LEN,
 };
 use super::discover::KernelDevice;
 use super::sys::{Errno, Sys};
@@ -121,7 +124,7 @@ fn mailbox_check(inbox: &[u8], outlen: usize) -> Result<()> {
 /// `METHOD(OPCODE_NAME)`, the op text of OS errors.
 fn op_with_opcode(method: &str, inbox: &[u8]) -> String {
     if inbox.len() >= 2 {
-        format!("{method}({})", opcode_name(be16(inbox, 0)))
+        format!("{method}({})", opcode_name(opcode_of(inbox)))
     } else {
         method.to_string()
     }
@@ -363,13 +366,15 @@ impl KernelContext {
         }
     }
 
+    /// Runs a destroy method whose one attribute, `attr`, names `handle`.
     fn destroy_idr(
         &self,
         object: u16,
         method: u16,
+        attr: u16,
         handle: Handle,
     ) -> std::result::Result<(), Errno> {
-        let mut cmd = IoctlCmd::new(object, method, [IoctlAttr::obj(0x1000, u64::from(handle))]);
+        let mut cmd = IoctlCmd::new(object, method, [IoctlAttr::obj(attr, u64::from(handle))]);
         // SAFETY: no pointer attributes.
         unsafe { cmd.exec(self.sys(), self.fd) }
     }
@@ -431,12 +436,17 @@ impl ProviderContext for KernelContext {
     fn destroy(&self, handle: Handle, destroy_inbox: &[u8]) -> Result<()> {
         // The kernel runs the destroy command it built at create time;
         // `destroy_inbox` only names the command in errors.
-        match self.destroy_idr(obj::DEVX_OBJ, devx_obj::METHOD_DESTROY, handle) {
+        match self.destroy_idr(
+            obj::DEVX_OBJ,
+            devx_obj::METHOD_DESTROY,
+            devx_obj::HANDLE,
+            handle,
+        ) {
             Ok(()) => Ok(()),
             Err(e) => match status_from_destroy_errno(e) {
                 Some(status) if destroy_inbox.len() >= 8 => Err(Error::Firmware {
-                    opcode: be16(destroy_inbox, 0),
-                    op_mod: be16(destroy_inbox, 6),
+                    opcode: opcode_of(destroy_inbox),
+                    op_mod: op_mod_of(destroy_inbox),
                     status,
                     syndrome: 0,
                     report: FwReport::ErrnoOnly,
@@ -497,8 +507,8 @@ impl ProviderContext for KernelContext {
             .ok_or_else(|| Error::argument("the completion channel belongs to another provider"))?;
         // Recorded before the ioctl: the completion may be read on another
         // thread before the ioctl returns here.
-        let opcode = be16(inbox, 0);
-        ch.push_pending(wr_id, opcode, be16(inbox, 6));
+        let opcode = opcode_of(inbox);
+        ch.push_pending(wr_id, opcode, op_mod_of(inbox));
         ch.max_outlen.fetch_max(outlen, Ordering::Relaxed);
         let mut cmd = IoctlCmd::new(
             abi::obj::DEVX_OBJ,
@@ -546,7 +556,7 @@ impl ProviderContext for KernelContext {
         unsafe { cmd.exec(self.sys(), self.fd) }.map_err(|e| Error::os(NAME, e as i32))?;
         let handle = handle_of(NAME, cmd.attrs[0].data)?;
         if !cmd.attrs[5].valid_output() {
-            let _ = self.destroy_idr(obj::DEVX_UMEM, umem::METHOD_DEREG, handle);
+            let _ = self.destroy_idr(obj::DEVX_UMEM, umem::METHOD_DEREG, umem::HANDLE, handle);
             return Err(provider_error(format!(
                 "{NAME} succeeded without returning the umem id"
             )));
@@ -555,7 +565,7 @@ impl ProviderContext for KernelContext {
     }
 
     fn umem_dereg(&self, handle: Handle) -> Result<()> {
-        self.destroy_idr(obj::DEVX_UMEM, umem::METHOD_DEREG, handle)
+        self.destroy_idr(obj::DEVX_UMEM, umem::METHOD_DEREG, umem::HANDLE, handle)
             .map_err(|e| Error::os("DEVX_UMEM_DEREG", e as i32))
     }
 
@@ -585,7 +595,7 @@ impl ProviderContext for KernelContext {
         })?;
         let handle = handle_of(NAME, cmd.attrs[0].data)?;
         let free = |msg: String| {
-            let _ = self.destroy_idr(obj::UAR, uar::METHOD_DESTROY, handle);
+            let _ = self.destroy_idr(obj::UAR, uar::METHOD_DESTROY, uar::HANDLE, handle);
             provider_error(msg)
         };
         if !cmd.attrs[2..5].iter().all(IoctlAttr::valid_output) {
@@ -612,7 +622,7 @@ impl ProviderContext for KernelContext {
         {
             Ok(p) => p,
             Err(e) => {
-                let _ = self.destroy_idr(obj::UAR, uar::METHOD_DESTROY, handle);
+                let _ = self.destroy_idr(obj::UAR, uar::METHOD_DESTROY, uar::HANDLE, handle);
                 return Err(Error::os(
                     format!("mmap(UAR page at offset {offset:#x})"),
                     e as i32,
@@ -631,7 +641,7 @@ impl ProviderContext for KernelContext {
     }
 
     fn uar_free(&self, handle: Handle) -> Result<()> {
-        self.destroy_idr(obj::UAR, uar::METHOD_DESTROY, handle)
+        self.destroy_idr(obj::UAR, uar::METHOD_DESTROY, uar::HANDLE, handle)
             .map_err(|e| Error::os("UAR_OBJ_DESTROY", e as i32))
     }
 
@@ -861,7 +871,7 @@ impl CmdChannel for KernelCmdChannel {
                 opcode,
                 op_mod,
                 status,
-                syndrome: be32(&out, 4),
+                syndrome: header::SYNDROME.get_or_zero(&out) as u32,
                 report: FwReport::Outbox,
             }),
             _ => Ok(out),

@@ -214,7 +214,7 @@ impl Profile {
             cqe_compression: false,
             active_mtu: 3,
             nic_vport_mtu: 1522,
-            general_obj_types: 1 << 0x000b,
+            general_obj_types: 1 << prm_layouts::GeneralObjType::GeneveTlvOpt.raw(),
             max_geneve_tlv_options: 1,
             max_geneve_tlv_option_data_len: 7,
         }

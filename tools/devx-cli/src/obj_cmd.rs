@@ -3,7 +3,8 @@
 
 use clap::{Args, Subcommand};
 use devx::{Obj, Uar, UarKind, Umem};
-use prm_layouts::{FieldValue, LayoutMeta};
+use prm_layouts::commands;
+use prm_layouts::{FieldValue, LayoutMeta, Opcode};
 
 use crate::fields::json_str;
 use crate::layout_cmd::{
@@ -318,57 +319,19 @@ enum Verb {
     Modify,
 }
 
+/// The object type made by a raw create opcode.
+fn object_type(create: u16) -> Option<&'static commands::ObjectType> {
+    commands::object(Opcode::from_raw(create)?)
+}
+
 /// The query opcode for objects made by `create`.
 fn query_opcode(create: u16) -> Option<u16> {
-    Some(match create {
-        0x200 => 0x201,
-        0x400 => 0x402,
-        0x500 => 0x50b,
-        0x700 => 0x702,
-        0x705 => 0x707,
-        0x710 => 0x713,
-        0x771 => 0x773,
-        0x900 => 0x903,
-        0x904 => 0x907,
-        0x908 => 0x90b,
-        0x90c => 0x90f,
-        0x912 => 0x915,
-        0x916 => 0x919,
-        0x930 => 0x932,
-        0x933 => 0x935,
-        0x936 => 0x937,
-        0x939 => 0x93b,
-        0xa00 => 0xa02,
-        _ => return None,
-    })
+    object_type(create)?.query.map(Opcode::raw)
 }
 
 /// The field a command names an object by, for objects made by `create`.
 fn id_field(create: u16) -> &'static str {
-    match create {
-        0x200 => "mkey_index",
-        0x400 => "cqn",
-        0x500 => "qpn",
-        0x700 => "srqn",
-        0x705 => "xrc_srqn",
-        0x710 => "dctn",
-        0x771 => "counter_set_id",
-        0x800 => "pd",
-        0x80e => "xrcd",
-        0x816 => "transport_domain",
-        0x900 => "tirn",
-        0x904 => "sqn",
-        0x908 => "rqn",
-        0x90c => "rmpn",
-        0x912 => "tisn",
-        0x916 => "rqtn",
-        0x930 => "table_id",
-        0x933 => "group_id",
-        0x936 => "flow_index",
-        0x939 => "flow_counter_id",
-        0xa00 => "obj_id",
-        _ => "",
-    }
+    object_type(create).map_or("", |o| o.number.name)
 }
 
 /// Header fields that name where an object lives (its table, its vport,
@@ -388,7 +351,7 @@ fn command(
         Resource::Obj(o) => Ok((o.create_inbox().to_vec(), o.id())),
         _ => Err(format!("'{reference}' is not a firmware object")),
     })??;
-    let create_op = u16::from_be_bytes([create_in[0], create_in[1]]);
+    let create_op = commands::header::OPCODE.get_or_zero(&create_in) as u16;
     let m = match layout {
         Some(l) => input_layout(l)?,
         None => {
@@ -419,8 +382,11 @@ fn command(
             }
         }
     }
-    if create_op == 0xa00 && !given("obj_type") && !given("op_mod") && buf.len() >= 8 {
-        buf[6..8].copy_from_slice(&create_in[6..8]);
+    // General objects are numbered per type: the query names the type too.
+    let typed = object_type(create_op).is_some_and(|o| o.typed);
+    if typed && !given("obj_type") && !given("op_mod") {
+        let op_mod = commands::header::OP_MOD;
+        let _ = op_mod.set(&mut buf, op_mod.get_or_zero(&create_in));
     }
     let outlen = out_len(opcode, outlen)?;
     let out = session::with_slot(n, |slot| match &slot.res {

@@ -332,8 +332,9 @@ impl DoorbellSink for Engine {
             return;
         }
         // The value is the ctrl segment's first 8 bytes as they are in memory.
-        let b = value.to_ne_bytes();
-        let qpn = u32::from_be_bytes([b[4], b[5], b[6], b[7]]) >> 8;
+        let mut ctrl = prm_layouts::WqeCtrlSeg::new();
+        ctrl.0[..8].copy_from_slice(&value.to_ne_bytes());
+        let qpn = ctrl.qpn();
         if self.paused.load(Ordering::Acquire) {
             let key = held_key(page_id, qpn);
             // Running a QP executes everything posted to it so far, so a

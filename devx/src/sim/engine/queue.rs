@@ -8,6 +8,7 @@ use super::dma::Span;
 use crate::sim::fw::ext::srq::SrqCtx;
 use crate::sim::fw::ext::wq::wq_type;
 use crate::sim::fw::state::State;
+use prm_layouts::WqeCtrlSeg;
 
 /// The largest send WQE (16 WQEBBs).
 pub const MAX_SQ_WQE: usize = 1024;
@@ -98,8 +99,9 @@ impl QpView {
         } else {
             return None;
         };
-        let ds = usize::from(out[7] & 0x3f).max(1);
-        let bytes = ds * 16;
+        let ds = usize::from(WqeCtrlSeg::from_slice(out).map_or(0, |c| c.ds())).max(1);
+        // ds counts 16-byte units.
+        let bytes = ds * WqeCtrlSeg::SIZE_BYTES;
         done = done.min(bytes);
         while done < bytes {
             let i = (done / 64) as u32;

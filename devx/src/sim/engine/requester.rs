@@ -11,6 +11,10 @@
 
 use std::sync::Arc;
 
+use prm_layouts::{
+    WqeAtomicSeg, WqeCtrlSeg, WqeDataSeg, WqeDatagramSeg, WqeInlDataSeg, WqeRaddrSeg,
+};
+
 use super::cache::Cache;
 use super::cqe::{self, op, syn, Completion};
 use super::flush;
@@ -41,6 +45,23 @@ const CE_CQE: u8 = 0x08;
 const SE: u8 = 0x02;
 /// Inline data segment flag in byte_count.
 const INLINE: u32 = 0x8000_0000;
+
+/// Where the segments after the control segment sit.
+const AFTER_CTRL: usize = WqeCtrlSeg::SIZE_BYTES;
+const ATOMIC_AT: usize = AFTER_CTRL + WqeRaddrSeg::SIZE_BYTES;
+
+/// The control segment a send WQE starts with (all zero, a NOP without a
+/// CQE, for a WQE too short to hold one).
+pub(super) fn ctrl(wqe: &[u8]) -> &WqeCtrlSeg {
+    static NONE: WqeCtrlSeg = WqeCtrlSeg::new();
+    WqeCtrlSeg::from_slice(wqe).unwrap_or(&NONE)
+}
+
+/// The segment of type `T` at `at`, or `T`'s zero value when the WQE ends
+/// before it (the caller checked the WQE holds its segments).
+fn seg<T: Copy + Default>(wqe: &[u8], at: usize, view: fn(&[u8]) -> Option<&T>) -> T {
+    wqe.get(at..).and_then(view).copied().unwrap_or_default()
+}
 
 /// WQEs gathered ahead into one batch for another device; bounds the work
 /// redone when the first of them meets an RNR wait.
@@ -112,15 +133,6 @@ enum Outcome {
     /// On the network, not answered yet: the WQE stays posted until the
     /// transport runs the QP again ([`super::net`]).
     Pending,
-}
-
-fn be32(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4)
-        .map_or(0, |s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
-}
-
-fn be64(b: &[u8], at: usize) -> u64 {
-    (u64::from(be32(b, at)) << 32) | u64::from(be32(b, at + 4))
 }
 
 /// How one doorbell (or timer tick) entered the loop.
@@ -236,7 +248,7 @@ fn drive_with(
             let mut b = inner.batch.take().unwrap_or_default();
             let more = matches!(msg.op, Op::Send | Op::Write);
             b.push(&wqe[..len], msg);
-            if more && batchable(v.service, wqe[3]) {
+            if more && batchable(v.service, ctrl(wqe).opcode()) {
                 gather_batch(eng, st, inner, &v, at, &mut b, ci, pi, wqe);
             }
             queue::save_sq(st, qpn, ci);
@@ -270,7 +282,7 @@ fn gather_batch(
         let Some(len) = v.read_send_wqe(next, wqe) else {
             return;
         };
-        if !batchable(v.service, wqe[3]) {
+        if !batchable(v.service, ctrl(wqe).opcode()) {
             return;
         }
         match execute(eng, st, inner, v, &wqe[..len]) {
@@ -357,8 +369,8 @@ fn settle(
             let c = Completion {
                 opcode: op::REQ_ERR,
                 qpn: v.qpn,
-                send_opcode: wqe[3],
-                wqe_counter: u16::from_be_bytes([wqe[1], wqe[2]]),
+                send_opcode: ctrl(wqe).opcode(),
+                wqe_counter: ctrl(wqe).wqe_index(),
                 user_index: v.user_index,
                 syndrome: s,
                 ..Completion::default()
@@ -377,14 +389,14 @@ fn settle(
 
 /// The requester's CQE for a WQE that completed.
 fn success(v: &QpView, wqe: &[u8], byte_cnt: u32) -> Outcome {
-    if wqe[11] & CE_CQE == 0 {
+    if ctrl(wqe).fm_ce_se() & CE_CQE == 0 {
         return Outcome::Done(None);
     }
     Outcome::Done(Some(Completion {
         opcode: op::REQ,
         qpn: v.qpn,
-        send_opcode: wqe[3],
-        wqe_counter: u16::from_be_bytes([wqe[1], wqe[2]]),
+        send_opcode: ctrl(wqe).opcode(),
+        wqe_counter: ctrl(wqe).wqe_index(),
         byte_cnt,
         user_index: v.user_index,
         ..Completion::default()
@@ -403,13 +415,17 @@ fn layout(service: u8, opc: u8) -> Option<(Op, usize)> {
     if !ok {
         return None;
     }
-    let ud = if service == st::UD { 48 } else { 0 };
+    let ud = if service == st::UD {
+        WqeDatagramSeg::SIZE_BYTES
+    } else {
+        0
+    };
     Some(match opc {
-        SEND | SEND_IMM => (Op::Send, 16 + ud),
-        RDMA_WRITE | RDMA_WRITE_IMM => (Op::Write, 32),
-        RDMA_READ => (Op::Read, 32),
-        ATOMIC_CS => (Op::CmpSwap, 48),
-        ATOMIC_FA => (Op::FetchAdd, 48),
+        SEND | SEND_IMM => (Op::Send, AFTER_CTRL + ud),
+        RDMA_WRITE | RDMA_WRITE_IMM => (Op::Write, ATOMIC_AT),
+        RDMA_READ => (Op::Read, ATOMIC_AT),
+        ATOMIC_CS => (Op::CmpSwap, ATOMIC_AT + WqeAtomicSeg::SIZE_BYTES),
+        ATOMIC_FA => (Op::FetchAdd, ATOMIC_AT + WqeAtomicSeg::SIZE_BYTES),
         _ => return None,
     })
 }
@@ -423,19 +439,24 @@ fn gather(
     out: &mut Vec<u8>,
 ) -> Result<(), u8> {
     out.clear();
+    const INL: usize = WqeInlDataSeg::SIZE_BYTES;
+    const DATA: usize = WqeDataSeg::SIZE_BYTES;
     let mut at = 0;
-    while at + 16 <= segs.len() || (at + 4 <= segs.len() && be32(segs, at) & INLINE != 0) {
-        let bc = be32(segs, at);
-        if bc & INLINE != 0 {
-            let n = (bc & !INLINE) as usize;
-            let data = segs.get(at + 4..at + 4 + n).ok_or(syn::LOCAL_QP_OP)?;
+    loop {
+        let rest = segs.get(at..).unwrap_or(&[]);
+        if let Some(inl) = WqeInlDataSeg::from_slice(rest).filter(|i| i.byte_count() & INLINE != 0)
+        {
+            let n = (inl.byte_count() & !INLINE) as usize;
+            let data = rest.get(INL..INL + n).ok_or(syn::LOCAL_QP_OP)?;
             out.extend_from_slice(data);
-            at += (4 + n).div_ceil(16) * 16;
+            at += (INL + n).div_ceil(DATA) * DATA;
             continue;
         }
-        let lkey = be32(segs, at + 4);
-        let addr = be64(segs, at + 8);
-        at += 16;
+        let Some(d) = WqeDataSeg::from_slice(rest) else {
+            break;
+        };
+        let (bc, lkey, addr) = (d.byte_count(), d.lkey(), d.addr());
+        at += DATA;
         if bc == 0 {
             continue;
         }
@@ -463,16 +484,19 @@ fn local_scatter(
 ) -> Result<u64, u8> {
     let mut room = 0u64;
     let mut placed = 0usize;
-    for seg in segs.chunks_exact(16) {
-        let bc = be32(seg, 0);
+    for seg in segs.chunks_exact(WqeDataSeg::SIZE_BYTES) {
+        let Some(d) = WqeDataSeg::from_slice(seg) else {
+            continue;
+        };
+        let bc = d.byte_count();
         if bc == 0 {
             continue;
         }
         let span = cache
             .resolve(
                 st,
-                be32(seg, 4),
-                be64(seg, 8),
+                d.lkey(),
+                d.addr(),
                 u64::from(bc),
                 v.pd,
                 Need::LocalWrite,
@@ -490,7 +514,8 @@ fn local_scatter(
 
 /// Executes one send WQE up to the point where the responder is needed.
 fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u8]) -> Outcome {
-    let opc = wqe[3];
+    let c = ctrl(wqe);
+    let opc = c.opcode();
     if opc == opcode::NOP {
         return success(v, wqe, 0);
     }
@@ -512,25 +537,21 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
     let mut msg = Msg::new(op, data);
     msg.service = v.service;
     msg.src_qpn = v.qpn;
-    msg.solicited = wqe[11] & SE != 0;
+    msg.solicited = c.fm_ce_se() & SE != 0;
     if matches!(opc, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM) {
-        msg.imm = Some([wqe[12], wqe[13], wqe[14], wqe[15]]);
+        msg.imm = Some(c.imm().to_be_bytes());
     }
     let (dst_gid, dst_qpn, sgid_index) = if v.service == st::UD {
-        let qkey = be32(wqe, 16);
+        let av = seg(wqe, AFTER_CTRL, WqeDatagramSeg::from_slice);
+        let qkey = av.key().qkey().qkey();
         // A q_key with the high bit set means "use the QP's own".
         msg.qkey = if qkey & 0x8000_0000 != 0 {
             v.q_key
         } else {
             qkey
         };
-        let mut gid = [0u8; 16];
-        gid.copy_from_slice(&wqe[48..64]);
-        (
-            gid,
-            be32(wqe, 24) & 0x00ff_ffff,
-            (be32(wqe, 44) >> 20) as u8,
-        )
+        // grh_gid_fl: [27:20] is the source GID index.
+        (*av.rgid(), av.dqp_dct(), (av.grh_gid_fl() >> 20) as u8)
     } else {
         (v.rgid, v.remote_qpn, v.sgid_index)
     };
@@ -540,8 +561,8 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
     let r = match op {
         Op::Send | Op::Write => {
             if op == Op::Write {
-                msg.raddr = be64(wqe, 16);
-                msg.rkey = be32(wqe, 24);
+                let r = seg(wqe, AFTER_CTRL, WqeRaddrSeg::from_slice);
+                (msg.raddr, msg.rkey) = (r.raddr(), r.rkey());
             }
             gather(st, &mut inner.cache, v, segs, &mut msg.data).and_then(|()| {
                 if v.service == st::UD && msg.data.len() as u64 > v.mtu_bytes() {
@@ -552,8 +573,8 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
             })
         }
         Op::Read => {
-            msg.raddr = be64(wqe, 16);
-            msg.rkey = be32(wqe, 24);
+            let r = seg(wqe, AFTER_CTRL, WqeRaddrSeg::from_slice);
+            (msg.raddr, msg.rkey) = (r.raddr(), r.rkey());
             local_scatter(st, &mut inner.cache, v, segs, None).and_then(|room| {
                 msg.len = room;
                 if room > v.max_msg() {
@@ -564,10 +585,10 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
             })
         }
         Op::CmpSwap | Op::FetchAdd => {
-            msg.raddr = be64(wqe, 16);
-            msg.rkey = be32(wqe, 24);
-            msg.swap_add = be64(wqe, 32);
-            msg.compare = be64(wqe, 40);
+            let r = seg(wqe, AFTER_CTRL, WqeRaddrSeg::from_slice);
+            (msg.raddr, msg.rkey) = (r.raddr(), r.rkey());
+            let a = seg(wqe, ATOMIC_AT, WqeAtomicSeg::from_slice);
+            (msg.swap_add, msg.compare) = (a.swap_add(), a.compare());
             msg.len = 8;
             match local_scatter(st, &mut inner.cache, v, segs, None) {
                 Ok(8) => Ok(()),
@@ -617,7 +638,7 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
 /// The requester's part after an ACK: place READ data or the atomic's
 /// original value, and build the CQE.
 fn finish(st: &State, cache: &mut Cache, v: &QpView, wqe: &[u8], msg: &Msg) -> Outcome {
-    let Some((_, data_off)) = layout(v.service, wqe[3]) else {
+    let Some((_, data_off)) = layout(v.service, ctrl(wqe).opcode()) else {
         return success(v, wqe, 0);
     };
     let segs = wqe.get(data_off..).unwrap_or(&[]);

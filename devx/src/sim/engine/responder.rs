@@ -4,6 +4,7 @@
 //! operation and writes its own CQEs. The returned [`Reply`] is what the
 //! requester's transport learns.
 
+use prm_layouts::{WqeDataSeg, WqeSrqNextSeg};
 use std::time::Duration;
 
 use super::cache::Cache;
@@ -297,21 +298,20 @@ fn scatter(
     let mut part = 0;
     let mut at = 0;
     let mut placed = 0;
-    for seg in segs.chunks_exact(16) {
+    for seg in segs.chunks_exact(WqeDataSeg::SIZE_BYTES) {
         if placed == total {
             break;
         }
-        let bc = u32::from_be_bytes([seg[0], seg[1], seg[2], seg[3]]);
-        let lkey = u32::from_be_bytes([seg[4], seg[5], seg[6], seg[7]]);
+        let Some(d) = WqeDataSeg::from_slice(seg) else {
+            break;
+        };
+        let (bc, lkey, addr) = (d.byte_count(), d.lkey(), d.addr());
         if bc == 0 && lkey == INVALID_LKEY {
             break;
         }
         if bc == 0 {
             continue;
         }
-        let addr = u64::from_be_bytes([
-            seg[8], seg[9], seg[10], seg[11], seg[12], seg[13], seg[14], seg[15],
-        ]);
         let take = (bc as usize).min(total - placed);
         let span = cache
             .resolve(st, lkey, addr, take as u64, pd, Need::LocalWrite)
@@ -397,8 +397,8 @@ fn read_recv(st: &mut State, inner: &mut Inner, v: &QpView, r: &mut Recv) -> Opt
             r.wqe_counter = index as u16;
             let consumed = s.consumed.wrapping_add(1);
             let next = if s.linked_list {
-                r.sge_off = 16;
-                u32::from(u16::from_be_bytes([r.wqe[2], r.wqe[3]]))
+                r.sge_off = WqeSrqNextSeg::SIZE_BYTES;
+                WqeSrqNextSeg::from_slice(&r.wqe).map_or(0, |n| u32::from(n.next_wqe_index()))
             } else {
                 consumed
             };

@@ -9,6 +9,8 @@
 //! access through the window is then checked against the window's range and
 //! rights and reaches the region's memory; the previous tag stops working.
 
+use prm_layouts::{WqeCtrlSeg, WqeMkeyContextSeg, WqeUmrCtrlSeg};
+
 use super::dma::Span;
 use super::keys::{self, KeyFault, Need};
 use super::queue::QpView;
@@ -55,21 +57,13 @@ pub mod ctx {
     pub const ATOMIC: u8 = 1 << 6;
 }
 
-/// Segment offsets inside the WQE.
-const UMR_CTRL: usize = 16;
-const MKEY_CTX: usize = 64;
-const KLMS: usize = 128;
+/// Segment offsets inside the WQE: control, UMR control, mkey context,
+/// then the inline KLMs.
+const UMR_CTRL: usize = WqeCtrlSeg::SIZE_BYTES;
+const MKEY_CTX: usize = UMR_CTRL + WqeUmrCtrlSeg::SIZE_BYTES;
+const KLMS: usize = MKEY_CTX + WqeMkeyContextSeg::SIZE_BYTES;
 /// `qpn` of a window bound to no QP (type 1).
 const NO_QPN: u32 = 0x00ff_ffff;
-
-fn be32(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4)
-        .map_or(0, |s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
-}
-
-fn be64(b: &[u8], at: usize) -> u64 {
-    (u64::from(be32(b, at)) << 32) | u64::from(be32(b, at + 4))
-}
 
 /// Whether `m` is a memory window (as opposed to an indirect key made by
 /// CREATE_MKEY with its KLMs).
@@ -145,34 +139,36 @@ struct Request {
 }
 
 fn decode(wqe: &[u8]) -> Result<Request, u8> {
-    if wqe.len() < KLMS {
+    let (Some(umr), Some(mkc)) = (
+        wqe.get(UMR_CTRL..).and_then(WqeUmrCtrlSeg::from_slice),
+        wqe.get(MKEY_CTX..).and_then(WqeMkeyContextSeg::from_slice),
+    ) else {
         return Err(syn::LOCAL_QP_OP);
-    }
-    let flags = wqe[UMR_CTRL];
-    let octowords = u16::from_be_bytes([wqe[UMR_CTRL + 4], wqe[UMR_CTRL + 5]]);
-    let qpn_mkey = be32(wqe, MKEY_CTX + 4);
-    let klm = if octowords == 0 {
+    };
+    let flags = umr.flags();
+    let klm = if umr.klm_octowords() == 0 {
         None
     } else {
         // Only inline translations, and a window maps one range.
-        if flags & flag::INLINE == 0 || wqe.len() < KLMS + 16 {
+        let first = wqe.get(KLMS..).and_then(prm_layouts::Klm::from_slice);
+        let (Some(k), true) = (first, flags & flag::INLINE != 0) else {
             return Err(syn::LOCAL_QP_OP);
-        }
+        };
         Some(Klm {
-            bytes: be32(wqe, KLMS),
-            key: be32(wqe, KLMS + 4),
-            addr: be64(wqe, KLMS + 8),
+            bytes: k.byte_count(),
+            key: k.mkey(),
+            addr: k.address(),
         })
     };
     Ok(Request {
         flags,
-        mask: be64(wqe, UMR_CTRL + 8),
-        free: wqe[MKEY_CTX] & ctx::FREE != 0,
-        access: wqe[MKEY_CTX + 2],
-        qpn: qpn_mkey >> 8,
-        tag: qpn_mkey as u8,
-        start_addr: be64(wqe, MKEY_CTX + 16),
-        len: be64(wqe, MKEY_CTX + 24),
+        mask: umr.mkey_mask(),
+        free: mkc.free() & ctx::FREE != 0,
+        access: mkc.access_flags(),
+        qpn: mkc.qpn(),
+        tag: mkc.mkey(),
+        start_addr: mkc.start_addr(),
+        len: mkc.len(),
         klm,
     })
 }
@@ -183,7 +179,9 @@ pub fn execute(st: &mut State, v: &QpView, wqe: &[u8]) -> Result<(), u8> {
         return Err(syn::LOCAL_QP_OP);
     }
     let r = decode(wqe)?;
-    let index = be32(wqe, 12) >> 8;
+    // The control segment's imm names the window's key.
+    let key = super::requester::ctrl(wqe).imm();
+    let index = key >> 8;
     let m = st.mkey.peek(index).map(|e| &e.obj).ok_or(syn::MW_BIND)?;
     if !is_window(m) || m.pd != v.pd {
         return Err(syn::MW_BIND);
@@ -194,7 +192,7 @@ pub fn execute(st: &mut State, v: &QpView, wqe: &[u8]) -> Result<(), u8> {
     if r.free {
         // Unbind / invalidate: the WQE must name the key as it is now, and a
         // type 2 window only through the QP it is bound to.
-        if r.mask & mask::FREE == 0 || be32(wqe, 12) != m.key {
+        if r.mask & mask::FREE == 0 || key != m.key {
             return Err(syn::MW_BIND);
         }
         if type2 && !was_free && bound_qpn != v.qpn {

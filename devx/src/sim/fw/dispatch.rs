@@ -1,6 +1,9 @@
 //! The one place that maps opcodes to handlers. Mailbox lengths come from
 //! the prm-layouts `*_in` / `*_out` layouts of each opcode.
 
+use prm_layouts::commands;
+use prm_layouts::Opcode as Op;
+
 use super::cmd::{Cmd, FwResult};
 use super::ext::{counters, flow, general_obj, mcg, srq, tir, wq};
 use super::state::State;
@@ -48,117 +51,126 @@ pub struct CmdDef {
 }
 
 /// The handler table.
-fn handler(opcode: u16) -> Option<(Handler, OpMods)> {
+fn handler(opcode: Op) -> Option<(Handler, OpMods)> {
     use OpMods::*;
     Some(match opcode {
         // Device queries.
-        0x100 => (general::query_hca_cap as Handler, Any),
-        0x101 => (general::query_adapter, Zero),
-        0x10a => (general::query_issi, Zero),
-        0x750 => (general::query_vport_state, List(&[0, 2])),
-        0x754 => (general::query_nic_vport_context, Zero),
-        0x760 => (general::query_roce_address, Zero),
-        0x762 => (general::query_hca_vport_context, Zero),
-        0x764 => (general::query_hca_vport_gid, Zero),
-        0x80d => (general::nop, Any),
+        Op::QueryHcaCap => (general::query_hca_cap as Handler, Any),
+        Op::QueryAdapter => (general::query_adapter, Zero),
+        Op::QueryIssi => (general::query_issi, Zero),
+        Op::QueryVportState => (general::query_vport_state, List(&[0, 2])),
+        Op::QueryNicVportContext => (general::query_nic_vport_context, Zero),
+        Op::QueryRoceAddress => (general::query_roce_address, Zero),
+        Op::QueryHcaVportContext => (general::query_hca_vport_context, Zero),
+        Op::QueryHcaVportGid => (general::query_hca_vport_gid, Zero),
+        Op::Nop => (general::nop, Any),
         // Domains and pages.
-        0x800 => (pd::alloc_pd, Zero),
-        0x801 => (pd::dealloc_pd, Zero),
-        0x816 => (pd::alloc_td, Zero),
-        0x817 => (pd::dealloc_td, Zero),
-        0x80e => (pd::alloc_xrcd, Zero),
-        0x80f => (pd::dealloc_xrcd, Zero),
-        0x802 => (uar::alloc, Zero),
-        0x803 => (uar::dealloc, Zero),
-        0xa0a => (umem::destroy, Zero),
+        Op::AllocPd => (pd::alloc_pd, Zero),
+        Op::DeallocPd => (pd::dealloc_pd, Zero),
+        Op::AllocTransportDomain => (pd::alloc_td, Zero),
+        Op::DeallocTransportDomain => (pd::dealloc_td, Zero),
+        Op::AllocXrcd => (pd::alloc_xrcd, Zero),
+        Op::DeallocXrcd => (pd::dealloc_xrcd, Zero),
+        Op::AllocUar => (uar::alloc, Zero),
+        Op::DeallocUar => (uar::dealloc, Zero),
+        Op::DestroyUmem => (umem::destroy, Zero),
         // Completion queues.
-        0x400 => (cq::create, Zero),
-        0x401 => (cq::destroy, Zero),
-        0x402 => (cq::query, Zero),
-        0x403 => (cq::modify, List(&[0, cq::OP_MOD_RESIZE])),
+        Op::CreateCq => (cq::create, Zero),
+        Op::DestroyCq => (cq::destroy, Zero),
+        Op::QueryCq => (cq::query, Zero),
+        Op::ModifyCq => (cq::modify, List(&[0, cq::OP_MOD_RESIZE])),
         // Queue pairs.
-        0x500 => (qp::create, Zero),
-        0x501 => (qp::destroy, Zero),
-        0x50b => (qp::query, Zero),
-        0x502 | 0x503 | 0x504 | 0x505 | 0x506 | 0x507 | 0x50a | 0x50c | 0x50e => {
-            (qp_state::transition, Zero)
-        }
+        Op::CreateQp => (qp::create, Zero),
+        Op::DestroyQp => (qp::destroy, Zero),
+        Op::QueryQp => (qp::query, Zero),
+        Op::Rst2initQp
+        | Op::Init2initQp
+        | Op::Init2rtrQp
+        | Op::Rtr2rtsQp
+        | Op::Rts2rtsQp
+        | Op::Sqerr2rtsQp
+        | Op::SqdRtsQp
+        | Op::Qp2Err
+        | Op::Qp2Rst => (qp_state::transition, Zero),
         // Memory keys.
-        0x200 => (mkey::create, Zero),
-        0x201 => (mkey::query, Zero),
-        0x202 => (mkey::destroy, Zero),
+        Op::CreateMkey => (mkey::create, Zero),
+        Op::QueryMkey => (mkey::query, Zero),
+        Op::DestroyMkey => (mkey::destroy, Zero),
         _ => return ext_handler(opcode),
     })
 }
 
 /// Extension families: SRQ/RMP/XRC_SRQ, SQ/RQ, TIR/TIS/RQT, flow steering,
 /// counters, general objects, multicast.
-fn ext_handler(opcode: u16) -> Option<(Handler, OpMods)> {
+fn ext_handler(opcode: Op) -> Option<(Handler, OpMods)> {
     use OpMods::*;
     Some(match opcode {
         // Shared receive queues.
-        0x700 => (srq::create_srq as Handler, Zero),
-        0x701 => (srq::destroy_srq, Zero),
-        0x702 => (srq::query_srq, Zero),
-        0x703 => (srq::arm_rq, List(&[1])),
-        0x705 => (srq::create_xrc_srq, Zero),
-        0x706 => (srq::destroy_xrc_srq, Zero),
-        0x707 => (srq::query_xrc_srq, Zero),
-        0x708 => (srq::arm_xrc_srq, List(&[1])),
-        0x90c => (srq::create_rmp, Zero),
-        0x90d => (srq::modify_rmp, Zero),
-        0x90e => (srq::destroy_rmp, Zero),
-        0x90f => (srq::query_rmp, Zero),
+        Op::CreateSrq => (srq::create_srq as Handler, Zero),
+        Op::DestroySrq => (srq::destroy_srq, Zero),
+        Op::QuerySrq => (srq::query_srq, Zero),
+        Op::ArmRq => (srq::arm_rq, List(&[1])),
+        Op::CreateXrcSrq => (srq::create_xrc_srq, Zero),
+        Op::DestroyXrcSrq => (srq::destroy_xrc_srq, Zero),
+        Op::QueryXrcSrq => (srq::query_xrc_srq, Zero),
+        Op::ArmXrcSrq => (srq::arm_xrc_srq, List(&[1])),
+        Op::CreateRmp => (srq::create_rmp, Zero),
+        Op::ModifyRmp => (srq::modify_rmp, Zero),
+        Op::DestroyRmp => (srq::destroy_rmp, Zero),
+        Op::QueryRmp => (srq::query_rmp, Zero),
         // Ethernet work queues.
-        0x904 => (wq::create_sq, Zero),
-        0x905 => (wq::modify_sq, Zero),
-        0x906 => (wq::destroy_sq, Zero),
-        0x907 => (wq::query_sq, Zero),
-        0x908 => (wq::create_rq, Zero),
-        0x909 => (wq::modify_rq, Zero),
-        0x90a => (wq::destroy_rq, Zero),
-        0x90b => (wq::query_rq, Zero),
+        Op::CreateSq => (wq::create_sq, Zero),
+        Op::ModifySq => (wq::modify_sq, Zero),
+        Op::DestroySq => (wq::destroy_sq, Zero),
+        Op::QuerySq => (wq::query_sq, Zero),
+        Op::CreateRq => (wq::create_rq, Zero),
+        Op::ModifyRq => (wq::modify_rq, Zero),
+        Op::DestroyRq => (wq::destroy_rq, Zero),
+        Op::QueryRq => (wq::query_rq, Zero),
         // TIR, TIS, RQT.
-        0x900 => (tir::create_tir, Zero),
-        0x901 => (tir::modify_tir, Zero),
-        0x902 => (tir::destroy_tir, Zero),
-        0x903 => (tir::query_tir, Zero),
-        0x912 => (tir::create_tis, Zero),
-        0x913 => (tir::modify_tis, Zero),
-        0x914 => (tir::destroy_tis, Zero),
-        0x915 => (tir::query_tis, Zero),
-        0x916 => (tir::create_rqt, Zero),
-        0x917 => (tir::modify_rqt, Zero),
-        0x918 => (tir::destroy_rqt, Zero),
-        0x919 => (tir::query_rqt, Zero),
+        Op::CreateTir => (tir::create_tir, Zero),
+        Op::ModifyTir => (tir::modify_tir, Zero),
+        Op::DestroyTir => (tir::destroy_tir, Zero),
+        Op::QueryTir => (tir::query_tir, Zero),
+        Op::CreateTis => (tir::create_tis, Zero),
+        Op::ModifyTis => (tir::modify_tis, Zero),
+        Op::DestroyTis => (tir::destroy_tis, Zero),
+        Op::QueryTis => (tir::query_tis, Zero),
+        Op::CreateRqt => (tir::create_rqt, Zero),
+        Op::ModifyRqt => (tir::modify_rqt, Zero),
+        Op::DestroyRqt => (tir::destroy_rqt, Zero),
+        Op::QueryRqt => (tir::query_rqt, Zero),
         // Flow steering.
-        0x930 => (flow::create_table, Zero),
-        0x931 => (flow::destroy_table, Zero),
-        0x932 => (flow::query_table, Zero),
-        0x933 => (flow::create_group, Zero),
-        0x934 => (flow::destroy_group, Zero),
-        0x935 => (flow::query_group, Zero),
-        0x936 => (flow::set_entry, List(&[0, 1])),
-        0x937 => (flow::query_entry, Zero),
-        0x938 => (flow::delete_entry, Zero),
+        Op::CreateFlowTable => (flow::create_table, Zero),
+        Op::DestroyFlowTable => (flow::destroy_table, Zero),
+        Op::QueryFlowTable => (flow::query_table, Zero),
+        Op::CreateFlowGroup => (flow::create_group, Zero),
+        Op::DestroyFlowGroup => (flow::destroy_group, Zero),
+        Op::QueryFlowGroup => (flow::query_group, Zero),
+        Op::SetFlowTableEntry => (flow::set_entry, List(&[0, 1])),
+        Op::QueryFlowTableEntry => (flow::query_entry, Zero),
+        Op::DeleteFlowTableEntry => (flow::delete_entry, Zero),
         // Counters.
-        0x771 => (counters::alloc_q_counter, Zero),
-        0x772 => (counters::dealloc_q_counter, Zero),
-        0x773 => (counters::query_q_counter, Zero),
-        0x939 => (counters::alloc_flow_counter, Zero),
-        0x93a => (counters::dealloc_flow_counter, Zero),
-        0x93b => (counters::query_flow_counter, Zero),
+        Op::AllocQCounter => (counters::alloc_q_counter, Zero),
+        Op::DeallocQCounter => (counters::dealloc_q_counter, Zero),
+        Op::QueryQCounter => (counters::query_q_counter, Zero),
+        Op::AllocFlowCounter => (counters::alloc_flow_counter, Zero),
+        Op::DeallocFlowCounter => (counters::dealloc_flow_counter, Zero),
+        Op::QueryFlowCounter => (counters::query_flow_counter, Zero),
         // General objects and multicast.
-        0xa00..=0xa03 => (general_obj::command, Any),
-        0x806 => (mcg::attach, Zero),
-        0x807 => (mcg::detach, Zero),
+        Op::CreateGeneralObject
+        | Op::ModifyGeneralObject
+        | Op::QueryGeneralObject
+        | Op::DestroyGeneralObject => (general_obj::command, Any),
+        Op::AttachToMcg => (mcg::attach, Zero),
+        Op::DetachFromMcg => (mcg::detach, Zero),
         _ => return None,
     })
 }
 
 /// The definition of `opcode`, or `None` when the firmware does not know it.
 pub fn lookup(opcode: u16) -> Option<CmdDef> {
-    let (handler, op_mods) = handler(opcode)?;
+    let (handler, op_mods) = handler(Op::from_raw(opcode)?)?;
     let (inp, outp) = prm_layouts::mailbox_layouts(opcode)?;
     Some(CmdDef {
         handler,
@@ -166,7 +178,10 @@ pub fn lookup(opcode: u16) -> Option<CmdDef> {
         in_len: (inp.size_bits / 8) as usize,
         out_len: (outp.size_bits / 8) as usize,
         min_out_len: min_out_len(outp),
-        general_header: (0xa00..=0xa03).contains(&opcode),
+        // Commands on typed (general) objects carry the general object header.
+        general_header: commands::command_any(opcode)
+            .and_then(|c| c.object)
+            .is_some_and(|o| o.typed),
     })
 }
 

@@ -66,15 +66,17 @@ fn access_mode(c: &Mkc) -> u8 {
 
 fn parse_klms(st: &State, cmd: &Cmd, count: u32) -> FwResult<Vec<Klm>> {
     let tail = cmd.tail::<CreateMkeyIn>();
-    let need = (count as usize).checked_mul(16).ok_or(syndrome::MKEY_KLM)?;
+    let need = (count as usize)
+        .checked_mul(prm_layouts::Klm::SIZE_BYTES)
+        .ok_or(syndrome::MKEY_KLM)?;
     let bytes = tail.get(..need).ok_or(syndrome::INBOX_SHORT)?;
     let mut v = Vec::with_capacity(count as usize);
-    for e in bytes.chunks_exact(16) {
-        let be32 = |i: usize| u32::from_be_bytes([e[i], e[i + 1], e[i + 2], e[i + 3]]);
+    for e in bytes.chunks_exact(prm_layouts::Klm::SIZE_BYTES) {
+        let e = prm_layouts::Klm::from_slice(e).ok_or(syndrome::INBOX_SHORT)?;
         let klm = Klm {
-            bytes: be32(0),
-            key: be32(4),
-            addr: (u64::from(be32(8)) << 32) | u64::from(be32(12)),
+            bytes: e.byte_count(),
+            key: e.mkey(),
+            addr: e.address(),
         };
         let target = st
             .mkey

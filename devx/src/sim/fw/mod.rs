@@ -80,14 +80,15 @@ impl Firmware {
     }
 
     fn run(&self, inbox: &[u8], outbox: &mut [u8]) -> FwResult {
-        if inbox.len() < 16 {
+        let Some(hdr) = prm_layouts::GeneralObjInCmdHdr::from_slice(inbox) else {
             return fail(syndrome::INBOX_SHORT);
-        }
-        if outbox.len() < 16 {
+        };
+        if outbox.len() < prm_layouts::MboxOut::SIZE_BYTES {
             return fail(syndrome::OUTBOX_SHORT);
         }
-        let be16 = |at: usize| u16::from_be_bytes([inbox[at], inbox[at + 1]]);
-        let (opcode, uid, op_mod) = (be16(0), be16(2), be16(6));
+        // Every inbox starts like the general object header; bytes 4..6
+        // (`vhca_tunnel_id` there) are reserved in the others.
+        let (opcode, uid, op_mod) = (hdr.opcode(), hdr.uid(), hdr.obj_type());
         let Some(def) = dispatch::lookup(opcode) else {
             return fail(syndrome::UNKNOWN_OPCODE);
         };
@@ -100,7 +101,7 @@ impl Firmware {
         if !def.op_mods.allows(op_mod) {
             return fail(syndrome::BAD_OP_MOD);
         }
-        if !def.general_header && be16(4) != 0 {
+        if !def.general_header && hdr.vhca_tunnel_id() != 0 {
             return fail(syndrome::HEADER_RESERVED);
         }
         let mut st = self.lock();

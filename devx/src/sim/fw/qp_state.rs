@@ -8,7 +8,7 @@
 
 use std::sync::OnceLock;
 
-use prm_layouts::{FieldKind, Qpc, Rst2initQpIn};
+use prm_layouts::{FieldKind, Opcode as Op, Qpc, Rst2initQpIn};
 
 use super::cmd::{ensure, Cmd, FwResult};
 use super::qp::{self, st, state};
@@ -66,7 +66,7 @@ fn fields_of_bit(bit: u32) -> &'static [&'static str] {
 
 /// One transition command.
 struct Transition {
-    opcode: u16,
+    opcode: Op,
     /// Source states; empty = any state.
     from: &'static [u8],
     to: u8,
@@ -74,47 +74,47 @@ struct Transition {
 
 const TRANSITIONS: &[Transition] = &[
     Transition {
-        opcode: 0x502,
+        opcode: Op::Rst2initQp,
         from: &[state::RST],
         to: state::INIT,
     },
     Transition {
-        opcode: 0x50e,
+        opcode: Op::Init2initQp,
         from: &[state::INIT],
         to: state::INIT,
     },
     Transition {
-        opcode: 0x503,
+        opcode: Op::Init2rtrQp,
         from: &[state::INIT],
         to: state::RTR,
     },
     Transition {
-        opcode: 0x504,
+        opcode: Op::Rtr2rtsQp,
         from: &[state::RTR],
         to: state::RTS,
     },
     Transition {
-        opcode: 0x505,
+        opcode: Op::Rts2rtsQp,
         from: &[state::RTS],
         to: state::RTS,
     },
     Transition {
-        opcode: 0x506,
+        opcode: Op::Sqerr2rtsQp,
         from: &[state::SQER],
         to: state::RTS,
     },
     Transition {
-        opcode: 0x50c,
+        opcode: Op::SqdRtsQp,
         from: &[state::SQD],
         to: state::RTS,
     },
     Transition {
-        opcode: 0x507,
+        opcode: Op::Qp2Err,
         from: &[],
         to: state::ERR,
     },
     Transition {
-        opcode: 0x50a,
+        opcode: Op::Qp2Rst,
         from: &[],
         to: state::RST,
     },
@@ -125,9 +125,9 @@ fn is_connected(service: u8) -> bool {
 }
 
 /// Fields a transition always takes from the inbox.
-fn mandatory(opcode: u16, service: u8) -> &'static [&'static str] {
+fn mandatory(opcode: Op, service: u8) -> &'static [&'static str] {
     match (opcode, service) {
-        (0x502, st::RC | st::XRC) => &[
+        (Op::Rst2initQp, st::RC | st::XRC) => &[
             "primary_address_path.vhca_port_num",
             "primary_address_path.pkey_index",
             "rre",
@@ -137,21 +137,21 @@ fn mandatory(opcode: u16, service: u8) -> &'static [&'static str] {
             "pm_state",
             "counter_set_id",
         ],
-        (0x502, st::UC) => &[
+        (Op::Rst2initQp, st::UC) => &[
             "primary_address_path.vhca_port_num",
             "primary_address_path.pkey_index",
             "rwe",
             "pm_state",
             "counter_set_id",
         ],
-        (0x502, st::UD) => &[
+        (Op::Rst2initQp, st::UD) => &[
             "primary_address_path.vhca_port_num",
             "primary_address_path.pkey_index",
             "q_key",
             "counter_set_id",
         ],
-        (0x502, _) => &["primary_address_path.vhca_port_num", "counter_set_id"],
-        (0x503, st::RC | st::XRC) => &[
+        (Op::Rst2initQp, _) => &["primary_address_path.vhca_port_num", "counter_set_id"],
+        (Op::Init2rtrQp, st::RC | st::XRC) => &[
             "mtu",
             "log_msg_max",
             "remote_qpn",
@@ -160,14 +160,14 @@ fn mandatory(opcode: u16, service: u8) -> &'static [&'static str] {
             "log_rra_max",
             "primary_address_path.",
         ],
-        (0x503, st::UC) => &[
+        (Op::Init2rtrQp, st::UC) => &[
             "mtu",
             "log_msg_max",
             "remote_qpn",
             "next_rcv_psn",
             "primary_address_path.",
         ],
-        (0x504, st::RC | st::XRC) => &[
+        (Op::Rtr2rtsQp, st::RC | st::XRC) => &[
             "next_send_psn",
             "retry_count",
             "rnr_retry",
@@ -175,42 +175,42 @@ fn mandatory(opcode: u16, service: u8) -> &'static [&'static str] {
             "log_sra_max",
             "log_ack_req_freq",
         ],
-        (0x504, st::UC | st::UD) => &["next_send_psn"],
+        (Op::Rtr2rtsQp, st::UC | st::UD) => &["next_send_psn"],
         _ => &[],
     }
 }
 
 /// Optional parameter bits a transition accepts (LNX-qp `opt_mask`, plus
 /// the counter set and LAG affinity the device honours everywhere it may).
-fn allowed(opcode: u16, service: u8) -> u32 {
+fn allowed(opcode: Op, service: u8) -> u32 {
     use opt::*;
     let rc = is_connected(service);
     match opcode {
-        0x50e => match service {
+        Op::Init2initQp => match service {
             _ if rc => RRE | RAE | RWE | PKEY_INDEX | PRI_PORT | LAG_TX_AFF | COUNTER_SET_ID,
             st::UC => RWE | PKEY_INDEX | PRI_PORT | LAG_TX_AFF | COUNTER_SET_ID,
             st::UD => PKEY_INDEX | Q_KEY | PRI_PORT | LAG_TX_AFF | COUNTER_SET_ID,
             _ => PRI_PORT | LAG_TX_AFF | COUNTER_SET_ID,
         },
-        0x503 => match service {
+        Op::Init2rtrQp => match service {
             _ if rc => ALT_ADDR_PATH | RRE | RAE | RWE | PKEY_INDEX | LAG_TX_AFF | COUNTER_SET_ID,
             st::UC => ALT_ADDR_PATH | RWE | PKEY_INDEX | LAG_TX_AFF | COUNTER_SET_ID,
             st::UD => PKEY_INDEX | Q_KEY | LAG_TX_AFF | COUNTER_SET_ID,
             _ => LAG_TX_AFF | COUNTER_SET_ID,
         },
-        0x504 => match service {
+        Op::Rtr2rtsQp => match service {
             _ if rc => ALT_ADDR_PATH | RRE | RAE | RWE | PM_STATE | RNR_TIMEOUT | COUNTER_SET_ID,
             st::UC => ALT_ADDR_PATH | RWE | PM_STATE | COUNTER_SET_ID,
             st::UD => Q_KEY | COUNTER_SET_ID,
             _ => COUNTER_SET_ID,
         },
-        0x505 => match service {
+        Op::Rts2rtsQp => match service {
             _ if rc => RRE | RAE | RWE | RNR_TIMEOUT | PM_STATE | ALT_ADDR_PATH | COUNTER_SET_ID,
             st::UC => RWE | PM_STATE | ALT_ADDR_PATH | COUNTER_SET_ID,
             st::UD => Q_KEY | SRQN | CQN_RCV | COUNTER_SET_ID,
             _ => COUNTER_SET_ID,
         },
-        0x506 | 0x50c => match service {
+        Op::Sqerr2rtsQp | Op::SqdRtsQp => match service {
             _ if rc => RNR_TIMEOUT | RWE | RAE | RRE,
             st::UC => RWE,
             st::UD => Q_KEY,
@@ -281,7 +281,7 @@ fn copy(dst: &mut Qpc, src: &Qpc, spans: &[Span]) {
 }
 
 /// Checks field values against the profile where a transition sets them.
-fn validate(st: &State, service: u8, opcode: u16, new: &Qpc) -> FwResult {
+fn validate(st: &State, service: u8, opcode: Op, new: &Qpc) -> FwResult {
     let p = &st.profile;
     let path = new.primary_address_path();
     ensure(
@@ -290,7 +290,7 @@ fn validate(st: &State, service: u8, opcode: u16, new: &Qpc) -> FwResult {
     )?;
     ensure(path.vhca_port_num() <= p.num_ports, syndrome::BAD_PORT)?;
     ensure(new.pm_state() != 2, syndrome::QP_BAD_PM_STATE)?;
-    if opcode == 0x503 && matches!(service, st::RC | st::UC | st::XRC) {
+    if opcode == Op::Init2rtrQp && matches!(service, st::RC | st::UC | st::XRC) {
         ensure((1..=5).contains(&new.mtu()), syndrome::QP_BAD_MTU)?;
         ensure(new.log_msg_max() <= p.log_max_msg, syndrome::MSG_TOO_LARGE)?;
         ensure(
@@ -311,11 +311,11 @@ fn validate(st: &State, service: u8, opcode: u16, new: &Qpc) -> FwResult {
 
 /// Runs any of the nine transition commands.
 pub fn transition(stt: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
-    let Some(t) = TRANSITIONS.iter().find(|t| t.opcode == cmd.opcode) else {
+    let Some(t) = TRANSITIONS.iter().find(|t| t.opcode.raw() == cmd.opcode) else {
         return Err(syndrome::UNKNOWN_OPCODE.into());
     };
-    // Every transition names its QP at the same place (qpn 0x48/24).
-    let qpn = prm_layouts::bits::get(cmd.inbox, 0x48, 24).unwrap_or(0) as u32;
+    // Every transition names its QP where RST2INIT does.
+    let qpn = Rst2initQpIn::META.named("qpn").get_or_zero(cmd.inbox) as u32;
     let cur = stt.qp.owned(qpn, cmd.uid)?.obj.clone();
     let from = cur.state();
     ensure(
@@ -402,12 +402,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_transition_names_its_qp_where_rst2init_does() {
+        let qpn = Rst2initQpIn::META.named("qpn");
+        for t in TRANSITIONS {
+            let (inbox, _) = prm_layouts::mailbox_layouts(t.opcode.raw()).unwrap();
+            assert_eq!(inbox.field("qpn"), Some(qpn), "{}", t.opcode);
+        }
+    }
+
+    #[test]
     fn every_named_field_exists_in_qpc() {
         let mut bits = Vec::new();
         for i in 0..32 {
             bits.push(fields_of_bit(1 << i));
         }
-        for op in [0x502, 0x503, 0x504] {
+        for op in [Op::Rst2initQp, Op::Init2rtrQp, Op::Rtr2rtsQp] {
             for s in [st::RC, st::UC, st::UD, st::RAW] {
                 bits.push(mandatory(op, s));
             }

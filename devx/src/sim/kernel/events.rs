@@ -10,9 +10,12 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
+use prm_layouts::Eqe;
+
 use crate::admission::ObjKey;
 use crate::error::{Error, Result};
 use crate::provider::{DevxEvent, EventChannel, Handle};
+use prm_layouts::Opcode;
 
 /// EQE types (`MLX5_EVENT_TYPE_*`, prm-guide §6.3).
 pub mod ty {
@@ -99,21 +102,22 @@ pub fn check_event_types(event_types: &[u16], affiliated: bool) -> Result<()> {
     Ok(())
 }
 
-/// A completion EQE: type 0, CQN (be32, low 24 bits) at byte 56.
+/// A completion EQE naming CQ `cqn`.
 pub fn comp_eqe(cqn: u32) -> [u8; 64] {
-    let mut e = [0u8; 64];
-    e[1] = ty::COMP as u8;
-    e[56..60].copy_from_slice(&(cqn & 0x00ff_ffff).to_be_bytes());
-    e
+    let mut e = Eqe::new();
+    e.set_event_type(ty::COMP as u8);
+    e.event_data_mut().comp_mut().set_cq_number(cqn);
+    e.0
 }
 
-/// A CQ error EQE (`mlx5_eqe_cq_err`): CQN be32 at 32, syndrome at 43.
+/// A CQ error EQE (`mlx5_eqe_cq_err`).
 pub fn cq_error_eqe(cqn: u32, syndrome: u8) -> [u8; 64] {
-    let mut e = [0u8; 64];
-    e[1] = ty::CQ_ERROR as u8;
-    e[32..36].copy_from_slice(&(cqn & 0x00ff_ffff).to_be_bytes());
-    e[43] = syndrome;
-    e
+    let mut e = Eqe::new();
+    e.set_event_type(ty::CQ_ERROR as u8);
+    let d = e.event_data_mut().cq_error_mut();
+    d.set_cqn(cqn);
+    d.set_syndrome(syndrome);
+    e.0
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -311,10 +315,10 @@ impl EventHub {
         })
     }
 
-    /// Delivers `eqe` (of type `eqe[1]`) to every channel subscribed to it
+    /// Delivers `eqe` (by its event type) to every channel subscribed to it
     /// for `target` (`None`: an unaffiliated event).
     pub fn raise(&self, target: Option<ObjKey>, eqe: &[u8; 64]) {
-        let t = u16::from(eqe[1]);
+        let t = u16::from(Eqe::from_slice(eqe).map_or(0, |e| e.event_type()));
         for s in &self.subs {
             if s.target != target || !s.types.contains(&t) {
                 continue;
@@ -329,7 +333,7 @@ impl EventHub {
 /// The key a CQ's subscriptions are filed under (CREATE_CQ, cqn).
 pub fn cq_key(cqn: u32) -> ObjKey {
     ObjKey {
-        creator: 0x400,
+        creator: Opcode::CreateCq.raw().into(),
         number: cqn & 0x00ff_ffff,
     }
 }

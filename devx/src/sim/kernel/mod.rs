@@ -22,6 +22,11 @@ use crate::provider::{
     CmdChannel, DeviceInfo, EventChannel, GidTableEntry, GidType, Handle, ProviderContext,
     UarAlloc, UarKind,
 };
+use prm_layouts::commands::header;
+use prm_layouts::{
+    AllocFlowCounterIn, AllocUarIn, AllocUarOut, CreateCqIn, CreateMkeyIn, DeallocUarIn,
+    DestroyUmemIn, MboxIn, Mkc, Opcode,
+};
 
 use prm_layouts::RoceVersion;
 
@@ -91,8 +96,8 @@ fn einval(what: impl Into<String>) -> Error {
 /// hold them still reports them.
 pub(crate) fn with_outbox(inbox: &[u8], e: FwError) -> Error {
     Error::Firmware {
-        opcode: crate::error::be16(inbox, 0),
-        op_mod: crate::error::be16(inbox, 6),
+        opcode: admission::opcode_of(inbox),
+        op_mod: admission::op_mod_of(inbox),
         status: e.status,
         syndrome: e.syndrome,
         report: FwReport::Outbox,
@@ -110,17 +115,40 @@ fn errno_only(opcode: u16, op_mod: u16, e: FwError) -> Error {
     }
 }
 
-fn header(opcode: u16, uid: u16, number24: u32) -> Vec<u8> {
-    let mut b = vec![0u8; 16];
-    b[0..2].copy_from_slice(&opcode.to_be_bytes());
-    b[2..4].copy_from_slice(&uid.to_be_bytes());
-    b[8..12].copy_from_slice(&(number24 & 0x00ff_ffff).to_be_bytes());
-    b
+/// DESTROY_UMEM of `umem_id`, as the kernel sends it.
+fn destroy_umem(uid: u16, umem_id: u32) -> DestroyUmemIn {
+    let mut m = DestroyUmemIn::new();
+    m.set_opcode(Opcode::DestroyUmem.raw());
+    m.set_uid(uid);
+    m.set_umem_id(umem_id);
+    m
 }
+
+/// DEALLOC_UAR of `page_id`, as the kernel sends it.
+fn dealloc_uar(uid: u16, page_id: u32) -> DeallocUarIn {
+    let mut m = DeallocUarIn::new();
+    m.set_opcode(Opcode::DeallocUar.raw());
+    m.set_uid(uid);
+    m.set_uar(page_id);
+    m
+}
+
+/// Where CREATE_MKEY's mkey context ends: the kernel reads the context, so
+/// it must be there.
+const MKC_END: usize = {
+    let at = CreateMkeyIn::META
+        .named("memory_key_mkey_entry.free")
+        .offset_bits
+        - Mkc::META.named("free").offset_bits;
+    at as usize / 8 + Mkc::SIZE_BYTES
+};
 
 impl SimContext {
     pub(crate) fn open(dev: Arc<DeviceShared>) -> Result<SimContext> {
-        let uid = dev.fw.create_uctx().map_err(|e| errno_only(0xa04, 0, e))?;
+        let uid = dev
+            .fw
+            .create_uctx()
+            .map_err(|e| errno_only(Opcode::CreateUctx.raw(), 0, e))?;
         let id = dev
             .next_ctx
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -216,15 +244,18 @@ impl SimContext {
 
     /// Checks the kernel makes on a create before firmware sees it.
     fn precheck_create(&self, cmd: &[u8]) -> Result<()> {
-        match admission::opcode_of(cmd) {
+        match Opcode::from_raw(admission::opcode_of(cmd)) {
             // The mkey context must be there for the kernel to read it.
-            0x200 if cmd.len() < 16 + 64 => {
+            Some(Opcode::CreateMkey) if cmd.len() < MKC_END => {
                 Err(einval("CREATE_MKEY inbox is shorter than its mkey context"))
             }
             // The core CQ layer looks the EQ up first (ENOENT if it is not a
             // completion EQ). Short inboxes are the firmware's to refuse.
-            0x400 if cmd.len() >= prm_layouts::CreateCqIn::SIZE_BYTES => {
-                let eqn = prm_layouts::bits::get(cmd, 0x80 + 0xa0, 32).unwrap_or(0) as u32;
+            Some(Opcode::CreateCq) if cmd.len() >= CreateCqIn::SIZE_BYTES => {
+                let cqc = CreateCqIn::from_slice(cmd).map(|m| m.cq_context());
+                let eqn = cqc.map_or(0, |c| {
+                    (c.c_eqn_or_apu_element_31_8() << 8) | u32::from(c.c_eqn())
+                });
                 if self.dev.fw.with(|st| eq::is_completion_eq(st, eqn)) {
                     Ok(())
                 } else {
@@ -256,10 +287,10 @@ impl SimContext {
                 self.exec_errno(&cmd).map(|_| ())
             }
             Named::Umem { umem_id } => self
-                .exec_errno(&header(0xa0a, self.uid, *umem_id))
+                .exec_errno(destroy_umem(self.uid, *umem_id).as_bytes())
                 .map(|_| ()),
             Named::Uar { page_id, page } => {
-                self.exec_errno(&header(0x803, self.uid, *page_id))?;
+                self.exec_errno(dealloc_uar(self.uid, *page_id).as_bytes())?;
                 page.mark_freed();
                 Ok(())
             }
@@ -269,20 +300,27 @@ impl SimContext {
     /// True when `given` (uid aside) is the command the kernel built.
     fn same_destroy(given: &[u8], built: &[u8]) -> bool {
         let n = given.len().min(built.len());
-        n >= 16
-            && given[..2] == built[..2]
-            && given[4..n] == built[4..n]
-            && given[n..].iter().all(|&b| b == 0)
+        if n < MboxIn::SIZE_BYTES || given[n..].iter().any(|&b| b != 0) {
+            return false;
+        }
+        let (mut given, mut built) = (given[..n].to_vec(), built[..n].to_vec());
+        for m in [&mut given, &mut built] {
+            let _ = header::UID.set(m, 0);
+        }
+        given == built
     }
 }
 
 /// Counters an ALLOC_FLOW_COUNTER inbox asks for (1 for any other create).
 fn flow_counter_bulk(cmd: &[u8]) -> u32 {
-    if admission::opcode_of(cmd) != 0x939 {
+    if admission::opcode_of(cmd) != Opcode::AllocFlowCounter.raw() {
         return 1;
     }
-    let log = prm_layouts::bits::get(cmd, 0x73, 5).unwrap_or(0) as u32;
-    let bulk = prm_layouts::bits::get(cmd, 0x78, 8).unwrap_or(0) as u32;
+    let Some(m) = AllocFlowCounterIn::from_slice(cmd) else {
+        return 1;
+    };
+    let log = u32::from(m.flow_counter_bulk_log_size());
+    let bulk = u32::from(m.flow_counter_bulk());
     if log != 0 {
         1 << log
     } else if bulk != 0 {
@@ -435,7 +473,7 @@ impl ProviderContext for SimContext {
             .dev
             .fw
             .create_umem(self.uid, region)
-            .map_err(|e| errno_only(0xa08, 0, e))?;
+            .map_err(|e| errno_only(Opcode::CreateUmem.raw(), 0, e))?;
         Ok((self.handles().insert(Named::Umem { umem_id }), umem_id))
     }
 
@@ -457,8 +495,11 @@ impl ProviderContext for SimContext {
     }
 
     fn uar_alloc(&self, kind: UarKind) -> Result<UarAlloc> {
-        let out = self.exec_errno(&header(0x802, self.uid, 0))?;
-        let page_id = u32::from_be_bytes([0, out[9], out[10], out[11]]);
+        let mut alloc = AllocUarIn::new();
+        alloc.set_opcode(Opcode::AllocUar.raw());
+        alloc.set_uid(self.uid);
+        let out = self.exec_errno(alloc.as_bytes())?;
+        let page_id = AllocUarOut::from_slice(&out).map_or(0, |o| o.uar());
         let page = Arc::new(SimUarPage::new(
             page_id,
             kind,

@@ -5,6 +5,7 @@ use super::opcode::BthOpcode;
 /// A malformed, truncated or unbuildable packet. Parsing never panics: every
 /// byte string either parses or yields one of these.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WireError {
     #[error("packet truncated: {what} needs {need} bytes, {have} left")]
     Truncated {

@@ -82,9 +82,11 @@ fn from_c(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
 /// `dsts[i]`. Returns how many the kernel took (the rest failed).
 pub fn send_batch(sock: &UdpSocket, bufs: &[u8], lens: &[usize], dsts: &[SocketAddr]) -> usize {
     let n = lens.len().min(dsts.len()).min(BATCH);
-    // SAFETY: plain C structs, valid all-zero.
+    // SAFETY: sockaddr_storage is plain integers, valid all-zero.
     let mut addrs: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
+    // SAFETY: an iovec is a pointer and a length; null and 0 are valid.
     let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+    // SAFETY: an mmsghdr is pointers, lengths, flags and a count; all-zero is valid.
     let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
     for i in 0..n {
         let Some(data) = bufs.get(i * SLOT..i * SLOT + lens[i]) else {
@@ -141,9 +143,11 @@ pub fn recv_batch(
     out: &mut [Received; BATCH],
 ) -> io::Result<usize> {
     let slots = (bufs.len() / SLOT).min(BATCH);
-    // SAFETY: plain C structs, valid all-zero.
+    // SAFETY: sockaddr_storage is plain integers, valid all-zero.
     let mut addrs: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
+    // SAFETY: an iovec is a pointer and a length; null and 0 are valid.
     let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+    // SAFETY: an mmsghdr is pointers, lengths, flags and a count; all-zero is valid.
     let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
     for (i, slot) in bufs.chunks_exact_mut(SLOT).take(slots).enumerate() {
         iovs[i] = libc::iovec {

@@ -3,12 +3,14 @@
 
 use std::os::fd::RawFd;
 
-use crate::kernel::abi::{self, devx, devx_obj, obj, IoctlHdr};
+use crate::kernel::abi::{devx, devx_obj, obj, IoctlHdr};
 use crate::kernel::fake::ctx::Ctx;
-use crate::kernel::fake::firmware::{class_admits, Class};
+use crate::kernel::fake::firmware::{class_admits, Class, CREATED_ID};
 use crate::kernel::fake::state::{FakeObj, FdState, State};
 use crate::kernel::fake::{FakeKernel, Tamper, ASYNC_BYTES_LIMIT};
 use crate::kernel::sys::{Errno, SysResult};
+use prm_layouts::commands::header;
+use prm_layouts::Opcode;
 
 /// DEVX_OBJ_CREATE / QUERY / MODIFY and DEVX_OTHER: the inbox goes to
 /// firmware once its opcode fits the method.
@@ -31,15 +33,24 @@ pub(super) fn command(
         _ => (Class::General, devx::OTHER_CMD_IN, devx::OTHER_CMD_OUT),
     };
     let inbox = ctx.input(in_id).unwrap_or(&[]).to_vec();
-    let op = abi::be16(&inbox, 0);
-    let whitelisted = matches!(op, 0x100 | 0x762 | 0x752 | 0x740);
+    let op = crate::admission::opcode_of(&inbox);
+    // Commands a context without a DEVX uid may still send (`devx_is_whitelist_cmd`).
+    let whitelisted = Opcode::from_raw(op).is_some_and(|op| {
+        matches!(
+            op,
+            Opcode::QueryHcaCap
+                | Opcode::QueryHcaVportContext
+                | Opcode::QueryEswVportContext
+                | Opcode::QueryEswFunctions
+        )
+    });
     if !devx_uid && !whitelisted {
         return Err(Errno::EINVAL);
     }
     if !class_admits(class, &inbox) {
         return Err(Errno::EINVAL);
     }
-    if class != Class::General && abi::be16(&inbox, 4) != 0 {
+    if class != Class::General && header::VHCA_TUNNEL_ID.get_or_zero(&inbox) != 0 {
         return Err(Errno::EINVAL);
     }
     if matches!(class, Class::Query | Class::Modify) {
@@ -66,7 +77,7 @@ pub(super) fn command(
     }
     ctx.write_out(out_id, &out)?;
     if class == Class::Create {
-        let obj_id = abi::be32(&out, 8);
+        let obj_id = CREATED_ID.get_or_zero(&out) as u32;
         let f = s.files.entry(file).or_default();
         let h = f.next_handle;
         f.next_handle += 1;
@@ -80,7 +91,10 @@ pub(super) fn command(
 /// command fd under the kernel's byte cap.
 pub(super) fn async_query(s: &mut State, ctx: &mut Ctx<'_>, devx_uid: bool) -> SysResult<i32> {
     let inbox = ctx.input(devx_obj::CMD_IN).unwrap_or(&[]).to_vec();
-    if !devx_uid || !class_admits(Class::Query, &inbox) || abi::be16(&inbox, 4) != 0 {
+    if !devx_uid
+        || !class_admits(Class::Query, &inbox)
+        || header::VHCA_TUNNEL_ID.get_or_zero(&inbox) != 0
+    {
         return Err(Errno::EINVAL);
     }
     let out_len = ctx.input_u64(devx_obj::ASYNC_OUT_LEN).unwrap_or(u64::MAX);

@@ -124,7 +124,7 @@ pub fn request(
         service: svc,
         mtu: v.mtu_bytes() as usize,
     };
-    let counter = u16::from_be_bytes([wqe[1], wqe[2]]);
+    let counter = super::requester::ctrl(wqe).wqe_index();
     Ok(requester::request(
         &mut inner.net.req,
         port,

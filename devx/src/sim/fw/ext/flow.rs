@@ -6,8 +6,9 @@
 
 use prm_layouts::{
     CreateFlowGroupIn, CreateFlowGroupOut, CreateFlowTableIn, CreateFlowTableOut, DeleteFteIn,
-    DestroyFlowGroupIn, DestroyFlowTableIn, FlowContext, FlowTableContext, QueryFlowGroupIn,
-    QueryFlowGroupOut, QueryFlowTableIn, QueryFlowTableOut, QueryFteIn, QueryFteOut, SetFteIn,
+    DestFormatStruct, DestroyFlowGroupIn, DestroyFlowTableIn, FlowContext, FlowCounterList,
+    FlowTableContext, QueryFlowGroupIn, QueryFlowGroupOut, QueryFlowTableIn, QueryFlowTableOut,
+    QueryFteIn, QueryFteOut, SetFteIn,
 };
 
 use super::counters;
@@ -35,8 +36,10 @@ pub mod dest {
     pub const TIR: u8 = 0x2;
 }
 
-/// Offset of the destination list in a SET_FTE / QUERY_FTE mailbox.
-const DEST_LIST_AT: usize = 64 + 0x1800 / 8;
+/// Offset of the destination list in a SET_FTE / QUERY_FTE mailbox: the
+/// list (`flow_context.destination[]`) is the tail of both.
+const DEST_LIST_AT: usize = prm_layouts::SetFteIn::SIZE_BYTES;
+const _: () = assert!(prm_layouts::QueryFteOut::SIZE_BYTES == DEST_LIST_AT);
 
 #[derive(Debug, Clone)]
 pub struct FlowTableObj {
@@ -234,20 +237,23 @@ fn check_entry(
     )?;
     ensure(act & action::COUNT == 0 || n_cnt > 0, syndrome::FTE_DEST)?;
     ensure(act & action::COUNT != 0 || n_cnt == 0, syndrome::FTE_DEST)?;
-    let bytes = (n_dest + n_cnt).checked_mul(8).ok_or(syndrome::FTE_DEST)?;
+    let bytes = (n_dest + n_cnt)
+        .checked_mul(DestFormatStruct::SIZE_BYTES)
+        .ok_or(syndrome::FTE_DEST)?;
     let list = cmd
         .inbox
         .get(DEST_LIST_AT..DEST_LIST_AT + bytes)
         .ok_or(syndrome::INBOX_SHORT)?;
     let mut holds = vec![ObjRef::new(ObjKind::FlowGroup, gid)];
-    for (i, e) in list.chunks_exact(8).enumerate() {
-        let word = u32::from_be_bytes([e[0], e[1], e[2], e[3]]);
+    for (i, e) in list.chunks_exact(DestFormatStruct::SIZE_BYTES).enumerate() {
         if i >= n_dest {
-            let base = counters::counter_base(st, cmd.uid, word)?;
+            let counter = FlowCounterList::from_slice(e).ok_or(syndrome::INBOX_SHORT)?;
+            let base = counters::counter_base(st, cmd.uid, counter.flow_counter_id())?;
             holds.push(ObjRef::new(ObjKind::FlowCounter, base));
             continue;
         }
-        let (ty, id) = ((word >> 24) as u8, word & 0x00ff_ffff);
+        let d = DestFormatStruct::from_slice(e).ok_or(syndrome::INBOX_SHORT)?;
+        let (ty, id) = (d.destination_type(), d.destination_id());
         match ty {
             dest::FLOW_TABLE => {
                 let t = &st.flow_table.usable(id, cmd.uid)?.obj;

@@ -1,32 +1,22 @@
 //! General objects (CREATE/MODIFY/QUERY/DESTROY_GENERAL_OBJECT, obj_type in
 //! the op_mod position). A type works only when the profile advertises it in
-//! `general_obj_types`; the one implemented is GENEVE_TLV_OPT (0x000b).
+//! `general_obj_types`; the one implemented is GENEVE_TLV_OPT.
 //!
-//! prm-layouts has no `geneve_tlv_option` layout, so its 64-byte context is
-//! read by offset below, following mlx5_ifc `geneve_tlv_option_bits`:
-//!
-//! | bits        | field                      |
-//! |-------------|----------------------------|
-//! | 0x00..0x40  | modify_field_select        |
-//! | 0x40..0x58  | reserved                   |
-//! | 0x58..0x60  | geneve_option_fte_index    |
-//! | 0x60..0x70  | option_class               |
-//! | 0x70..0x78  | option_type                |
-//! | 0x78..0x7b  | reserved                   |
-//! | 0x7b..0x80  | option_data_length (words) |
-//! | 0x80..0x200 | reserved                   |
+//! The context of that type is `geneve_tlv_option`.
 
-use crate::sim::fw::cmd::{ensure, fail, put, Cmd, FwResult};
+use prm_layouts::{
+    GeneralObjInCmdHdr, GeneralObjOutCmdHdr, GeneralObjType, GeneveTlvOption, Opcode,
+};
+
+use crate::sim::fw::cmd::{ensure, fail, out_view, put, Cmd, FwResult};
 use crate::sim::fw::state::{Holder, State};
 use crate::sim::syndrome;
 
 /// MLX5_OBJ_TYPE_GENEVE_TLV_OPT.
-pub const OBJ_TYPE_GENEVE_TLV_OPT: u16 = 0x000b;
+pub const OBJ_TYPE_GENEVE_TLV_OPT: u16 = GeneralObjType::GeneveTlvOpt.raw();
 
 /// Bytes of the general object header before the context.
-const HDR: usize = 16;
-/// Bytes of `geneve_tlv_option`.
-const GENEVE_CTX: usize = 64;
+const HDR: usize = GeneralObjInCmdHdr::SIZE_BYTES;
 
 #[derive(Debug, Clone)]
 pub struct GeneralObj {
@@ -43,23 +33,30 @@ pub fn command(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     // Only advertised types exist; a type past the 64-bit mask never does.
     let advertised = obj_type < 64 && st.profile.general_obj_types & (1u64 << obj_type) != 0;
     ensure(advertised, syndrome::GENERAL_OBJ_TYPE)?;
-    // No implemented type supports ranges (log_obj_range), so bytes 12..16
-    // are zero on every command.
+    let hdr: &GeneralObjInCmdHdr = cmd.view()?;
+    // No implemented type supports ranges: log_obj_range and the reserved
+    // bits around it (the header's last dword) are zero on every command.
+    let mut rest = *hdr;
+    rest.set_opcode(0);
+    rest.set_uid(0);
+    rest.set_vhca_tunnel_id(0);
+    rest.set_obj_type(0);
+    rest.set_obj_id(0);
     ensure(
-        cmd.inbox[12..HDR].iter().all(|b| *b == 0),
+        rest.as_bytes().iter().all(|b| *b == 0),
         syndrome::RESERVED_NONZERO,
     )?;
-    let obj_id = be32(cmd.inbox, 8);
-    match cmd.opcode {
-        0xa00 => create(st, cmd, obj_id, out),
-        0xa01 => {
+    let obj_id = hdr.obj_id();
+    match Opcode::from_raw(cmd.opcode) {
+        Some(Opcode::CreateGeneralObject) => create(st, cmd, obj_id, out),
+        Some(Opcode::ModifyGeneralObject) => {
             lookup(st, cmd, obj_id)?;
             // The device offers no modify_field_select bits for this type.
             fail(syndrome::GENERAL_OBJ_NO_MODIFY)
         }
-        0xa02 => {
+        Some(Opcode::QueryGeneralObject) => {
             let ctx = lookup(st, cmd, obj_id)?.to_vec();
-            put(out, 8, &obj_id.to_be_bytes())?;
+            out_view::<GeneralObjOutCmdHdr>(out)?.set_obj_id(obj_id);
             put(out, HDR, &ctx)
         }
         _ => {
@@ -67,10 +64,6 @@ pub fn command(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
             st.general_obj.remove(obj_id, cmd.uid).map(|_| ())
         }
     }
-}
-
-fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
 /// The context of object `obj_id`, which must be `uid`'s and of the
@@ -88,28 +81,35 @@ fn create(st: &mut State, cmd: &Cmd, obj_id: u32, out: &mut [u8]) -> FwResult {
     ensure(obj_id == 0, syndrome::RESERVED_NONZERO)?;
     let ctx = cmd
         .inbox
-        .get(HDR..HDR + GENEVE_CTX)
+        .get(HDR..)
+        .and_then(GeneveTlvOption::from_slice)
         .ok_or(syndrome::INBOX_SHORT)?;
     check_geneve(st, ctx)?;
     let obj = GeneralObj {
         obj_type: cmd.op_mod,
-        ctx: ctx.to_vec(),
+        ctx: ctx.as_bytes().to_vec(),
     };
     let id = st.general_obj.insert(cmd.uid, obj)?;
-    put(out, 8, &id.to_be_bytes())
+    out_view::<GeneralObjOutCmdHdr>(out)?.set_obj_id(id);
+    Ok(())
 }
 
 /// Create-time checks of a `geneve_tlv_option` context.
-fn check_geneve(st: &State, ctx: &[u8]) -> FwResult {
+fn check_geneve(st: &State, ctx: &GeneveTlvOption) -> FwResult {
     // modify_field_select means nothing on create; the reserved bits and the
-    // firmware-assigned fte index must be zero.
-    let reserved_clear = ctx[0..12].iter().all(|b| *b == 0)
-        && ctx[15] & 0xe0 == 0
-        && ctx[16..].iter().all(|b| *b == 0);
-    ensure(reserved_clear, syndrome::RESERVED_NONZERO)?;
+    // firmware-assigned fte index must be zero: only the option's class,
+    // type and length may be set.
+    let mut rest = *ctx;
+    rest.set_option_class(0);
+    rest.set_option_type(0);
+    rest.set_option_data_length(0);
+    ensure(
+        rest.as_bytes().iter().all(|b| *b == 0),
+        syndrome::RESERVED_NONZERO,
+    )?;
     // Matching needs at least one data word; the flex parser samples at
     // most max_geneve_tlv_option_data_len words.
-    let words = ctx[15] & 0x1f;
+    let words = ctx.option_data_length();
     ensure(
         words >= 1 && words <= st.profile.max_geneve_tlv_option_data_len,
         syndrome::GENEVE_OPT_DATA_LEN,

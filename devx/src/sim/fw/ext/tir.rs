@@ -4,7 +4,7 @@
 use prm_layouts::{
     CreateRqtIn, CreateRqtOut, CreateTirIn, CreateTirOut, CreateTisIn, CreateTisOut, DestroyRqtIn,
     DestroyTirIn, DestroyTisIn, ModifyRqtIn, ModifyTirIn, ModifyTisIn, QueryRqtIn, QueryRqtOut,
-    QueryTirIn, QueryTirOut, QueryTisIn, QueryTisOut, Rqtc, Tirc, Tisc,
+    QueryTirIn, QueryTirOut, QueryTisIn, QueryTisOut, RqNum, Rqtc, Tirc, Tisc,
 };
 
 use crate::sim::fw::cmd::{ensure, fail, out_view, put, Cmd, FwResult};
@@ -13,8 +13,13 @@ use crate::sim::fw::state::{Holder, State};
 use crate::sim::fw::table::ObjRef;
 use crate::sim::syndrome;
 
-/// Where the RQ list of an RQT context starts in create/modify/query mailboxes.
-const RQ_LIST_AT: usize = 32 + 0x780 / 8;
+/// Where the RQ list of an RQT context starts in create/modify/query
+/// mailboxes: the list (`rqt_context.rq_num[]`) is the tail of each.
+const RQ_LIST_AT: usize = prm_layouts::CreateRqtIn::SIZE_BYTES;
+const _: () = assert!(
+    prm_layouts::ModifyRqtIn::SIZE_BYTES == RQ_LIST_AT
+        && prm_layouts::QueryRqtOut::SIZE_BYTES == RQ_LIST_AT
+);
 
 #[derive(Debug, Clone)]
 pub struct TisObj {
@@ -185,11 +190,11 @@ fn rq_list(st: &State, cmd: &Cmd, c: &Rqtc) -> FwResult<Vec<u32>> {
     ensure(c.list_q_type() == 0, syndrome::TIR_TYPE)?;
     let bytes = cmd
         .inbox
-        .get(RQ_LIST_AT..RQ_LIST_AT + 4 * n)
+        .get(RQ_LIST_AT..RQ_LIST_AT + RqNum::SIZE_BYTES * n)
         .ok_or(syndrome::INBOX_SHORT)?;
     let mut v = Vec::with_capacity(n);
-    for e in bytes.chunks_exact(4) {
-        let rqn = u32::from_be_bytes([0, e[1], e[2], e[3]]);
+    for e in bytes.chunks_exact(RqNum::SIZE_BYTES) {
+        let rqn = RqNum::from_slice(e).map_or(0, |r| r.rq_num());
         st.rq.usable(rqn, cmd.uid)?;
         v.push(rqn);
     }
@@ -228,7 +233,15 @@ pub fn query_rqt(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let n = cmd.view::<QueryRqtIn>()?.rqtn();
     let o = st.rqt.owned(n, cmd.uid)?.obj.clone();
     *out_view::<QueryRqtOut>(out)?.rqt_context_mut() = o.ctx;
-    let list: Vec<u8> = o.rqs.iter().flat_map(|r| r.to_be_bytes()).collect();
+    let list: Vec<u8> = o
+        .rqs
+        .iter()
+        .flat_map(|&r| {
+            let mut e = RqNum::new();
+            e.set_rq_num(r);
+            e.0
+        })
+        .collect();
     put(out, RQ_LIST_AT, &list)
 }
 
