@@ -76,7 +76,7 @@ fn encode_create_cq(i: u64) -> CreateCqIn {
     let c = m.cq_context_mut();
     c.set_log_cq_size(10);
     c.set_uar_page(i as u32);
-    c.set_c_eqn(3);
+    c.set_c_eqn_or_apu_element(3);
     c.set_cqe_sz(0);
     c.set_dbr_umem_valid(1);
     c.set_dbr_umem_id(i as u32 + 1);

@@ -10,7 +10,7 @@ fn encode_then_decode_round_trips() {
         "opcode=0x400",
         "cq_context.log_cq_size=5",
         "cq_context.uar_page=0x123",
-        "cq_context.c_eqn=7",
+        "cq_context.c_eqn_or_apu_element=7",
         "cq_context.dbr_addr=0x1122334455667788",
     ]);
     assert!(o.status.success());
@@ -24,7 +24,7 @@ fn encode_then_decode_round_trips() {
     assert!(text.contains("opcode"));
     assert!(text.contains("cq_context.log_cq_size"));
     assert!(text.contains("0x1122334455667788"));
-    assert!(text.contains("cq_context.c_eqn"));
+    assert!(text.contains("cq_context.c_eqn_or_apu_element"));
     // Only non-zero fields unless --all.
     assert!(!text.contains("cq_context.cqe_sz"));
     let all = stdout(&cli(&["decode", "--all", "create_cq_in", &hex]));
