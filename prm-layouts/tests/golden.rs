@@ -214,10 +214,13 @@ fn cqe64_and_ctrl_seg() {
     let mut e = ErrCqe::new();
     e.set_syndrome(CqeSyndrome::WrFlushErr.raw());
     e.set_vendor_err_synd(0x93);
+    // rdma-core's mlx5_err_cqe: hw_err_synd and hw_synd_type at bytes 52, 53.
+    e.set_hw_err_synd(0x2a);
+    e.set_hw_synd_type(0x30);
     e.set_s_wqe_opcode(SendOpcode::Send.raw());
     e.set_qpn(0x55);
     e.set_opcode(CqeOpcode::ReqErr.raw());
-    assert_eq!(&e.0[54..60], &[0x93, 0x05, 0x0a, 0, 0, 0x55]);
+    assert_eq!(&e.0[52..60], &[0x2a, 0x30, 0x93, 0x05, 0x0a, 0, 0, 0x55]);
     assert_eq!(e.0[63], 0xd0);
 
     let mut w = WqeCtrlSeg::new();
