@@ -306,3 +306,47 @@ fn a_recorder_over_a_writer_and_finish_twice() {
     // Text → fixture → text is the identity.
     assert_eq!(fixture::fixture_text(&f), text);
 }
+
+/// Event channels and subscriptions (queued with a cookie, or redirected to
+/// an eventfd) are stanzas; a replay subscribing otherwise is refused with
+/// both values.
+#[test]
+fn event_subscriptions_are_recorded_and_checked() {
+    use devx::event_type::PORT_CHANGE;
+    use nix::sys::eventfd::{EfdFlags, EventFd};
+    let app = |dev: &Device, cookie: u64| -> devx::Result<()> {
+        let ctx = dev.open()?;
+        let events = devx::Events::new(&ctx, false)?;
+        ctx.subscribe_unaffiliated(&events, &[PORT_CHANGE], cookie)?;
+        let efd = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC).unwrap();
+        ctx.subscribe_unaffiliated_fd(&events, &[PORT_CHANGE], &efd)?;
+        assert!(events.try_get()?.is_none());
+        Ok(())
+    };
+    let path = temp_path("events");
+    let sim = Device::emulated("sim5300").unwrap();
+    let dev = fixture::record(&sim, &path).unwrap();
+    app(&dev, 0x77).unwrap();
+    fixture::finish(&dev).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    for needle in [
+        "@2 event_channel $ctx0 omit_data=0 -> $chan0",
+        "@3 subscribe $ctx0 $chan0 types=0x9 cookie=0x77",
+        "@4 subscribe $ctx0 $chan0 types=0x9 redirect=eventfd",
+    ] {
+        assert!(text.contains(needle), "fixture lacks `{needle}`:\n{text}");
+    }
+
+    let dev = fixture::replay(&path).unwrap();
+    app(&dev, 0x77).unwrap();
+    fixture::finish(&dev).unwrap();
+    assert!(drive::replay_file(&path).unwrap().passed());
+
+    let dev = fixture::replay(&path).unwrap();
+    let e = app(&dev, 0x78).unwrap_err().to_string();
+    assert!(
+        e.contains("stanza 3 (line ") && e.contains("recorded cookie=0x77, got cookie=0x78"),
+        "{e}"
+    );
+    let _ = std::fs::remove_file(path);
+}

@@ -5,9 +5,12 @@
 
 use devx::fixture::scenarios::Scenario;
 use devx::Device;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use memmap2::MmapMut;
 use verbs::{
-    AccessFlags, AhAttr, Context, CqInit, Gid, InitAttr, Mtu, MwType, QpInit, QpType, RtrAttr,
-    RtsAttr, RtsModify, SrqInit,
+    AccessFlags, AhAttr, CompChannel, Context, Cq, CqInit, Gid, InitAttr, Mtu, MwType, Qp, QpInit,
+    QpType, RecvWr, RtrAttr, RtsAttr, RtsModify, SendWr, Sge, SrqInit, Wc,
 };
 
 /// Every verbs scenario, in the order the fixtures README lists them.
@@ -37,6 +40,11 @@ pub const ALL: &[Scenario] = &[
         about: "verbs SRQ create / limit / query, an RC QP receiving from it, destroy",
         run: srq,
     },
+    Scenario {
+        name: "verbs_completion_events",
+        about: "completion channel, CQ armed with req_notify, a SEND between two RC QPs, its event",
+        run: completion_events,
+    },
 ];
 
 /// A verbs failure as the scenario's error (the devx error when there is one).
@@ -50,6 +58,32 @@ fn peer(ctx: &Context) -> devx::Result<AhAttr> {
     Ok(AhAttr::roce(1, g.gid, 1, None))
 }
 
+/// `a` and `b` connected to each other, both in RTS.
+fn connect_pair(ctx: &Context, a: &Qp, b: &Qp) -> devx::Result<()> {
+    let path = peer(ctx)?;
+    for (qp, remote) in [(a, b.qpn()), (b, a.qpn())] {
+        v(qp.to_init(
+            &InitAttr::new(1).access(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ),
+        ))?;
+        v(qp.to_rtr(&RtrAttr::new(Mtu::Mtu1024, remote, 0x123, path).max_dest_rd_atomic(4)))?;
+        v(qp.to_rts(
+            &RtsAttr::new(0x123)
+                .timeout(14)
+                .retry_cnt(7)
+                .rnr_retry(7)
+                .max_rd_atomic(4),
+        ))?;
+    }
+    Ok(())
+}
+
+/// `n` zeroed pages: page-aligned, so the MKEY's translations (and the
+/// fixture) do not depend on where the heap put a buffer.
+fn pages(n: usize) -> devx::Result<MmapMut> {
+    MmapMut::map_anon(n * 4096)
+        .map_err(|e| devx::Error::os("mmap", e.raw_os_error().unwrap_or(libc::ENOMEM)))
+}
+
 fn pd_cq(dev: &Device) -> devx::Result<()> {
     let ctx = v(Context::open(dev))?;
     let pd = v(ctx.alloc_pd())?;
@@ -59,7 +93,7 @@ fn pd_cq(dev: &Device) -> devx::Result<()> {
     v(cq.modify_moderation(16, 8))?;
     v(cq.resize(256))?;
     v(cq.query())?;
-    let second = v(verbs::Cq::create(&ctx, &CqInit::new(8).comp_vector(0)))?;
+    let second = v(Cq::create(&ctx, &CqInit::new(8).comp_vector(0)))?;
     v(second.destroy().map_err(|e| e.error))?;
     v(cq.destroy().map_err(|e| e.error))?;
     v(td.dealloc().map_err(|e| e.error))?;
@@ -76,20 +110,7 @@ fn rc_qp(dev: &Device) -> devx::Result<()> {
         .max_recv_wr(16);
     let a = v(pd.create_qp(&init))?;
     let mut b = v(pd.create_qp(&init))?;
-    let path = peer(&ctx)?;
-    for (qp, remote) in [(&a, b.qpn()), (&b, a.qpn())] {
-        v(qp.to_init(
-            &InitAttr::new(1).access(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ),
-        ))?;
-        v(qp.to_rtr(&RtrAttr::new(Mtu::Mtu1024, remote, 0x123, path).max_dest_rd_atomic(4)))?;
-        v(qp.to_rts(
-            &RtsAttr::new(0x123)
-                .timeout(14)
-                .retry_cnt(7)
-                .rnr_retry(7)
-                .max_rd_atomic(4),
-        ))?;
-    }
+    connect_pair(&ctx, &a, &b)?;
     v(a.query())?;
     v(a.modify_rts(&RtsModify {
         min_rnr_timer: Some(12),
@@ -128,7 +149,7 @@ fn mr_mw(dev: &Device) -> devx::Result<()> {
     let ctx = v(Context::open(dev))?;
     let pd = v(ctx.alloc_pd())?;
     let mut mr = v(pd.reg_mr(
-        vec![0u8; 8192],
+        pages(2)?,
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
     ))?;
     v(mr.query())?;
@@ -143,6 +164,58 @@ fn mr_mw(dev: &Device) -> devx::Result<()> {
     v(mw2.dealloc().map_err(|e| e.error))?;
     v(mw1.dealloc().map_err(|e| e.error))?;
     v(mr.deregister().map_err(|e| e.error))?;
+    Ok(())
+}
+
+/// A new eventfd (device-wide events are redirected to it).
+fn eventfd() -> devx::Result<OwnedFd> {
+    // SAFETY: eventfd(2) takes no pointers; the result is checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(devx::Error::os(
+            "eventfd",
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        ));
+    }
+    // SAFETY: a descriptor just made, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn completion_events(dev: &Device) -> devx::Result<()> {
+    let ctx = v(Context::open(dev))?;
+    let ch = v(CompChannel::new(&ctx))?;
+    // Port changes go to an eventfd instead of the channel's queue.
+    let port_events = eventfd()?;
+    ctx.devx().subscribe_unaffiliated_fd(
+        ch.events(),
+        &[devx::event_type::PORT_CHANGE],
+        &port_events,
+    )?;
+    let pd = v(ctx.alloc_pd())?;
+    let mut cq = v(Cq::create(&ctx, &CqInit::new(16).channel(&ch)))?;
+    let init = QpInit::new(QpType::Rc, &cq, &cq);
+    let mut a = v(pd.create_qp(&init))?;
+    let mut b = v(pd.create_qp(&init))?;
+    connect_pair(&ctx, &a, &b)?;
+    let mr = v(pd.reg_mr(pages(1)?, AccessFlags::LOCAL_WRITE))?;
+    let sge = [Sge::new(mr.addr() as u64, 64, mr.lkey())];
+    v(b.post_recv(&RecvWr::new(2, &sge)))?;
+    v(cq.req_notify(false))?;
+    v(a.post_send(&SendWr::send(1, &sge)))?;
+    // The device raises the completion event; a replay hands back the recorded one.
+    let cqn = v(ch.get_cq_event())?;
+    if cqn != cq.cqn() {
+        return Err(devx::Error::argument(format!(
+            "completion event for CQ {cqn:#x}, expected {:#x}",
+            cq.cqn()
+        )));
+    }
+    cq.ack_events(1);
+    // Polling sends no command (and finds nothing in a replay).
+    let mut wc = [Wc::default(); 4];
+    cq.poll(&mut wc);
     Ok(())
 }
 
