@@ -46,7 +46,8 @@ fn main() -> devx::Result<()> {
     let mut c = CreateCqIn::new();
     c.set_opcode(Opcode::CreateCq as u16);
     c.cq_context_mut().set_log_cq_size(6);
-    c.cq_context_mut().set_c_eqn(ctx.query_eqn(0)? as u8);
+    c.cq_context_mut()
+        .set_c_eqn_or_apu_element(ctx.query_eqn(0)?);
     match ctx.create(c.as_bytes(), CreateCqOut::SIZE_BYTES) {
         Ok(_) => println!("unexpected: a CQ without memory was created"),
         Err(e) => println!("as expected: {e}"),

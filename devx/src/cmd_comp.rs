@@ -29,7 +29,7 @@ use crate::provider::{AsyncCompletion, CmdChannel};
 /// # let cqc = c.cq_context_mut();
 /// # cqc.set_log_cq_size(6);
 /// # cqc.set_uar_page(uar.page_id());
-/// # cqc.set_c_eqn(ctx.query_eqn(0)? as u8);
+/// # cqc.set_c_eqn_or_apu_element(ctx.query_eqn(0)?);
 /// # cqc.set_dbr_umem_id(dbr.id());
 /// # let cq = ctx.create(c.as_bytes(), CreateCqOut::SIZE_BYTES)?;
 /// // `cq`: a CQ object made with `ctx.create` (CREATE_CQ).

@@ -7,7 +7,7 @@
 //! [`ProviderContext::subscribe_event`]: crate::ProviderContext::subscribe_event
 
 use std::fmt;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::Arc;
 
 use prm_layouts::{Eqe, FieldMeta};
@@ -144,6 +144,20 @@ impl Obj {
             cookie,
         )
     }
+
+    /// Subscribes `types` of this object to signal `eventfd` instead of
+    /// queueing on `events`: each event adds 1 to the eventfd's counter
+    /// (`mlx5dv_devx_subscribe_devx_event_fd`). The subscription keeps its
+    /// own reference to the eventfd and ends with `events`.
+    pub fn subscribe_fd(&self, events: &Events, types: &[u16], eventfd: impl AsFd) -> Result<()> {
+        events.check_ctx(self.context())?;
+        self.context().inner.provider.subscribe_event_fd(
+            &*events.channel,
+            Some(self.handle()),
+            types,
+            eventfd.as_fd(),
+        )
+    }
 }
 
 impl Context {
@@ -158,5 +172,19 @@ impl Context {
         self.inner
             .provider
             .subscribe_event(&*events.channel, None, types, cookie)
+    }
+
+    /// Subscribes device-wide event `types` to signal `eventfd` instead of
+    /// queueing on `events` (see [`Obj::subscribe_fd`]).
+    pub fn subscribe_unaffiliated_fd(
+        &self,
+        events: &Events,
+        types: &[u16],
+        eventfd: impl AsFd,
+    ) -> Result<()> {
+        events.check_ctx(self)?;
+        self.inner
+            .provider
+            .subscribe_event_fd(&*events.channel, None, types, eventfd.as_fd())
     }
 }

@@ -10,6 +10,7 @@ mod deferred;
 pub mod device;
 mod devmem;
 pub mod error;
+mod eventfd;
 pub mod events;
 pub mod fixture;
 pub mod kernel;

@@ -71,7 +71,7 @@ fn collect(st: &State) -> Vec<LiveObject> {
         |c| {
             vec![
                 ("log_cq_size", c.cqc.log_cq_size().into()),
-                ("c_eqn", c.eqn.into()),
+                ("c_eqn_or_apu_element", c.eqn.into()),
             ]
         },
     );

@@ -3,7 +3,7 @@
 //! a mailbox out — the same bytes whatever the backend.
 
 use std::any::Any;
-use std::os::fd::RawFd;
+use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::Arc;
 
 use crate::error::Result;
@@ -157,6 +157,24 @@ pub trait ProviderContext: Send + Sync {
         let _ = (channel, obj, event_types, cookie);
         Err(crate::Error::unsupported(
             "event subscription",
+            "this provider has no firmware events",
+        ))
+    }
+    /// Subscribes `event_types` (for `obj`, device-wide when `None`) with
+    /// delivery redirected to `eventfd`: each event adds 1 to its counter
+    /// and nothing is queued on `channel` (the kernel's FD_NUM redirect,
+    /// `mlx5dv_devx_subscribe_devx_event_fd`). The subscription holds its
+    /// own reference to the eventfd and lasts as long as `channel`.
+    fn subscribe_event_fd(
+        &self,
+        channel: &dyn EventChannel,
+        obj: Option<Handle>,
+        event_types: &[u16],
+        eventfd: BorrowedFd<'_>,
+    ) -> Result<()> {
+        let _ = (channel, obj, event_types, eventfd);
+        Err(crate::Error::unsupported(
+            "event subscription to an eventfd",
             "this provider has no firmware events",
         ))
     }

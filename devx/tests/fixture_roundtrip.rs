@@ -32,7 +32,7 @@ fn app(dev: &Device, v: Variant) -> devx::Result<()> {
                 ("opcode", 0x400),
                 ("cq_context.log_cq_size", log_cq_size),
                 ("cq_context.uar_page", u64::from(uar.page_id())),
-                ("cq_context.c_eqn", u64::from(eqn)),
+                ("cq_context.c_eqn_or_apu_element", u64::from(eqn)),
                 ("cq_context.dbr_umem_id", u64::from(umem.id())),
                 ("cq_context.dbr_addr", 4096),
                 ("cq_umem_id", u64::from(umem.id())),
@@ -121,7 +121,7 @@ fn recorded_commands_replay_and_name_their_symbols() {
         "query_eqn $ctx0 vector=0 -> $eqn0=0x7",
         "umem_reg $ctx0 addr=$addr0 len=0x2000 access=0x1 -> $umem0=",
         "create $ctx0 CREATE_CQ -> $obj1=",
-        "sym cq_context.c_eqn @0x138/8 = $eqn0",
+        "sym cq_context.c_eqn_or_apu_element @0x120/32 = $eqn0",
         "sym cq_context.uar_page @0xe8/24 = $uar0",
         "sym cq_umem_id @0x2c0/32 = $umem0",
         "sym memory_key_mkey_entry.start_addr @0x100/64 = $addr0+0x40",
@@ -305,4 +305,48 @@ fn a_recorder_over_a_writer_and_finish_twice() {
     assert_eq!(f.stanzas.len(), rec.stanzas());
     // Text → fixture → text is the identity.
     assert_eq!(fixture::fixture_text(&f), text);
+}
+
+/// Event channels and subscriptions (queued with a cookie, or redirected to
+/// an eventfd) are stanzas; a replay subscribing otherwise is refused with
+/// both values.
+#[test]
+fn event_subscriptions_are_recorded_and_checked() {
+    use devx::event_type::PORT_CHANGE;
+    use nix::sys::eventfd::{EfdFlags, EventFd};
+    let app = |dev: &Device, cookie: u64| -> devx::Result<()> {
+        let ctx = dev.open()?;
+        let events = devx::Events::new(&ctx, false)?;
+        ctx.subscribe_unaffiliated(&events, &[PORT_CHANGE], cookie)?;
+        let efd = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC).unwrap();
+        ctx.subscribe_unaffiliated_fd(&events, &[PORT_CHANGE], &efd)?;
+        assert!(events.try_get()?.is_none());
+        Ok(())
+    };
+    let path = temp_path("events");
+    let sim = Device::emulated("sim5300").unwrap();
+    let dev = fixture::record(&sim, &path).unwrap();
+    app(&dev, 0x77).unwrap();
+    fixture::finish(&dev).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    for needle in [
+        "@2 event_channel $ctx0 omit_data=0 -> $chan0",
+        "@3 subscribe $ctx0 $chan0 types=0x9 cookie=0x77",
+        "@4 subscribe $ctx0 $chan0 types=0x9 redirect=eventfd",
+    ] {
+        assert!(text.contains(needle), "fixture lacks `{needle}`:\n{text}");
+    }
+
+    let dev = fixture::replay(&path).unwrap();
+    app(&dev, 0x77).unwrap();
+    fixture::finish(&dev).unwrap();
+    assert!(drive::replay_file(&path).unwrap().passed());
+
+    let dev = fixture::replay(&path).unwrap();
+    let e = app(&dev, 0x78).unwrap_err().to_string();
+    assert!(
+        e.contains("stanza 3 (line ") && e.contains("recorded cookie=0x77, got cookie=0x78"),
+        "{e}"
+    );
+    let _ = std::fs::remove_file(path);
 }

@@ -302,7 +302,7 @@ pub fn sample_fixture() -> String {
                         ("opcode", 0x400),
                         ("cq_context.log_cq_size", 5),
                         ("cq_context.uar_page", u64::from(uar.page_id())),
-                        ("cq_context.c_eqn", u64::from(eqn)),
+                        ("cq_context.c_eqn_or_apu_element", u64::from(eqn)),
                         ("cq_umem_id", u64::from(umem.id())),
                     ],
                 ),

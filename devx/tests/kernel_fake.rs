@@ -975,6 +975,54 @@ fn event_channel_subscribe_and_read() {
     no_violations(&k);
 }
 
+/// A new eventfd with blocking reads.
+fn eventfd() -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: eventfd(2) takes no pointers; the result is checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    assert!(fd >= 0, "eventfd: {}", std::io::Error::last_os_error());
+    // SAFETY: a descriptor just made, owned by nothing else.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
+#[test]
+fn an_eventfd_subscription_sends_fd_num_and_no_cookie() {
+    use std::io::Read;
+    use std::os::fd::{AsFd, AsRawFd};
+    let k = fake();
+    let ctx = open(&k);
+    let ch = ctx.create_event_channel(false).unwrap();
+    let efd = eventfd();
+    ctx.subscribe_event_fd(&*ch, None, &[0x09], efd.as_fd())
+        .unwrap();
+    expect_raw(
+        &last(&k),
+        0x1000,
+        0x1003,
+        &[
+            attr(0x1000, 0, M, ch.fd() as u64),
+            attr(0x1003, 4, M, efd.as_raw_fd() as u64),
+            attr(0x1002, 2, M, 9),
+        ],
+    );
+    // The kernel signals the eventfd and queues nothing on the channel.
+    assert_eq!(k.raise_event(0x09, None, &[0u8; 64]), 1);
+    let mut count = [0u8; 8];
+    std::fs::File::from(efd.try_clone().unwrap())
+        .read_exact(&mut count)
+        .unwrap();
+    assert_eq!(u64::from_ne_bytes(count), 1);
+    assert!(ch.try_get().unwrap().is_none());
+
+    // A descriptor that is no eventfd: the kernel's EINVAL.
+    let null = std::fs::File::open("/dev/null").unwrap();
+    let e = ctx
+        .subscribe_event_fd(&*ch, None, &[0x09], null.as_fd())
+        .unwrap_err();
+    assert_eq!(os_errno(&e), ("DEVX_SUBSCRIBE_EVENT".into(), libc::EINVAL));
+    no_violations(&k);
+}
+
 #[test]
 fn cookie_only_channels_collapse_repeated_events() {
     let k = fake();

@@ -120,7 +120,7 @@ fn create_cq(ctx: &KernelContext, uar_page: u32, log_size: u32) -> Cq {
     set(&mut inb, cqc + 0x20, 32, u64::from(dbr.id)); // dbr_umem_id
     set(&mut inb, cqc + 0x63, 5, u64::from(log_size)); // log_cq_size
     set(&mut inb, cqc + 0x68, 24, u64::from(uar_page)); // uar_page
-    set(&mut inb, cqc + 0xb8, 8, u64::from(eqn)); // c_eqn
+    set(&mut inb, cqc + 0xa0, 32, u64::from(eqn)); // c_eqn_or_apu_element
     set(&mut inb, 0x2c0, 32, u64::from(buf.id)); // cq_umem_id
     set(&mut inb, 0x2e0, 1, 1); // cq_umem_valid
     let mut out = vec![0u8; 16];

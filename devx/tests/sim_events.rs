@@ -12,7 +12,8 @@ mod sim_events {
     use super::*;
     use devx::{DevxEvent, EventChannel, ProviderContext};
     use prm_layouts::{Cqc, QueryCqIn, QueryCqOut};
-    use std::os::fd::RawFd;
+    use std::io::Read;
+    use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
     use std::sync::Arc;
 
     const COMP: u16 = 0x00;
@@ -310,5 +311,109 @@ mod sim_events {
         pd.subscribe(&ev, &[devx::event_type::COMP], 9).unwrap();
         assert!(ev.try_get().unwrap().is_none());
         assert!(std::os::fd::AsRawFd::as_raw_fd(&ev) >= 0);
+        // The eventfd forms check the same way.
+        let efd = eventfd();
+        pd.subscribe_fd(&ev, &[devx::event_type::COMP], &efd)
+            .unwrap();
+        ctx.subscribe_unaffiliated_fd(&ev, &[devx::event_type::PORT_CHANGE], &efd)
+            .unwrap();
+        assert!(other
+            .subscribe_unaffiliated_fd(&ev, &[devx::event_type::PORT_CHANGE], &efd)
+            .unwrap_err()
+            .is_argument());
+    }
+
+    /// A new eventfd with blocking reads.
+    fn eventfd() -> OwnedFd {
+        // SAFETY: eventfd(2) takes no pointers; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        assert!(fd >= 0, "eventfd: {}", std::io::Error::last_os_error());
+        // SAFETY: a descriptor just made, owned by nothing else.
+        unsafe { OwnedFd::from_raw_fd(fd) }
+    }
+
+    /// Reads (and so resets) the eventfd counter, waiting until it is non-zero.
+    fn take_count(fd: &OwnedFd) -> u64 {
+        let mut b = [0u8; 8];
+        std::fs::File::from(fd.try_clone().unwrap())
+            .read_exact(&mut b)
+            .unwrap();
+        u64::from_ne_bytes(b)
+    }
+
+    /// Waits until the CQ's producer counter (as QUERY_CQ reports it, under
+    /// the device lock the completion was written under) reaches `pc`.
+    fn wait_producer(n: &Node, cq: &Cq, pc: u32) {
+        for _ in 0..1_000_000 {
+            if cq_context(n, cq).producer_counter() >= pc {
+                return;
+            }
+            std::thread::yield_now();
+        }
+        panic!("CQ {:#x} never reached producer counter {pc}", cq.cqn);
+    }
+
+    #[test]
+    fn a_subscription_redirected_to_an_eventfd_adds_one_per_event() {
+        let n = Node::new(4090);
+        let mut p = rc_pair_on(&n, None, RC, 7);
+        let ch = channel(&n, false);
+        let efd = eventfd();
+        n.ctx
+            .subscribe_event_fd(&*ch, Some(p.cq_a.h), &[COMP], efd.as_fd())
+            .unwrap();
+        // The subscription holds its own reference: the caller's may go.
+        let reader = efd.try_clone().unwrap();
+        drop(efd);
+        nop(&mut p.a);
+        arm(&n, &p.cq_a, false);
+        assert_eq!(take_count(&reader), 1);
+        assert!(
+            ch.try_get().unwrap().is_none(),
+            "a redirected event is not queued on the channel"
+        );
+        assert!(!readable(ch.fd()));
+        // Each completion event adds one more.
+        assert!(p.cq_a.poll().is_some());
+        arm(&n, &p.cq_a, false);
+        nop(&mut p.a);
+        assert_eq!(take_count(&reader), 1);
+        // Two events before a read add up.
+        assert!(p.cq_a.poll().is_some());
+        arm(&n, &p.cq_a, false);
+        nop(&mut p.a);
+        wait_producer(&n, &p.cq_a, 3);
+        assert!(p.cq_a.poll().is_some());
+        arm(&n, &p.cq_a, false);
+        nop(&mut p.a);
+        wait_producer(&n, &p.cq_a, 4);
+        assert_eq!(take_count(&reader), 2);
+        // Closing the channel ends the subscription.
+        assert!(p.cq_a.poll().is_some());
+        arm(&n, &p.cq_a, false);
+        drop(ch);
+        nop(&mut p.a);
+        wait_producer(&n, &p.cq_a, 5);
+        assert!(!readable(reader.as_raw_fd()));
+    }
+
+    #[test]
+    fn a_redirect_to_something_not_an_eventfd_is_einval() {
+        let n = Node::new(4095);
+        let cq = n.cq(4);
+        let ch = channel(&n, false);
+        let not_eventfd = std::fs::File::open("/dev/null").unwrap();
+        let e = n
+            .ctx
+            .subscribe_event_fd(&*ch, Some(cq.h), &[COMP], not_eventfd.as_fd())
+            .unwrap_err();
+        assert_eq!(errno(e), libc::EINVAL);
+        // Event types are checked as for any subscription.
+        let efd = eventfd();
+        let e = n
+            .ctx
+            .subscribe_event_fd(&*ch, Some(cq.h), &[PORT_CHANGE], efd.as_fd())
+            .unwrap_err();
+        assert_eq!(errno(e), libc::EINVAL);
     }
 }

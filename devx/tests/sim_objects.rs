@@ -82,7 +82,7 @@ fn cq_round_trip() {
     let got = QueryCqOut::from_slice(&q).unwrap().cq_context();
     assert_eq!(got.log_cq_size(), 8);
     assert_eq!(got.uar_page(), sent.uar_page());
-    assert_eq!(got.c_eqn(), sent.c_eqn());
+    assert_eq!(got.c_eqn_or_apu_element(), sent.c_eqn_or_apu_element());
     assert_eq!(got.dbr_umem_id(), sent.dbr_umem_id());
     assert_eq!(got.cq_period(), 16);
     assert_eq!(got.cq_max_count(), 32);

@@ -234,7 +234,7 @@ pub fn cq_inbox(
     let c = m.cq_context_mut();
     c.set_log_cq_size(log);
     c.set_uar_page(uar);
-    c.set_c_eqn(eqn as u8);
+    c.set_c_eqn_or_apu_element(eqn);
     c.set_dbr_umem_id(dbr);
     c.set_dbr_addr(dbr_addr);
     c.set_cq_period(16);

@@ -103,7 +103,7 @@ fn cq_inbox(ctx: &Context, ring: u32, dbr: u32, uar: &Uar) -> Vec<u8> {
     let c = m.cq_context_mut();
     c.set_log_cq_size(6);
     c.set_uar_page(uar.page_id());
-    c.set_c_eqn(ctx.query_eqn(0).unwrap() as u8);
+    c.set_c_eqn_or_apu_element(ctx.query_eqn(0).unwrap());
     c.set_dbr_umem_valid(1);
     c.set_dbr_umem_id(dbr);
     m.as_bytes().to_vec()

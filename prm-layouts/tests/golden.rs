@@ -28,7 +28,7 @@ fn create_cq_in() {
         c.set_dbr_umem_id(0xaabb_ccdd);
         c.set_log_cq_size(5);
         c.set_uar_page(0x123);
-        c.set_c_eqn(7);
+        c.set_c_eqn_or_apu_element(7);
         c.set_dbr_addr(0x1122_3344_5566_7788);
     }
     m.set_cq_umem_offset(0x1000);
@@ -55,8 +55,10 @@ fn create_cq_in() {
         0x80 + 0x63
     );
     assert_eq!(
-        meta.field("cq_context.c_eqn").unwrap().offset_bits,
-        0x80 + 0xb8
+        meta.field("cq_context.c_eqn_or_apu_element")
+            .unwrap()
+            .offset_bits,
+        0x80 + 0xa0
     );
     assert_eq!(meta.field("cq_umem_id").unwrap().offset_bits, 0x2c0);
     assert_eq!(meta.tail.unwrap().name, "pas");
@@ -69,6 +71,17 @@ fn create_cq_in() {
         FieldValue::Scalar(0xdead_beef_0000_1000)
     );
     assert_eq!(meta.tail_values(&buf).unwrap().len(), 1);
+}
+
+/// `c_eqn_or_apu_element` is the whole dword at cqc 0xa0 (Linux 6.1): an EQ
+/// number past 255 keeps every bit.
+#[test]
+fn cqc_eqn_is_32_bits() {
+    let mut c = Cqc::new();
+    c.set_c_eqn_or_apu_element(0x0102_0304);
+    assert_eq!(&c.as_bytes()[0x14..0x18], &[1, 2, 3, 4]);
+    assert_eq!(c.c_eqn_or_apu_element(), 0x0102_0304);
+    assert!(Cqc::META.field("c_eqn").is_none());
 }
 
 #[test]
@@ -201,10 +214,13 @@ fn cqe64_and_ctrl_seg() {
     let mut e = ErrCqe::new();
     e.set_syndrome(CqeSyndrome::WrFlushErr.raw());
     e.set_vendor_err_synd(0x93);
+    // rdma-core's mlx5_err_cqe: hw_err_synd and hw_synd_type at bytes 52, 53.
+    e.set_hw_err_synd(0x2a);
+    e.set_hw_synd_type(0x30);
     e.set_s_wqe_opcode(SendOpcode::Send.raw());
     e.set_qpn(0x55);
     e.set_opcode(CqeOpcode::ReqErr.raw());
-    assert_eq!(&e.0[54..60], &[0x93, 0x05, 0x0a, 0, 0, 0x55]);
+    assert_eq!(&e.0[52..60], &[0x2a, 0x30, 0x93, 0x05, 0x0a, 0, 0, 0x55]);
     assert_eq!(e.0[63], 0xd0);
 
     let mut w = WqeCtrlSeg::new();
@@ -266,7 +282,7 @@ fn guide_offsets() {
     check("cqc", "uar_page", 0x68, 24);
     check("cqc", "cq_period", 0x84, 12);
     check("cqc", "cq_max_count", 0x90, 16);
-    check("cqc", "c_eqn", 0xb8, 8);
+    check("cqc", "c_eqn_or_apu_element", 0xa0, 32);
     check("cqc", "log_page_size", 0xc3, 5);
     check("cqc", "consumer_counter", 0x148, 24);
     check("cqc", "producer_counter", 0x168, 24);

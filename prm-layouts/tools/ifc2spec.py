@@ -69,9 +69,9 @@ DEVX_NAMES = [
 ]
 
 # Named fields split into smaller pieces: (layout, field, [(new name or None, width), ...]).
-SPLITS = [
-    ("cqc", "c_eqn_or_apu_element", [("c_eqn_or_apu_element_31_8", 24), ("c_eqn", 8)]),
-]
+# None today: the spec keeps the header's fields whole (cqc.c_eqn_or_apu_element
+# is one 32-bit EQ number, as the kernel sets it).
+SPLITS = []
 
 
 def die(msg):

@@ -127,7 +127,8 @@ fn rc_pingpong_ends_on_the_senders_error_completion() {
     let r = run(c, Duration::from_secs(300));
     assert_eq!(r.code, Some(1), "{}{}", r.stdout, r.stderr);
     assert!(
-        r.stderr.contains("sim1: wr_id 2 failed: LOC_LEN_ERR"),
+        r.stderr
+            .contains("sim1: wr_id 2 SEND: LOC_LEN_ERR (local length error), vendor syndrome"),
         "{}",
         r.stderr
     );

@@ -5,10 +5,18 @@
 //! regenerate them:
 //! `cargo test -p integration-tests --test fixtures_replay -- --ignored regenerate_fixtures`
 
+mod verbs_scenarios;
+
 use std::path::{Path, PathBuf};
 
-use devx::fixture::{drive, scenarios};
+use devx::fixture::drive;
+use devx::fixture::scenarios::{self, Scenario};
 use devx::Device;
+
+/// The raw-DEVX scenarios, then the verbs ones: every fixture's source.
+fn all_scenarios() -> impl Iterator<Item = &'static Scenario> {
+    scenarios::ALL.iter().chain(verbs_scenarios::ALL)
+}
 
 fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
@@ -50,7 +58,7 @@ fn every_fixture_replays_through_the_api() {
 fn scenarios_send_what_their_fixtures_recorded() {
     let mut failures = Vec::new();
     let mut replayed = 0;
-    for s in scenarios::ALL {
+    for s in all_scenarios() {
         let path = fixtures_dir().join(format!("{}.fixture", s.name));
         if !path.exists() {
             continue;
@@ -73,8 +81,8 @@ fn every_fixture_belongs_to_a_scenario() {
     for f in fixture_files() {
         let stem = f.file_stem().unwrap().to_string_lossy().into_owned();
         assert!(
-            scenarios::find(&stem).is_some(),
-            "{} has no scenario in devx::fixture::scenarios",
+            all_scenarios().any(|s| s.name == stem),
+            "{} has no scenario in devx::fixture::scenarios or verbs_scenarios",
             f.display()
         );
     }
@@ -86,7 +94,7 @@ fn every_fixture_belongs_to_a_scenario() {
 #[ignore = "writes fixtures/; run on purpose after a deliberate change"]
 fn regenerate_fixtures() {
     let mut skipped = Vec::new();
-    for (i, s) in scenarios::ALL.iter().enumerate() {
+    for (i, s) in all_scenarios().enumerate() {
         // One device per scenario: the emulator's devices are process-wide,
         // and a fresh one numbers its objects from the start every time.
         let dev = Device::emulated(&format!("sim{}", 100 + i)).unwrap();

@@ -188,7 +188,7 @@ fn wait_one(cq: &mut Cq, wr_id: u64) -> Result<(), String> {
         if cq.poll(&mut wc) == 1 {
             let w = wc[0];
             if !w.is_ok() {
-                return Err(format!("wr_id {} failed: {}", w.wr_id, w.status));
+                return Err(format!("{w}"));
             }
             if w.wr_id != wr_id {
                 return Err(format!("wr_id {}, expected {wr_id}", w.wr_id));

@@ -77,7 +77,8 @@ pub struct CqAttr {
     pub log_cq_size: u8,
     pub cqe_size: usize,
     pub uar_page: u32,
-    pub eqn: u8,
+    /// The completion EQ (`c_eqn_or_apu_element`, 32 bits).
+    pub eqn: u32,
     /// 0 OK, 9 overflow, 0xa write failure.
     pub status: u8,
     /// Arm state (6 solicited-armed, 9 armed, 0xa fired).
@@ -189,7 +190,7 @@ impl Cq {
         let cqc = inbox.cq_context_mut();
         cqc.set_log_cq_size(log2(n) as u8);
         cqc.set_uar_page(uar.page_id());
-        cqc.set_c_eqn(eqn as u8);
+        cqc.set_c_eqn_or_apu_element(eqn);
         cqc.set_cqe_sz(0);
         cqc.set_log_page_size(0);
         cqc.set_dbr_umem_valid(1);
@@ -306,7 +307,7 @@ impl Cq {
             log_cq_size: log,
             cqe_size: 64 << c.cqe_sz().min(1),
             uar_page: c.uar_page(),
-            eqn: c.c_eqn(),
+            eqn: c.c_eqn_or_apu_element(),
             status: c.status(),
             arm_state: c.st(),
             producer_counter: c.producer_counter(),

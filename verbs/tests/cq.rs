@@ -58,7 +58,7 @@ fn query_reports_what_create_set() {
     assert_eq!(q.log_cq_size, 7);
     assert_eq!(q.cqe_size, 64);
     assert_eq!(q.uar_page, cq.uar().page_id());
-    assert_eq!(u32::from(q.eqn), cq.eqn());
+    assert_eq!(q.eqn, cq.eqn());
     assert_eq!(cq.eqn(), sim.profile().first_comp_eqn + 1);
     assert_eq!(
         (q.status, q.producer_counter, q.consumer_counter),
@@ -89,6 +89,26 @@ fn a_missing_completion_vector_is_the_devices_answer() {
     assert_eq!(e.verb(), "create_cq");
     assert!(e.devx().is_some(), "{e}");
     assert_eq!(sim.live_objects(), 0);
+}
+
+/// On a device with many completion vectors EQ numbers pass 255; a CQ
+/// lands on the EQ its vector names, all 32 bits of it.
+#[test]
+fn a_cq_on_an_eq_number_above_255_is_created_on_that_eq() {
+    // A name of its own: emulated devices are process-wide.
+    let name = "sim960";
+    let profile = devx::sim::Profile {
+        first_comp_eqn: 0x1f0,
+        num_comp_vectors: 32,
+        ..devx::sim::Profile::connectx6_dx()
+    };
+    let _sim = devx::sim::sim_device_with_profile(name, profile).unwrap();
+    let ctx = verbs::Context::open(&devx::Device::by_name(name).unwrap()).unwrap();
+    let eqn = ctx.devx().query_eqn(31).unwrap();
+    assert_eq!(eqn, 0x20f);
+    let cq = Cq::create(&ctx, &CqInit::new(4).comp_vector(31)).unwrap();
+    assert_eq!(cq.eqn(), eqn);
+    assert_eq!(cq.query().unwrap().eqn, eqn);
 }
 
 #[test]

@@ -186,6 +186,8 @@ mod datapath {
                 wr_id: 100,
                 status: WcStatus::Success,
                 vendor_err: 0,
+                hw_err_synd: 0,
+                hw_synd_type: 0,
                 opcode: WcOpcode::Recv,
                 byte_len: 40,
                 imm_data: 0x1234_5678,
@@ -196,6 +198,7 @@ mod datapath {
                 grh: true,
             }
         );
+        assert_eq!(wc[0].to_string(), "wr_id 100 RECV: SUCCESS, 40 bytes");
         assert_eq!(
             (wc[1].wr_id, wc[1].opcode, wc[1].imm()),
             (101, WcOpcode::RecvRdmaWithImm, Some(7))
@@ -245,6 +248,8 @@ mod datapath {
             c[56] = 0x08;
             c[55] = *synd;
             c[54] = 0x40 + i as u8;
+            c[53] = 0x10;
+            c[52] = 0x80 + i as u8;
             put_cqe(&cq, i as u32, c);
         }
         let mut wc = [Wc::default(); 32];
@@ -254,8 +259,17 @@ mod datapath {
             assert_eq!(wc[i].status, *st);
             assert_eq!(wc[i].status.name(), *name);
             assert_eq!(wc[i].vendor_err, 0x40 + i as u8);
+            assert_eq!(
+                (wc[i].hw_err_synd, wc[i].hw_synd_type),
+                (0x80 + i as u8, 0x10)
+            );
             assert_eq!(wc[i].opcode, WcOpcode::RdmaWrite);
         }
+        assert_eq!(
+            wc[8].to_string(),
+            "wr_id 8 RDMA_WRITE: REM_ACCESS_ERR (remote access error), \
+             vendor syndrome 0x48, hw syndrome 0x88 type 0x1"
+        );
         // A responder error retires one receive.
         qp.post_recv(&RecvWr::new(77, &s)).unwrap();
         let mut c = cqe(0xe, 0, qp.qpn(), 0);
@@ -324,6 +338,8 @@ mod datapath {
     #[test]
     fn raw_cqe_accessors() {
         let mut c = cqe(0xd, 1, 0x12_3456, 0xbeef);
+        c[52] = 0x2a;
+        c[53] = 0x30;
         c[54] = 0x93;
         c[55] = 0x13;
         let r = RawCqe(c);
@@ -332,6 +348,7 @@ mod datapath {
             (0xd, 1, 0x12_3456, 0xbeef)
         );
         assert_eq!((r.syndrome(), r.vendor_err_synd()), (0x13, 0x93));
+        assert_eq!((r.hw_err_synd(), r.hw_synd_type()), (0x2a, 0x30));
         assert!(RawCqe::is_sw_owned(0xd1, 8, 3));
         assert!(!RawCqe::is_sw_owned(0xd1, 0, 3));
         assert!(!RawCqe::is_sw_owned(0xf0, 0, 3));

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use prm_layouts::{AllocPdIn, DeallocPdIn, Opcode, QueryHcaCapIn, QueryHcaCapOut};
+
 use super::context::KernelContext;
 use super::fake::InstantKernel;
 use crate::provider::{DeviceInfo, ProviderContext};
@@ -62,18 +64,19 @@ pub fn bench_overhead(iterations: u64) -> BenchResult {
         }
     };
     let ctx: &dyn ProviderContext = &ctx;
-    let mut alloc_pd = [0u8; 16];
-    alloc_pd[0..2].copy_from_slice(&0x800u16.to_be_bytes());
-    let mut query_cap = [0u8; 16];
-    query_cap[0..2].copy_from_slice(&0x100u16.to_be_bytes());
-    query_cap[6..8].copy_from_slice(&1u16.to_be_bytes());
-    let dealloc_pd = {
-        let mut d = [0u8; 16];
-        d[0..2].copy_from_slice(&0x801u16.to_be_bytes());
-        d
-    };
+    let mut alloc_pd = AllocPdIn::new();
+    alloc_pd.set_opcode(Opcode::AllocPd.raw());
+    let alloc_pd = alloc_pd.as_bytes();
+    let mut query_cap = QueryHcaCapIn::new();
+    query_cap.set_opcode(Opcode::QueryHcaCap.raw());
+    // General capabilities, current values.
+    query_cap.set_op_mod(1);
+    let query_cap = query_cap.as_bytes();
+    let mut dealloc_pd = DeallocPdIn::new();
+    dealloc_pd.set_opcode(Opcode::DeallocPd.raw());
+    let dealloc_pd = dealloc_pd.as_bytes();
     let mut out = [0u8; 16];
-    let mut cap_out = vec![0u8; 4112];
+    let mut cap_out = vec![0u8; QueryHcaCapOut::SIZE_BYTES];
 
     // Handles in chunks so destroys run against real (counter) handles
     // without the measurement touching the heap per call.
@@ -85,19 +88,19 @@ pub fn bench_overhead(iterations: u64) -> BenchResult {
         let n = (left as usize).min(CHUNK);
         let t = Instant::now();
         for h in handles.iter_mut().take(n) {
-            *h = std::hint::black_box(ctx.create(&alloc_pd, &mut out)).unwrap_or(0);
+            *h = std::hint::black_box(ctx.create(alloc_pd, &mut out)).unwrap_or(0);
         }
         create_total += t.elapsed().as_nanos();
         let t = Instant::now();
         for h in handles.iter().take(n) {
-            let _ = std::hint::black_box(ctx.destroy(*h, &dealloc_pd));
+            let _ = std::hint::black_box(ctx.destroy(*h, dealloc_pd));
         }
         destroy_total += t.elapsed().as_nanos();
         left -= n as u64;
     }
     let t = Instant::now();
     for _ in 0..iterations {
-        let _ = std::hint::black_box(ctx.general(&query_cap, &mut cap_out));
+        let _ = std::hint::black_box(ctx.general(query_cap, &mut cap_out));
     }
     let general_total = t.elapsed().as_nanos();
     let per = |total: u128| total as f64 / iterations as f64;

@@ -3,7 +3,7 @@
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -750,6 +750,33 @@ impl ProviderContext for KernelContext {
         event_types: &[u16],
         cookie: u64,
     ) -> Result<()> {
+        let cookie = IoctlAttr::u64_in(devx::SUBSCRIBE_COOKIE, cookie);
+        self.subscribe(channel, obj, event_types, cookie)
+    }
+
+    fn subscribe_event_fd(
+        &self,
+        channel: &dyn EventChannel,
+        obj: Option<Handle>,
+        event_types: &[u16],
+        eventfd: BorrowedFd<'_>,
+    ) -> Result<()> {
+        // The kernel takes its own reference to the eventfd by number.
+        let fd_num = IoctlAttr::u32_in(devx::SUBSCRIBE_FD_NUM, eventfd.as_raw_fd() as u32);
+        self.subscribe(channel, obj, event_types, fd_num)
+    }
+}
+
+impl KernelContext {
+    /// DEVX_SUBSCRIBE_EVENT; `delivery` is the COOKIE or the FD_NUM
+    /// (redirect) attribute, never both (the kernel refuses that).
+    fn subscribe(
+        &self,
+        channel: &dyn EventChannel,
+        obj: Option<Handle>,
+        event_types: &[u16],
+        delivery: IoctlAttr,
+    ) -> Result<()> {
         const NAME: &str = "DEVX_SUBSCRIBE_EVENT";
         let ch = channel
             .as_any()
@@ -767,7 +794,6 @@ impl ProviderContext for KernelContext {
         }
         let list = &list[..2 * event_types.len()];
         let fd_attr = IoctlAttr::obj(devx::SUBSCRIBE_FD_HANDLE, ch.fd as u64);
-        let cookie_attr = IoctlAttr::u64_in(devx::SUBSCRIBE_COOKIE, cookie);
         let list_attr = IoctlAttr::ptr_in(devx::SUBSCRIBE_TYPE_NUM_LIST, list);
         let r = match obj {
             Some(h) => {
@@ -776,7 +802,7 @@ impl ProviderContext for KernelContext {
                     devx::METHOD_SUBSCRIBE_EVENT,
                     [
                         fd_attr,
-                        cookie_attr,
+                        delivery,
                         IoctlAttr::obj(devx::SUBSCRIBE_OBJ_HANDLE, u64::from(h)),
                         list_attr,
                     ],
@@ -789,7 +815,7 @@ impl ProviderContext for KernelContext {
                 let mut cmd = IoctlCmd::new(
                     abi::obj::DEVX,
                     devx::METHOD_SUBSCRIBE_EVENT,
-                    [fd_attr, cookie_attr, list_attr],
+                    [fd_attr, delivery, list_attr],
                 );
                 // SAFETY: as above.
                 unsafe { cmd.exec(self.sys(), self.fd) }

@@ -15,8 +15,9 @@ pub type SysResult<T> = std::result::Result<T, Errno>;
 
 /// The system calls the kernel provider needs, nothing more.
 ///
-/// The real implementation is [`RealSys`]; [`super::fake::FakeKernel`] is a test
-/// double that answers like the kernel's uverbs and mlx5 DEVX layers.
+/// The real implementation is [`RealSys`]; `fake::FakeKernel` (feature
+/// `fake-kernel`) is a test double that answers like the kernel's uverbs and
+/// mlx5 DEVX layers.
 pub trait Sys: Send + Sync {
     /// `open(2)`; returns the new descriptor.
     fn open(&self, path: &Path, flags: i32) -> SysResult<RawFd>;

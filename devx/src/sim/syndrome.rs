@@ -146,7 +146,7 @@ checks! {
     MCG_QP_TYPE = BAD_PARAM, 0x6000_0019, "only UD and RAW QPs can join multicast groups";
     SRQ_NO_UMEM = BAD_PARAM, 0x6000_001a, "legacy SRQ needs physical pages; use RMP or XRC_SRQ through DEVX";
     XRCD_REQUIRED = BAD_PARAM, 0x6000_001b, "XRC object without a valid XRC domain";
-    EQ_NOT_COMPLETION = BAD_PARAM, 0x6000_001c, "c_eqn is not a completion EQ";
+    EQ_NOT_COMPLETION = BAD_PARAM, 0x6000_001c, "c_eqn_or_apu_element is not a completion EQ";
     GENERAL_OBJ_NO_MODIFY = BAD_PARAM, 0x6000_001d, "general object type does not support MODIFY_GENERAL_OBJECT";
 }
 

@@ -14,7 +14,8 @@ pub enum BenchKind {
     Mailbox,
     /// Commands through the DEVX API on the emulated device.
     Cmd,
-    /// Kernel-provider overhead per command, against a kernel that answers at once.
+    /// Kernel-provider overhead per command, against a kernel that answers at once
+    /// (needs the `fake-kernel` feature).
     Kernel,
     /// The direct data path: post, poll, and RDMA WRITEs between emulated devices.
     Datapath,
@@ -33,7 +34,7 @@ pub fn run(kind: BenchKind, json: bool, iterations: Option<u64>) -> CliResult {
     let (bench, metrics) = match kind {
         BenchKind::Mailbox => ("mailbox", mailbox(iterations.unwrap_or(5_000_000))),
         BenchKind::Cmd => ("cmd", crate::bench_cmd::cmd(iterations.unwrap_or(200_000))?),
-        BenchKind::Kernel => ("kernel", kernel(iterations.unwrap_or(2_000_000))),
+        BenchKind::Kernel => ("kernel", kernel(iterations.unwrap_or(2_000_000))?),
         BenchKind::Datapath => (
             "datapath",
             crate::bench_datapath::datapath(iterations.unwrap_or(1_000_000))?,
@@ -75,7 +76,7 @@ fn encode_create_cq(i: u64) -> CreateCqIn {
     let c = m.cq_context_mut();
     c.set_log_cq_size(10);
     c.set_uar_page(i as u32);
-    c.set_c_eqn(3);
+    c.set_c_eqn_or_apu_element(3);
     c.set_cqe_sz(0);
     c.set_dbr_umem_valid(1);
     c.set_dbr_umem_id(i as u32 + 1);
@@ -141,9 +142,21 @@ fn mailbox(n: u64) -> Vec<Metric> {
     ]
 }
 
-fn kernel(n: u64) -> Vec<Metric> {
+/// Without the fake kernel compiled in there is nothing to measure against.
+#[cfg(not(feature = "fake-kernel"))]
+fn kernel(_n: u64) -> Result<Vec<Metric>, String> {
+    Err(
+        "bench kernel runs the kernel provider against devx's fake kernel, \
+         which this build leaves out; build with it: \
+         cargo run --release -p devx-cli --features fake-kernel -- bench kernel"
+            .into(),
+    )
+}
+
+#[cfg(feature = "fake-kernel")]
+fn kernel(n: u64) -> Result<Vec<Metric>, String> {
     let r = devx::kernel::bench_overhead(n);
-    vec![
+    Ok(vec![
         Metric {
             name: "create_ns".into(),
             value: r.create_ns,
@@ -164,5 +177,5 @@ fn kernel(n: u64) -> Vec<Metric> {
             value: n as f64,
             unit: "per method",
         },
-    ]
+    ])
 }

@@ -36,7 +36,7 @@ fn create_cq_inbox(r: &CqResources) -> CreateCqIn {
     let c = m.cq_context_mut();
     c.set_log_cq_size(LOG_CQ_SIZE);
     c.set_uar_page(r.uar.page_id());
-    c.set_c_eqn(r.eqn as u8);
+    c.set_c_eqn_or_apu_element(r.eqn);
     c.set_dbr_umem_valid(1);
     c.set_dbr_umem_id(r.dbr.id());
     m

@@ -135,10 +135,7 @@ fn drain(cq: &mut Cq, n: usize, wcs: &mut Vec<Wc>) -> Result<(), String> {
         }
         for w in &buf[..k] {
             if !w.is_ok() {
-                return Err(format!(
-                    "bench wire: wr_id {} failed: {}",
-                    w.wr_id, w.status
-                ));
+                return Err(format!("bench wire: {w}"));
             }
         }
         wcs.extend_from_slice(&buf[..k]);

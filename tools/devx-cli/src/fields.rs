@@ -2,7 +2,9 @@
 //! fields that hold a PRM enumeration, its name in text (`0x3 (3) RTS`, the
 //! way mlx5ctl prints); plain numbers in JSON.
 
-use prm_layouts::enums::{CmdStatus, GeneralObjType, Opcode, QpServiceType, QpState};
+use prm_layouts::enums::{
+    CmdStatus, CqeOpcode, CqeSyndrome, GeneralObjType, Opcode, QpServiceType, QpState,
+};
 use prm_layouts::FieldValue;
 
 /// Names of a small PRM enumeration that has no type in `prm_layouts::enums`.
@@ -27,13 +29,19 @@ enum Names {
     QpState,
     QpType,
     GeneralObj,
+    CqeOpcode,
+    CqeSyndrome,
     Table(Table),
 }
 
 /// Every field whose value is an enumeration, by field name: the one place
 /// that ties layouts' fields to names. `layout` narrows names that mean
-/// different things in different layouts (`state`).
+/// different things in different layouts (`state`, a CQE's `opcode`).
 const ENUM_FIELDS: &[(Option<&str>, &str, Names)] = &[
+    // Layout-specific entries first: the first match wins.
+    (Some("err_cqe"), "syndrome", Names::CqeSyndrome),
+    (Some("err_cqe"), "opcode", Names::CqeOpcode),
+    (Some("cqe64"), "opcode", Names::CqeOpcode),
     (None, "status", Names::Status),
     (None, "opcode", Names::Opcode),
     (None, "qpc.state", Names::QpState),
@@ -103,6 +111,14 @@ pub fn enum_name(layout: &str, field: &str, value: u64) -> Option<&'static str> 
             .ok()
             .and_then(GeneralObjType::from_raw)
             .map(GeneralObjType::name),
+        Names::CqeOpcode => u8::try_from(value)
+            .ok()
+            .and_then(CqeOpcode::from_raw)
+            .map(CqeOpcode::name),
+        Names::CqeSyndrome => u8::try_from(value)
+            .ok()
+            .and_then(CqeSyndrome::from_raw)
+            .map(CqeSyndrome::name),
         Names::Table(t) => t.iter().find(|(v, _)| *v == value).map(|(_, n)| *n),
     }
 }

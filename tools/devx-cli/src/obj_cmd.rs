@@ -26,7 +26,7 @@ across commands.
 
 Examples:
   $ devx-cli obj create alloc_pd
-  $ printf 'e = obj eqn 0\\nu = obj uar\\nb = obj umem 4096\\nd = obj umem 64\\ncq = obj create create_cq cq_context.log_cq_size=5 cq_context.c_eqn=$e cq_context.uar_page=$u cq_umem_valid=1 cq_umem_id=$b cq_context.dbr_umem_valid=1 cq_context.dbr_umem_id=$d\\nobj query $cq\\n' | devx-cli shell")]
+  $ printf 'e = obj eqn 0\\nu = obj uar\\nb = obj umem 4096\\nd = obj umem 64\\ncq = obj create create_cq cq_context.log_cq_size=5 cq_context.c_eqn_or_apu_element=$e cq_context.uar_page=$u cq_umem_valid=1 cq_umem_id=$b cq_context.dbr_umem_valid=1 cq_context.dbr_umem_id=$d\\nobj query $cq\\n' | devx-cli shell")]
 pub struct ObjArgs {
     #[command(subcommand)]
     cmd: ObjCmd,

@@ -10,7 +10,7 @@ fn encode_then_decode_round_trips() {
         "opcode=0x400",
         "cq_context.log_cq_size=5",
         "cq_context.uar_page=0x123",
-        "cq_context.c_eqn=7",
+        "cq_context.c_eqn_or_apu_element=7",
         "cq_context.dbr_addr=0x1122334455667788",
     ]);
     assert!(o.status.success());
@@ -24,7 +24,7 @@ fn encode_then_decode_round_trips() {
     assert!(text.contains("opcode"));
     assert!(text.contains("cq_context.log_cq_size"));
     assert!(text.contains("0x1122334455667788"));
-    assert!(text.contains("cq_context.c_eqn"));
+    assert!(text.contains("cq_context.c_eqn_or_apu_element"));
     // Only non-zero fields unless --all.
     assert!(!text.contains("cq_context.cqe_sz"));
     let all = stdout(&cli(&["decode", "--all", "create_cq_in", &hex]));
@@ -115,4 +115,30 @@ fn byte_fields_take_hex() {
     assert!(stdout(&o).trim().ends_with(gid));
     let bad = cli(&["encode", "attach_to_mcg_in", "multicast_gid=fe80"]);
     one_line_error(&bad, "16 bytes");
+}
+
+#[test]
+fn an_error_cqe_decodes_with_its_hardware_syndrome() {
+    // REQ_ERR, REMOTE_ACCESS_ERR, vendor syndrome 0x88, hw syndrome 0x12 of type 1.
+    let mut cqe = [0u8; 64];
+    cqe[52] = 0x12;
+    cqe[53] = 0x10;
+    cqe[54] = 0x88;
+    cqe[55] = 0x13;
+    cqe[63] = 0xd0;
+    let hex: String = cqe.iter().map(|b| format!("{b:02x}")).collect();
+    let o = cli(&["decode", "err_cqe", &hex]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for line in [
+        "hw_err_synd     = 0x12 (18)",
+        "hw_synd_type    = 0x10 (16)",
+        "vendor_err_synd = 0x88 (136)",
+        "syndrome        = 0x13 (19) REMOTE_ACCESS_ERR",
+        "opcode          = 0xd (13) REQ_ERR",
+    ] {
+        assert!(text.contains(line), "missing `{line}` in:\n{text}");
+    }
+    let j = stdout(&cli(&["decode", "--json", "err_cqe", &hex]));
+    assert!(j.contains("\"hw_err_synd\": 18"), "{j}");
 }

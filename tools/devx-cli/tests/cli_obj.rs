@@ -21,7 +21,7 @@ u = obj uar
 buf = obj umem 4096 --access 1
 dbr = obj umem 4096 --access 1
 obj pd=create alloc_pd_in
-cq = obj create create_cq_in cq_context.log_cq_size=6 cq_context.uar_page=$u cq_context.c_eqn=$eq cq_context.dbr_umem_valid=1 cq_context.dbr_umem_id=$dbr cq_umem_valid=1 cq_umem_id=$buf
+cq = obj create create_cq_in cq_context.log_cq_size=6 cq_context.uar_page=$u cq_context.c_eqn_or_apu_element=$eq cq_context.dbr_umem_valid=1 cq_context.dbr_umem_id=$dbr cq_umem_valid=1 cq_umem_id=$buf
 obj query $cq
 ! obj destroy $buf
 obj list
@@ -115,7 +115,7 @@ fn a_script_keeps_its_objects_and_records_a_fixture() {
         "$5 (pd) = ALLOC_PD 0x",
         "$6 (cq) = CREATE_CQ 0x",
         "$6: QUERY_CQ",
-        "cq_context.log_cq_size    = 0x6",
+        "cq_context.log_cq_size          = 0x6",
         "expected error: destroying $3: DESTROY_UMEM: RES_BUSY",
         "$6 (cq) = CREATE_CQ",
     ] {

@@ -140,7 +140,7 @@ fn statuses_syndromes_and_enums_print_by_name() {
     let o = cli_stdin(
         &["--device", "sim0", "shell"],
         "e = obj eqn 0\nu = obj uar\nb = obj umem 4096\nd = obj umem 64\n\
-         obj create create_cq cq_context.log_cq_size=31 cq_context.c_eqn=$e cq_context.uar_page=$u \
+         obj create create_cq cq_context.log_cq_size=31 cq_context.c_eqn_or_apu_element=$e cq_context.uar_page=$u \
          cq_umem_valid=1 cq_umem_id=$b cq_context.dbr_umem_valid=1 cq_context.dbr_umem_id=$d\n",
     );
     one_line_error(

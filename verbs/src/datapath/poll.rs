@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use prm_layouts::ErrCqe;
+
 use super::ring::{DbRec, Ring, Run64};
 use super::track::{HotSq, PendingTail, PollCache, Registry};
 use super::wc::{Wc, WcOpcode, WcStatus};
@@ -124,6 +126,17 @@ impl RawCqe {
     pub fn vendor_err_synd(&self) -> u8 {
         self.0[54]
     }
+
+    /// Error CQEs: the hardware syndrome (`mlx5_err_cqe.hw_err_synd`).
+    pub fn hw_err_synd(&self) -> u8 {
+        ErrCqe(self.0).hw_err_synd()
+    }
+
+    /// Error CQEs: the hardware syndrome's type byte
+    /// (`mlx5_err_cqe.hw_synd_type`; the type is its high nibble).
+    pub fn hw_synd_type(&self) -> u8 {
+        ErrCqe(self.0).hw_synd_type()
+    }
 }
 
 /// CQE byte offsets the fast path reads (prm-guide §6.1).
@@ -226,6 +239,8 @@ fn decode_any(c: &RawCqe, cache: &mut PollCache, pending: &mut PendingTail) -> O
     if op == REQ_ERR || op == RESP_ERR {
         wc.status = WcStatus::from_syndrome(c.syndrome());
         wc.vendor_err = c.vendor_err_synd();
+        wc.hw_err_synd = c.hw_err_synd();
+        wc.hw_synd_type = c.hw_synd_type();
     }
     if op == REQ || op == REQ_ERR {
         let Some(wr_id) = cache.sq_retire(c.qpn(), c.wqe_counter(), pending) else {

@@ -116,6 +116,21 @@ pub enum WcOpcode {
 }
 
 impl WcOpcode {
+    /// The verbs name without the `IBV_WC_` prefix (`RDMA_WRITE`).
+    pub fn name(self) -> &'static str {
+        match self {
+            WcOpcode::Send => "SEND",
+            WcOpcode::RdmaWrite => "RDMA_WRITE",
+            WcOpcode::RdmaRead => "RDMA_READ",
+            WcOpcode::CompSwap => "COMP_SWAP",
+            WcOpcode::FetchAdd => "FETCH_ADD",
+            WcOpcode::BindMw => "BIND_MW",
+            WcOpcode::LocalInv => "LOCAL_INV",
+            WcOpcode::Recv => "RECV",
+            WcOpcode::RecvRdmaWithImm => "RECV_RDMA_WITH_IMM",
+        }
+    }
+
     /// The requester opcode for the mlx5 WQE opcode a CQE reports.
     #[inline(always)]
     pub(crate) fn from_send_opcode(op: u8) -> Option<WcOpcode> {
@@ -161,6 +176,10 @@ pub struct Wc {
     pub opcode: WcOpcode,
     /// The device's vendor syndrome of an error completion.
     pub vendor_err: u8,
+    /// The hardware syndrome of an error completion (`hw_err_synd`).
+    pub hw_err_synd: u8,
+    /// The hardware syndrome's type byte (`hw_synd_type`, type in the high nibble).
+    pub hw_synd_type: u8,
     /// `imm_data` holds an immediate (`IBV_WC_WITH_IMM`).
     pub has_imm: bool,
     /// Responder: the sender set the solicited-event bit.
@@ -179,5 +198,31 @@ impl Wc {
     /// The immediate, if the completion carries one.
     pub fn imm(&self) -> Option<u32> {
         self.has_imm.then_some(self.imm_data)
+    }
+}
+
+/// `wr_id 7 RDMA_WRITE: SUCCESS, 64 bytes`; an error completion adds every
+/// syndrome the device gave:
+/// `wr_id 7 RDMA_WRITE: REM_ACCESS_ERR (remote access error), vendor syndrome 0x88, hw syndrome 0x12 type 0x1`.
+impl fmt::Display for Wc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "wr_id {} {}: {}",
+            self.wr_id,
+            self.opcode.name(),
+            self.status
+        )?;
+        if self.is_ok() {
+            return write!(f, ", {} bytes", self.byte_len);
+        }
+        write!(
+            f,
+            " ({}), vendor syndrome {:#x}, hw syndrome {:#x} type {:#x}",
+            self.status.description(),
+            self.vendor_err,
+            self.hw_err_synd,
+            self.hw_synd_type >> 4
+        )
     }
 }

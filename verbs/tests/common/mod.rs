@@ -233,6 +233,17 @@ impl ProviderContext for FailingContext {
         self.inner
             .subscribe_event(channel, obj, event_types, cookie)
     }
+
+    fn subscribe_event_fd(
+        &self,
+        channel: &dyn EventChannel,
+        obj: Option<Handle>,
+        event_types: &[u16],
+        eventfd: std::os::fd::BorrowedFd<'_>,
+    ) -> devx::Result<()> {
+        self.inner
+            .subscribe_event_fd(channel, obj, event_types, eventfd)
+    }
 }
 
 /// A context on a fresh emulated device behind a `FailingProvider`.

@@ -39,7 +39,7 @@ use super::abi::{self, IoctlAttr, IoctlHdr, UcontextResp, ALLOC_UCONTEXT_RESP_LE
 use super::sys::Errno;
 
 pub use instant::InstantKernel;
-use state::{Config, FdState, State};
+use state::{Config, FdState, State, Subscription};
 
 /// First descriptor number the fake hands out; far from real descriptors so
 /// a mix-up shows at once.
@@ -256,16 +256,26 @@ impl FakeKernel {
     }
 
     /// Raises firmware event `event_type` (for object handle `obj`, or
-    /// device-wide) with this EQE; returns how many channels got it.
+    /// device-wide) with this EQE; returns how many channels and redirect
+    /// eventfds got it.
     pub fn raise_event(&self, event_type: u16, obj: Option<u32>, eqe: &[u8; 64]) -> usize {
         let mut s = self.lock();
+        let wanted = |sub: &&Subscription| sub.obj == obj && sub.types.contains(&event_type);
+        // Redirected subscriptions signal their eventfd and queue nothing.
+        let mut n = 0;
+        for sub in s.subs.iter().filter(wanted) {
+            if let Some(efd) = &sub.redirect {
+                efd.signal();
+                n += 1;
+            }
+        }
         let targets: Vec<(usize, RawFd, u64)> = s
             .subs
             .iter()
-            .filter(|sub| sub.obj == obj && sub.types.contains(&event_type))
+            .filter(wanted)
+            .filter(|sub| sub.redirect.is_none())
             .map(|sub| (sub.id, sub.event_fd, sub.cookie))
             .collect();
-        let mut n = 0;
         for (id, fd, cookie) in targets {
             if let Some(FdState::AsyncEvent {
                 queue, omit_data, ..

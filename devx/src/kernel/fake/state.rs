@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use super::spec::ObjType;
 use super::{Call, FakeKernel, Tamper};
+use crate::eventfd::EventFdRef;
 use crate::kernel::abi::UcontextResp;
 use crate::kernel::sys::Errno;
 
@@ -64,6 +65,8 @@ pub(super) struct Subscription {
     pub(super) obj: Option<u32>,
     pub(super) types: Vec<u16>,
     pub(super) cookie: u64,
+    /// FD_NUM: events signal this eventfd instead of queueing.
+    pub(super) redirect: Option<EventFdRef>,
 }
 
 #[derive(Debug)]

@@ -100,8 +100,7 @@ pub fn create(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
 
     let uar = c.uar_page();
     st.uar.usable(uar, cmd.uid)?;
-    // The 32-bit c_eqn_or_apu_element names the EQ; upper bits set name none.
-    let eqn = (c.c_eqn_or_apu_element_31_8() << 8) | u32::from(c.c_eqn());
+    let eqn = c.c_eqn_or_apu_element();
     st.eq.usable(eqn, cmd.uid)?;
     ensure(eq::is_completion_eq(st, eqn), syndrome::EQ_NOT_COMPLETION)?;
 

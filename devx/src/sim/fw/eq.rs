@@ -1,6 +1,6 @@
 //! Event queues. The device creates its completion EQs at start (owned by
 //! the kernel, uid 0); DEVX users find them with QUERY_EQN and name them in
-//! `cqc.c_eqn`. User-created EQs go through a method this emulator does not
+//! `cqc.c_eqn_or_apu_element`. User-created EQs go through a method this emulator does not
 //! offer, so EQ commands are not admitted.
 
 use super::cmd::FwResult;

@@ -14,6 +14,7 @@ use prm_layouts::Eqe;
 
 use crate::admission::ObjKey;
 use crate::error::{Error, Result};
+use crate::eventfd::EventFdRef;
 use crate::provider::{DevxEvent, EventChannel, Handle};
 use prm_layouts::Opcode;
 
@@ -247,6 +248,14 @@ impl EventChannel for SimEventChannel {
     }
 }
 
+/// How a subscription delivers its events.
+pub(crate) enum Delivery {
+    /// Queued on the channel, carrying this cookie.
+    Cookie(u64),
+    /// Signalled on an eventfd (the kernel's FD_NUM redirect).
+    EventFd(EventFdRef),
+}
+
 struct Sub {
     id: u64,
     ctx: u64,
@@ -254,7 +263,7 @@ struct Sub {
     handle: Option<Handle>,
     target: Option<ObjKey>,
     types: Vec<u16>,
-    cookie: u64,
+    delivery: Delivery,
     chan: Weak<EvChanInner>,
 }
 
@@ -273,7 +282,7 @@ impl EventHub {
         ctx: u64,
         obj: Option<(Handle, ObjKey)>,
         types: &[u16],
-        cookie: u64,
+        delivery: Delivery,
         chan: &Arc<EvChanInner>,
     ) {
         self.subs.retain(|s| s.chan.strong_count() > 0);
@@ -284,7 +293,7 @@ impl EventHub {
             handle: obj.map(|o| o.0),
             target: obj.map(|o| o.1),
             types: types.to_vec(),
-            cookie,
+            delivery,
             chan: Arc::downgrade(chan),
         });
     }
@@ -323,8 +332,14 @@ impl EventHub {
             if s.target != target || !s.types.contains(&t) {
                 continue;
             }
-            if let Some(ch) = s.chan.upgrade() {
-                ch.push(s.id, s.cookie, eqe);
+            // The subscription lives as long as its channel, whichever way
+            // it delivers.
+            let Some(ch) = s.chan.upgrade() else {
+                continue;
+            };
+            match &s.delivery {
+                Delivery::Cookie(cookie) => ch.push(s.id, *cookie, eqe),
+                Delivery::EventFd(efd) => efd.signal(),
             }
         }
     }

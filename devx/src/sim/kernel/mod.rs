@@ -14,10 +14,12 @@ pub(crate) mod handles;
 pub mod memprobe;
 pub mod uar;
 
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::admission::{self, CmdClass};
 use crate::error::{Error, FwReport, Result};
+use crate::eventfd::EventFdRef;
 use crate::provider::{
     CmdChannel, DeviceInfo, EventChannel, GidTableEntry, GidType, Handle, ProviderContext,
     UarAlloc, UarKind,
@@ -36,7 +38,7 @@ use super::fw::{eq, umem};
 use super::profile::PORT_TYPE_ETHERNET;
 use super::DeviceShared;
 use async_cmd::SimCmdChannel;
-use events::SimEventChannel;
+use events::{Delivery, SimEventChannel};
 use handles::{Handles, Named};
 use uar::SimUarPage;
 
@@ -253,9 +255,7 @@ impl SimContext {
             // completion EQ). Short inboxes are the firmware's to refuse.
             Some(Opcode::CreateCq) if cmd.len() >= CreateCqIn::SIZE_BYTES => {
                 let cqc = CreateCqIn::from_slice(cmd).map(|m| m.cq_context());
-                let eqn = cqc.map_or(0, |c| {
-                    (c.c_eqn_or_apu_element_31_8() << 8) | u32::from(c.c_eqn())
-                });
+                let eqn = cqc.map_or(0, |c| c.c_eqn_or_apu_element());
                 if self.dev.fw.with(|st| eq::is_completion_eq(st, eqn)) {
                     Ok(())
                 } else {
@@ -564,6 +564,37 @@ impl ProviderContext for SimContext {
         event_types: &[u16],
         cookie: u64,
     ) -> Result<()> {
+        self.subscribe(channel, obj, event_types, || Ok(Delivery::Cookie(cookie)))
+    }
+
+    /// SUBSCRIBE_EVENT with FD_NUM: the same checks, then the kernel's
+    /// reference to the eventfd (EBADF when the descriptor is not open,
+    /// EINVAL when it is no eventfd).
+    fn subscribe_event_fd(
+        &self,
+        channel: &dyn EventChannel,
+        obj: Option<Handle>,
+        event_types: &[u16],
+        eventfd: BorrowedFd<'_>,
+    ) -> Result<()> {
+        self.subscribe(channel, obj, event_types, || {
+            EventFdRef::get(eventfd.as_raw_fd())
+                .map(Delivery::EventFd)
+                .map_err(|e| Error::os("SUBSCRIBE_EVENT: the redirect eventfd", e as i32))
+        })
+    }
+}
+
+impl SimContext {
+    /// The subscription both SUBSCRIBE_EVENT forms make; `delivery` runs
+    /// once the rest of the request is found valid.
+    fn subscribe(
+        &self,
+        channel: &dyn EventChannel,
+        obj: Option<Handle>,
+        event_types: &[u16],
+        delivery: impl FnOnce() -> Result<Delivery>,
+    ) -> Result<()> {
         if self.uid == 0 {
             return Err(einval("SUBSCRIBE_EVENT needs a context with a DEVX uid"));
         }
@@ -592,9 +623,10 @@ impl ProviderContext for SimContext {
                 Some((h, *key))
             }
         };
+        let delivery = delivery()?;
         self.dev.fw.with_mut(|st| {
             st.events
-                .subscribe(self.id, target, event_types, cookie, &chan.inner)
+                .subscribe(self.id, target, event_types, delivery, &chan.inner)
         });
         Ok(())
     }

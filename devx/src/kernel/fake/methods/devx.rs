@@ -2,6 +2,7 @@
 
 use std::os::fd::RawFd;
 
+use crate::eventfd::EventFdRef;
 use crate::kernel::abi::devx;
 use crate::kernel::fake::ctx::Ctx;
 use crate::kernel::fake::state::{State, Subscription};
@@ -39,12 +40,19 @@ pub(super) fn subscribe(s: &mut State, ctx: &mut Ctx<'_>, devx_uid: bool) -> Sys
     if types.iter().any(|&t| t > 255) {
         return Err(Errno::EINVAL);
     }
+    // eventfd_ctx_fdget: EBADF for a closed descriptor, EINVAL for one
+    // that is no eventfd.
+    let redirect = match ctx.input_u32(devx::SUBSCRIBE_FD_NUM) {
+        Some(fd) => Some(EventFdRef::get(fd as RawFd)?),
+        None => None,
+    };
     let sub = Subscription {
         id: s.next_sub,
         event_fd: ctx.obj_data(devx::SUBSCRIBE_FD_HANDLE).unwrap_or(0) as RawFd,
         obj: ctx.obj_data(devx::SUBSCRIBE_OBJ_HANDLE).map(|h| h as u32),
         types,
         cookie: ctx.input_u64(devx::SUBSCRIBE_COOKIE).unwrap_or(0),
+        redirect,
     };
     s.next_sub += 1;
     s.subs.push(sub);
