@@ -35,6 +35,7 @@ pub mod bits;
 pub mod enums;
 mod meta;
 mod rt;
+pub mod words;
 
 pub use enums::*;
 pub use meta::{

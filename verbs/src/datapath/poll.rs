@@ -7,21 +7,15 @@ use super::ring::{DbRec, Ring, Run64};
 use super::track::{HotSq, PendingTail, PollCache, Registry};
 use super::wc::{Wc, WcOpcode, WcStatus};
 use crate::cq::{Cq, CQE_SIZE};
+use prm_layouts::{Cqe64, CqeOpcode, ErrCqe};
 
-/// CQE opcodes (`op_own[7:4]`).
-const REQ: u8 = 0x0;
-const RESP_WR_IMM: u8 = 0x1;
-const RESP_SEND: u8 = 0x2;
-const RESP_SEND_IMM: u8 = 0x3;
-const RESP_SEND_INV: u8 = 0x4;
-const RESIZE_CQ: u8 = 0x5;
-const REQ_ERR: u8 = 0xd;
-const RESP_ERR: u8 = 0xe;
-const INVALID: u8 = 0xf;
 /// `op_own[3:2]` of a compressed CQE; never enabled by this library.
 const FORMAT_COMPRESSED: u8 = 3;
 /// `dbrec[0]`: set_ci.
 const SET_CI: usize = 0;
+/// `op_own` (opcode, format, solicited, owner) is a CQE's last byte, the
+/// one the device writes last.
+const OP_OWN: usize = Cqe64::SIZE_BYTES - 1;
 
 /// One 64-byte CQE as the device wrote it, with its fields by name
 /// (prm-guide §6.1, §6.4).
@@ -41,95 +35,113 @@ impl std::fmt::Debug for RawCqe {
 }
 
 impl RawCqe {
+    /// The fields of a successful completion.
     #[inline(always)]
-    fn be32(&self, at: usize) -> u32 {
-        u32::from_be_bytes([self.0[at], self.0[at + 1], self.0[at + 2], self.0[at + 3]])
+    pub fn cqe(&self) -> Cqe64 {
+        Cqe64(self.0)
+    }
+
+    /// The fields of an error completion.
+    #[inline(always)]
+    pub fn err(&self) -> ErrCqe {
+        ErrCqe(self.0)
     }
 
     #[inline(always)]
     pub fn op_own(&self) -> u8 {
-        self.0[63]
+        self.0[OP_OWN]
     }
 
+    /// `op_own[7:4]`, raw; [`RawCqe::kind`] names it.
     #[inline(always)]
     pub fn opcode(&self) -> u8 {
-        self.op_own() >> 4
+        self.cqe().opcode()
+    }
+
+    /// The CQE opcode by name, `None` for a value the PRM does not define.
+    #[inline(always)]
+    pub fn kind(&self) -> Option<CqeOpcode> {
+        CqeOpcode::from_raw(self.opcode())
     }
 
     #[inline(always)]
     pub fn format(&self) -> u8 {
-        (self.op_own() >> 2) & 3
+        self.cqe().format()
     }
 
     #[inline(always)]
     pub fn solicited(&self) -> bool {
-        self.op_own() & 2 != 0
+        self.cqe().se() != 0
     }
 
     #[inline(always)]
     pub fn owner(&self) -> u8 {
-        self.op_own() & 1
+        self.cqe().owner()
     }
 
     /// The software-ownership rule for consumer counter `ci` in a ring of
     /// `2^log_size` entries.
     #[inline(always)]
     pub fn is_sw_owned(op_own: u8, ci: u32, log_size: u32) -> bool {
-        op_own >> 4 != INVALID && u32::from(op_own & 1) == (ci >> log_size) & 1
+        let c = op_own_cqe(op_own);
+        c.opcode() != CqeOpcode::Invalid.raw() && u32::from(c.owner()) == (ci >> log_size) & 1
     }
 
-    /// `sop_drop_qpn[23:0]` (`s_wqe_opcode_qpn` in error CQEs).
+    /// `sop_drop_qpn[23:0]` (`qpn` in error CQEs).
     #[inline(always)]
     pub fn qpn(&self) -> u32 {
-        self.be32(56) & 0xff_ffff
+        self.err().qpn()
     }
 
     /// Requester CQEs: the mlx5 opcode of the completed (or failed) WQE.
     #[inline(always)]
     pub fn send_opcode(&self) -> u8 {
-        self.0[56]
+        self.err().s_wqe_opcode()
     }
 
     #[inline(always)]
     pub fn wqe_counter(&self) -> u16 {
-        u16::from_be_bytes([self.0[60], self.0[61]])
+        self.cqe().wqe_counter()
     }
 
     #[inline(always)]
     pub fn byte_cnt(&self) -> u32 {
-        self.be32(44)
+        self.cqe().byte_cnt()
     }
 
     #[inline(always)]
     pub fn imm_inval_pkey(&self) -> u32 {
-        self.be32(36)
+        self.cqe().imm_inval_pkey()
     }
 
     #[inline(always)]
     pub fn srqn_uidx(&self) -> u32 {
-        self.be32(32) & 0xff_ffff
+        self.cqe().srqn_uidx() & 0xff_ffff
     }
 
     #[inline(always)]
     pub fn flags_rqpn(&self) -> u32 {
-        self.be32(24)
+        self.cqe().flags_rqpn()
     }
 
     #[inline(always)]
     pub fn syndrome(&self) -> u8 {
-        self.0[55]
+        self.err().syndrome()
     }
 
     #[inline(always)]
     pub fn vendor_err_synd(&self) -> u8 {
-        self.0[54]
+        self.err().vendor_err_synd()
     }
 }
 
-/// CQE byte offsets the fast path reads (prm-guide §6.1).
-const BYTE_CNT: usize = 44;
-const SOP_DROP_QPN: usize = 56;
-const WQE_COUNTER: usize = 60;
+/// A CQE holding just `op_own`, to read its fields by name.
+#[inline(always)]
+fn op_own_cqe(op_own: u8) -> Cqe64 {
+    let mut c = Cqe64::new();
+    c.0[OP_OWN] = op_own;
+    c
+}
 
 /// Whether `op_own` is that of a requester CQE in the uncompressed format
 /// that software owns in the lap with owner bit `lap`: opcode REQ (high
@@ -139,6 +151,7 @@ const WQE_COUNTER: usize = 60;
 /// the opcode bits and the format bits are all as required.
 #[inline(always)]
 fn is_hot_req(op_own: u8, lap: u8) -> bool {
+    const { assert!(CqeOpcode::Req.raw() == 0 && FORMAT_COMPRESSED == 3) };
     (op_own ^ lap).rotate_right(1) < 6
 }
 
@@ -147,10 +160,7 @@ fn is_hot_req(op_own: u8, lap: u8) -> bool {
 /// (or not software's); returns how many.
 #[inline(always)]
 fn take_run(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
-    // The QPN as it lies in `sop_drop_qpn` (big-endian, below the opcode
-    // byte), so each entry's is compared without swapping its bytes.
-    let qpn_be = sq.qpn().to_be();
-    let qpn_mask_be = 0xff_ffff_u32.to_be();
+    let qpn = sq.qpn();
     // One index for both, so one bound: `run64` gave no more entries than
     // `out` has room for.
     let Some(out) = out.get_mut(..run.len()) else {
@@ -160,30 +170,33 @@ fn take_run(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
         let (Some(w), Some(e)) = (out.get_mut(k), run.get(k)) else {
             return k;
         };
-        if !is_hot_req(e.load_acquire(CQE_SIZE - 1), lap) {
+        if !is_hot_req(e.load_acquire(OP_OWN), lap) {
             return k;
         }
-        let Some(opcode) = WcOpcode::from_send_opcode(e.read_u8(SOP_DROP_QPN)) else {
+        // The entry is ours: read it as a CQE64. Only the fields used below
+        // are loaded.
+        let c = Cqe64(e.read64b());
+        let sop_drop_qpn = c.sop_drop_qpn();
+        let Some(opcode) = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8) else {
             return k;
         };
-        if e.read_ne32(SOP_DROP_QPN) & qpn_mask_be != qpn_be {
+        if sop_drop_qpn & 0xff_ffff != qpn {
             return k;
         }
-        let Some(wr_id) = sq.wr_id(e.read_be16(WQE_COUNTER)) else {
+        let Some(wr_id) = sq.wr_id(c.wqe_counter()) else {
             return k;
         };
         // Read unconditionally (the entry is ours), so the atomics' fixed 8
         // is a select rather than a branch.
-        let byte_cnt = e.read_be32(BYTE_CNT);
         let byte_len = match opcode {
             WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-            _ => byte_cnt,
+            _ => c.byte_cnt(),
         };
         *w = Wc {
             wr_id,
             opcode,
             byte_len,
-            qp_num: sq.qpn(),
+            qp_num: qpn,
             ..Wc::default()
         };
     }
@@ -202,16 +215,23 @@ fn complete_any(c: &RawCqe, cache: &mut PollCache) -> (Option<Wc>, PendingTail) 
 
 #[inline(always)]
 fn decode_any(c: &RawCqe, cache: &mut PollCache, pending: &mut PendingTail) -> Option<Wc> {
-    let op = c.opcode();
+    use CqeOpcode::*;
+    let Some(op) = c.kind() else {
+        return Some(Wc {
+            qp_num: c.qpn(),
+            status: WcStatus::GeneralErr,
+            ..Wc::default()
+        });
+    };
     let mut wc = Wc {
         qp_num: c.qpn(),
         ..Wc::default()
     };
-    if op == RESIZE_CQ {
+    if op == ResizeCq {
         return None;
     }
     let known = match op {
-        REQ | REQ_ERR | RESP_WR_IMM | RESP_SEND | RESP_SEND_IMM | RESP_SEND_INV | RESP_ERR
+        Req | ReqErr | RespWrImm | RespSend | RespSendImm | RespSendInv | RespErr
             if c.format() != FORMAT_COMPRESSED =>
         {
             cache.lookup(c.qpn(), pending).is_some()
@@ -223,11 +243,11 @@ fn decode_any(c: &RawCqe, cache: &mut PollCache, pending: &mut PendingTail) -> O
         wc.status = WcStatus::GeneralErr;
         return Some(wc);
     }
-    if op == REQ_ERR || op == RESP_ERR {
+    if op == ReqErr || op == RespErr {
         wc.status = WcStatus::from_syndrome(c.syndrome());
         wc.vendor_err = c.vendor_err_synd();
     }
-    if op == REQ || op == REQ_ERR {
+    if op == Req || op == ReqErr {
         let Some(wr_id) = cache.sq_retire(c.qpn(), c.wqe_counter(), pending) else {
             wc.status = WcStatus::GeneralErr;
             return Some(wc);
@@ -235,7 +255,7 @@ fn decode_any(c: &RawCqe, cache: &mut PollCache, pending: &mut PendingTail) -> O
         wc.wr_id = wr_id;
         match WcOpcode::from_send_opcode(c.send_opcode()) {
             Some(o) => wc.opcode = o,
-            None if op == REQ => wc.status = WcStatus::GeneralErr,
+            None if op == Req => wc.status = WcStatus::GeneralErr,
             None => {}
         }
         wc.byte_len = match wc.opcode {
@@ -257,16 +277,16 @@ fn decode_any(c: &RawCqe, cache: &mut PollCache, pending: &mut PendingTail) -> O
         return Some(wc);
     };
     wc.wr_id = wr_id;
-    wc.opcode = if op == RESP_WR_IMM {
+    wc.opcode = if op == RespWrImm {
         WcOpcode::RecvRdmaWithImm
     } else {
         WcOpcode::Recv
     };
-    if op == RESP_WR_IMM || op == RESP_SEND_IMM {
+    if op == RespWrImm || op == RespSendImm {
         wc.imm_data = c.imm_inval_pkey();
         wc.has_imm = true;
     }
-    if op != RESP_ERR {
+    if op != RespErr {
         wc.byte_len = c.byte_cnt();
         wc.src_qp = c.flags_rqpn() & 0xff_ffff;
         wc.grh = (c.flags_rqpn() >> 28) & 3 != 0;
@@ -346,7 +366,7 @@ impl Cq {
     #[inline(always)]
     fn next_is_sw_owned(&self) -> bool {
         let e = self.ring().entry64(self.ci as usize * CQE_SIZE);
-        RawCqe::is_sw_owned(e.load_acquire(CQE_SIZE - 1), self.ci, self.log_size)
+        RawCqe::is_sw_owned(e.load_acquire(OP_OWN), self.ci, self.log_size)
     }
 
     /// Takes successful requester completions of the cached QP into `wc`,
@@ -387,11 +407,12 @@ impl Cq {
         // The SQ tail is the last completion's: read once here rather than
         // carried through the loop. The entry stays ours until `set_ci`
         // moves past it, and its slot until the tail does.
-        let last = ring.entry64(c.wrapping_sub(1) as usize * CQE_SIZE);
+        let last = Cqe64(
+            ring.entry64(c.wrapping_sub(1) as usize * CQE_SIZE)
+                .read64b(),
+        );
         // SQ room first, then the CQ's: the order per-entry retiring had.
-        self.dp
-            .cache
-            .publish(sq.next_after(last.read_be16(WQE_COUNTER)));
+        self.dp.cache.publish(sq.next_after(last.wqe_counter()));
         self.ci = c;
         c.wrapping_sub(start) as usize
     }
@@ -406,7 +427,7 @@ impl Cq {
         while got < wc.len() {
             let ci = self.ci;
             let e = ring.entry64(ci as usize * CQE_SIZE);
-            let op_own = e.load_acquire(CQE_SIZE - 1);
+            let op_own = e.load_acquire(OP_OWN);
             if !RawCqe::is_sw_owned(op_own, ci, self.log_size) {
                 break;
             }

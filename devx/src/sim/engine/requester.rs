@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use super::cache::Cache;
-use super::cqe::{self, op, syn, Completion};
+use super::cqe::{self, Completion};
 use super::flush;
 use super::keys::Need;
 use super::msg::{Msg, Op, Reply};
@@ -22,18 +22,10 @@ use super::responder;
 use super::{Engine, Inner, Peer, RnrWait};
 use crate::sim::fw::qp::{st, state};
 use crate::sim::fw::state::State;
-
-/// Send opcodes (prm-guide §5.4).
-pub mod opcode {
-    pub const NOP: u8 = 0x00;
-    pub const RDMA_WRITE: u8 = 0x08;
-    pub const RDMA_WRITE_IMM: u8 = 0x09;
-    pub const SEND: u8 = 0x0a;
-    pub const SEND_IMM: u8 = 0x0b;
-    pub const RDMA_READ: u8 = 0x10;
-    pub const ATOMIC_CS: u8 = 0x11;
-    pub const ATOMIC_FA: u8 = 0x12;
-}
+use prm_layouts::{
+    CqeOpcode, CqeSyndrome, SendOpcode, WqeAtomicSeg, WqeCtrlSeg, WqeDataSeg, WqeDatagramSeg,
+    WqeInlDataSeg, WqeRaddrSeg,
+};
 
 /// fm_ce_se: CQE on completion.
 const CE_CQE: u8 = 0x08;
@@ -41,6 +33,8 @@ const CE_CQE: u8 = 0x08;
 const SE: u8 = 0x02;
 /// Inline data segment flag in byte_count.
 const INLINE: u32 = 0x8000_0000;
+/// Segment unit.
+const DS: usize = WqeDataSeg::SIZE_BYTES;
 
 /// WQEs gathered ahead into one batch for another device; bounds the work
 /// redone when the first of them meets an RNR wait.
@@ -91,12 +85,12 @@ impl Batch {
 
 /// Whether a WQE may join a batch: its message cannot be delivered on this
 /// device nor change anything here before the batch's replies are settled.
-fn batchable(service: u8, opc: u8) -> bool {
-    use opcode::*;
+fn batchable(service: u8, opc: Option<SendOpcode>) -> bool {
+    use SendOpcode::*;
     matches!(service, st::RC | st::UC)
         && matches!(
             opc,
-            SEND | SEND_IMM | RDMA_WRITE | RDMA_WRITE_IMM | RDMA_READ | ATOMIC_CS | ATOMIC_FA
+            Some(Send | SendImm | RdmaWrite | RdmaWriteImm | RdmaRead | AtomicCs | AtomicFa)
         )
 }
 
@@ -104,7 +98,7 @@ fn batchable(service: u8, opc: u8) -> bool {
 enum Outcome {
     /// Completed; the CQE if the WQE asked for one.
     Done(Option<Completion>),
-    Error(u8),
+    Error(CqeSyndrome),
     Rnr(std::time::Duration),
     /// The message (left in [`Inner::outgoing`], which keeps this type
     /// small) is for peer [`Inner::remote`] `.0`.
@@ -114,13 +108,40 @@ enum Outcome {
     Pending,
 }
 
-fn be32(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4)
-        .map_or(0, |s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+// A WQE's segments by layout; bytes past a short WQE read as zero.
+
+/// The control segment that starts every send WQE.
+pub(crate) fn ctrl(wqe: &[u8]) -> WqeCtrlSeg {
+    WqeCtrlSeg::from_slice(wqe).copied().unwrap_or_default()
 }
 
-fn be64(b: &[u8], at: usize) -> u64 {
-    (u64::from(be32(b, at)) << 32) | u64::from(be32(b, at + 4))
+/// The WQE's send opcode, if it is one the PRM defines.
+fn send_opcode(wqe: &[u8]) -> Option<SendOpcode> {
+    SendOpcode::from_raw(ctrl(wqe).opcode())
+}
+
+/// UD: the address vector after the control segment.
+fn datagram(wqe: &[u8]) -> WqeDatagramSeg {
+    wqe.get(WqeCtrlSeg::SIZE_BYTES..)
+        .and_then(WqeDatagramSeg::from_slice)
+        .copied()
+        .unwrap_or_default()
+}
+
+/// RDMA and atomics: the remote address after the control segment.
+fn raddr(wqe: &[u8]) -> WqeRaddrSeg {
+    wqe.get(WqeCtrlSeg::SIZE_BYTES..)
+        .and_then(WqeRaddrSeg::from_slice)
+        .copied()
+        .unwrap_or_default()
+}
+
+/// Atomics: the operands after the remote address.
+fn atomic(wqe: &[u8]) -> WqeAtomicSeg {
+    wqe.get(WqeCtrlSeg::SIZE_BYTES + WqeRaddrSeg::SIZE_BYTES..)
+        .and_then(WqeAtomicSeg::from_slice)
+        .copied()
+        .unwrap_or_default()
 }
 
 /// How one doorbell (or timer tick) entered the loop.
@@ -236,7 +257,7 @@ fn drive_with(
             let mut b = inner.batch.take().unwrap_or_default();
             let more = matches!(msg.op, Op::Send | Op::Write);
             b.push(&wqe[..len], msg);
-            if more && batchable(v.service, wqe[3]) {
+            if more && batchable(v.service, send_opcode(&wqe[..len])) {
                 gather_batch(eng, st, inner, &v, at, &mut b, ci, pi, wqe);
             }
             queue::save_sq(st, qpn, ci);
@@ -270,7 +291,7 @@ fn gather_batch(
         let Some(len) = v.read_send_wqe(next, wqe) else {
             return;
         };
-        if !batchable(v.service, wqe[3]) {
+        if !batchable(v.service, send_opcode(&wqe[..len])) {
             return;
         }
         match execute(eng, st, inner, v, &wqe[..len]) {
@@ -344,7 +365,7 @@ fn settle(
                 eng.start_timer(inner);
                 return false;
             }
-            Outcome::Error(syn::RNR_RETRY_EXC)
+            Outcome::Error(CqeSyndrome::RnrRetryExcErr)
         }
         o => o,
     };
@@ -355,12 +376,12 @@ fn settle(
         }
         Outcome::Error(s) => {
             let c = Completion {
-                opcode: op::REQ_ERR,
+                opcode: CqeOpcode::ReqErr,
                 qpn: v.qpn,
-                send_opcode: wqe[3],
-                wqe_counter: u16::from_be_bytes([wqe[1], wqe[2]]),
+                send_opcode: ctrl(wqe).opcode(),
+                wqe_counter: ctrl(wqe).wqe_index(),
                 user_index: v.user_index,
-                syndrome: s,
+                syndrome: Some(s),
                 ..Completion::default()
             };
             cqe::push(st, v.cqn_snd, &c);
@@ -377,14 +398,15 @@ fn settle(
 
 /// The requester's CQE for a WQE that completed.
 fn success(v: &QpView, wqe: &[u8], byte_cnt: u32) -> Outcome {
-    if wqe[11] & CE_CQE == 0 {
+    let c = ctrl(wqe);
+    if c.fm_ce_se() & CE_CQE == 0 {
         return Outcome::Done(None);
     }
     Outcome::Done(Some(Completion {
-        opcode: op::REQ,
+        opcode: CqeOpcode::Req,
         qpn: v.qpn,
-        send_opcode: wqe[3],
-        wqe_counter: u16::from_be_bytes([wqe[1], wqe[2]]),
+        send_opcode: c.opcode(),
+        wqe_counter: c.wqe_index(),
         byte_cnt,
         user_index: v.user_index,
         ..Completion::default()
@@ -392,24 +414,33 @@ fn success(v: &QpView, wqe: &[u8], byte_cnt: u32) -> Outcome {
 }
 
 /// Where the data segments of an `opc` WQE start, for the QP's transport.
-fn layout(service: u8, opc: u8) -> Option<(Op, usize)> {
-    use opcode::*;
+fn layout(service: u8, opc: Option<SendOpcode>) -> Option<(Op, usize)> {
+    use SendOpcode::*;
+    let opc = opc?;
     let ok = match service {
         st::RC => true,
-        st::UC => matches!(opc, SEND | SEND_IMM | RDMA_WRITE | RDMA_WRITE_IMM),
-        st::UD => matches!(opc, SEND | SEND_IMM),
+        st::UC => matches!(opc, Send | SendImm | RdmaWrite | RdmaWriteImm),
+        st::UD => matches!(opc, Send | SendImm),
         _ => false,
     };
     if !ok {
         return None;
     }
-    let ud = if service == st::UD { 48 } else { 0 };
+    // Segments after the ctrl segment: the address vector (UD), then the
+    // remote address and the atomic's operands.
+    let ud = if service == st::UD {
+        WqeDatagramSeg::SIZE_BYTES
+    } else {
+        0
+    };
+    let ctrl = WqeCtrlSeg::SIZE_BYTES;
+    let raddr = ctrl + WqeRaddrSeg::SIZE_BYTES;
     Some(match opc {
-        SEND | SEND_IMM => (Op::Send, 16 + ud),
-        RDMA_WRITE | RDMA_WRITE_IMM => (Op::Write, 32),
-        RDMA_READ => (Op::Read, 32),
-        ATOMIC_CS => (Op::CmpSwap, 48),
-        ATOMIC_FA => (Op::FetchAdd, 48),
+        Send | SendImm => (Op::Send, ctrl + ud),
+        RdmaWrite | RdmaWriteImm => (Op::Write, raddr),
+        RdmaRead => (Op::Read, raddr),
+        AtomicCs => (Op::CmpSwap, raddr + WqeAtomicSeg::SIZE_BYTES),
+        AtomicFa => (Op::FetchAdd, raddr + WqeAtomicSeg::SIZE_BYTES),
         _ => return None,
     })
 }
@@ -421,30 +452,40 @@ fn gather(
     v: &QpView,
     segs: &[u8],
     out: &mut Vec<u8>,
-) -> Result<(), u8> {
+) -> Result<(), CqeSyndrome> {
     out.clear();
     let mut at = 0;
-    while at + 16 <= segs.len() || (at + 4 <= segs.len() && be32(segs, at) & INLINE != 0) {
-        let bc = be32(segs, at);
+    let byte_count = |at: usize| {
+        segs.get(at..)
+            .and_then(WqeInlDataSeg::from_slice)
+            .map_or(0, WqeInlDataSeg::byte_count)
+    };
+    while at + DS <= segs.len() || byte_count(at) & INLINE != 0 {
+        let bc = byte_count(at);
         if bc & INLINE != 0 {
             let n = (bc & !INLINE) as usize;
-            let data = segs.get(at + 4..at + 4 + n).ok_or(syn::LOCAL_QP_OP)?;
+            let start = at + WqeInlDataSeg::SIZE_BYTES;
+            let data = segs
+                .get(start..start + n)
+                .ok_or(CqeSyndrome::LocalQpOpErr)?;
             out.extend_from_slice(data);
-            at += (4 + n).div_ceil(16) * 16;
+            at += (WqeInlDataSeg::SIZE_BYTES + n).div_ceil(DS) * DS;
             continue;
         }
-        let lkey = be32(segs, at + 4);
-        let addr = be64(segs, at + 8);
-        at += 16;
+        let Some(seg) = segs.get(at..).and_then(WqeDataSeg::from_slice) else {
+            break;
+        };
+        let (lkey, addr) = (seg.lkey(), seg.addr());
+        at += DS;
         if bc == 0 {
             continue;
         }
         if out.len() as u64 + u64::from(bc) > v.max_msg() {
-            return Err(syn::LOCAL_LENGTH);
+            return Err(CqeSyndrome::LocalLengthErr);
         }
         let span = cache
             .resolve(st, lkey, addr, u64::from(bc), v.pd, Need::LocalRead)
-            .map_err(|_| syn::LOCAL_PROT)?;
+            .map_err(|_| CqeSyndrome::LocalProtErr)?;
         if !span.read_append(0, bc as usize, out) {
             out.resize(out.len() + bc as usize, 0);
         }
@@ -460,24 +501,24 @@ fn local_scatter(
     v: &QpView,
     segs: &[u8],
     data: Option<&[u8]>,
-) -> Result<u64, u8> {
+) -> Result<u64, CqeSyndrome> {
     let mut room = 0u64;
     let mut placed = 0usize;
-    for seg in segs.chunks_exact(16) {
-        let bc = be32(seg, 0);
+    for seg in segs.chunks_exact(DS).filter_map(WqeDataSeg::from_slice) {
+        let bc = seg.byte_count();
         if bc == 0 {
             continue;
         }
         let span = cache
             .resolve(
                 st,
-                be32(seg, 4),
-                be64(seg, 8),
+                seg.lkey(),
+                seg.addr(),
                 u64::from(bc),
                 v.pd,
                 Need::LocalWrite,
             )
-            .map_err(|_| syn::LOCAL_PROT)?;
+            .map_err(|_| CqeSyndrome::LocalProtErr)?;
         if let Some(d) = data {
             let n = (bc as usize).min(d.len() - placed);
             span.write(0, &d[placed..placed + n]);
@@ -490,19 +531,20 @@ fn local_scatter(
 
 /// Executes one send WQE up to the point where the responder is needed.
 fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u8]) -> Outcome {
-    let opc = wqe[3];
-    if opc == opcode::NOP {
+    let c = ctrl(wqe);
+    let opc = SendOpcode::from_raw(c.opcode());
+    if opc == Some(SendOpcode::Nop) {
         return success(v, wqe, 0);
     }
-    if opc == super::umr::OPCODE {
+    if opc == Some(SendOpcode::Umr) {
         return super::umr::execute(st, v, wqe)
             .map_or_else(Outcome::Error, |()| success(v, wqe, 0));
     }
     let Some((op, data_off)) = layout(v.service, opc) else {
-        return Outcome::Error(syn::LOCAL_QP_OP);
+        return Outcome::Error(CqeSyndrome::LocalQpOpErr);
     };
     if wqe.len() < data_off {
-        return Outcome::Error(syn::LOCAL_QP_OP);
+        return Outcome::Error(CqeSyndrome::LocalQpOpErr);
     }
     let segs = &wqe[data_off..];
     let data = match inner.scratch.capacity() {
@@ -512,25 +554,21 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
     let mut msg = Msg::new(op, data);
     msg.service = v.service;
     msg.src_qpn = v.qpn;
-    msg.solicited = wqe[11] & SE != 0;
-    if matches!(opc, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM) {
-        msg.imm = Some([wqe[12], wqe[13], wqe[14], wqe[15]]);
+    msg.solicited = c.fm_ce_se() & SE != 0;
+    if matches!(opc, Some(SendOpcode::SendImm | SendOpcode::RdmaWriteImm)) {
+        msg.imm = Some(c.imm().to_be_bytes());
     }
     let (dst_gid, dst_qpn, sgid_index) = if v.service == st::UD {
-        let qkey = be32(wqe, 16);
+        let av = datagram(wqe);
+        let qkey = av.key().qkey().qkey();
         // A q_key with the high bit set means "use the QP's own".
         msg.qkey = if qkey & 0x8000_0000 != 0 {
             v.q_key
         } else {
             qkey
         };
-        let mut gid = [0u8; 16];
-        gid.copy_from_slice(&wqe[48..64]);
-        (
-            gid,
-            be32(wqe, 24) & 0x00ff_ffff,
-            (be32(wqe, 44) >> 20) as u8,
-        )
+        // grh_gid_fl: [27:20] the SGID index.
+        (*av.rgid(), av.dqp_dct(), (av.grh_gid_fl() >> 20) as u8)
     } else {
         (v.rgid, v.remote_qpn, v.sgid_index)
     };
@@ -540,38 +578,38 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
     let r = match op {
         Op::Send | Op::Write => {
             if op == Op::Write {
-                msg.raddr = be64(wqe, 16);
-                msg.rkey = be32(wqe, 24);
+                msg.raddr = raddr(wqe).raddr();
+                msg.rkey = raddr(wqe).rkey();
             }
             gather(st, &mut inner.cache, v, segs, &mut msg.data).and_then(|()| {
                 if v.service == st::UD && msg.data.len() as u64 > v.mtu_bytes() {
-                    Err(syn::LOCAL_LENGTH)
+                    Err(CqeSyndrome::LocalLengthErr)
                 } else {
                     Ok(())
                 }
             })
         }
         Op::Read => {
-            msg.raddr = be64(wqe, 16);
-            msg.rkey = be32(wqe, 24);
+            msg.raddr = raddr(wqe).raddr();
+            msg.rkey = raddr(wqe).rkey();
             local_scatter(st, &mut inner.cache, v, segs, None).and_then(|room| {
                 msg.len = room;
                 if room > v.max_msg() {
-                    Err(syn::LOCAL_LENGTH)
+                    Err(CqeSyndrome::LocalLengthErr)
                 } else {
                     Ok(())
                 }
             })
         }
         Op::CmpSwap | Op::FetchAdd => {
-            msg.raddr = be64(wqe, 16);
-            msg.rkey = be32(wqe, 24);
-            msg.swap_add = be64(wqe, 32);
-            msg.compare = be64(wqe, 40);
+            msg.raddr = raddr(wqe).raddr();
+            msg.rkey = raddr(wqe).rkey();
+            msg.swap_add = atomic(wqe).swap_add();
+            msg.compare = atomic(wqe).compare();
             msg.len = 8;
             match local_scatter(st, &mut inner.cache, v, segs, None) {
                 Ok(8) => Ok(()),
-                Ok(_) => Err(syn::LOCAL_LENGTH),
+                Ok(_) => Err(CqeSyndrome::LocalLengthErr),
                 Err(e) => Err(e),
             }
         }
@@ -585,7 +623,7 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
         None => {
             inner.scratch = msg.data;
             return if v.service == st::RC {
-                Outcome::Error(syn::TRANSPORT_RETRY_EXC)
+                Outcome::Error(CqeSyndrome::TransportRetryExcErr)
             } else {
                 success(v, wqe, 0)
             };
@@ -617,7 +655,7 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
 /// The requester's part after an ACK: place READ data or the atomic's
 /// original value, and build the CQE.
 fn finish(st: &State, cache: &mut Cache, v: &QpView, wqe: &[u8], msg: &Msg) -> Outcome {
-    let Some((_, data_off)) = layout(v.service, wqe[3]) else {
+    let Some((_, data_off)) = layout(v.service, send_opcode(wqe)) else {
         return success(v, wqe, 0);
     };
     let segs = wqe.get(data_off..).unwrap_or(&[]);
