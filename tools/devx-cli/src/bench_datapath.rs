@@ -1,15 +1,17 @@
 //! `bench datapath`: the direct data path on emulated devices. Posting is
 //! timed with the device's engine paused (doorbells held, executed between
-//! timed rounds); polling over CQ rings filled by hand; and 64-byte RDMA
-//! WRITEs end to end between two emulated devices.
+//! timed rounds, or discarded by a reset of the QP); polling over CQ rings
+//! filled by hand; and 64-byte RDMA WRITEs end to end between two emulated
+//! devices. Each point but the last has a twin of the same name in
+//! `tools/bench-c/datapath.c`; `--compare-c` runs both (see [`compare_c`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use devx::sim::SimDevice;
 use verbs::{
-    AccessFlags, AhAttr, Context, Cq, InitAttr, Mr, Mtu, Pd, Qp, QpCap, QpInit, QpType, RtrAttr,
-    RtsAttr, SendWr, Sge, Wc,
+    AccessFlags, Ah, AhAttr, Context, Cq, InitAttr, Mr, Mtu, Pd, Qp, QpCap, QpInit, QpType,
+    RtrAttr, RtsAttr, SendBatch, SendWr, Sge, Wc,
 };
 
 use crate::bench::Metric;

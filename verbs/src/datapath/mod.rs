@@ -129,7 +129,7 @@ impl QpDataPath {
         self.sq.cur_post = 0;
         self.sq.tail_seen = 0;
         self.sq.db.reset();
-        self.rq.head = 0;
+        self.rq.reset();
         self.sq.track.reset();
     }
 }
