@@ -61,6 +61,64 @@ mod datapath {
         }
     }
 
+    /// QPs taking turns on one CQ: every completion names its QP's request,
+    /// and each QP's send queue room comes back.
+    #[test]
+    fn completions_of_qps_taking_turns() {
+        let (ctx, _sim, _rec) = recorded(500);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(31).unwrap();
+        let mut qps: Vec<_> = (0..3)
+            .map(|_| {
+                let qp = pd
+                    .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap()))
+                    .unwrap();
+                rts(&qp);
+                qp
+            })
+            .collect();
+        let s = [Sge::new(0x1000, 8, 1)];
+        let mut wc = [Wc::default(); 32];
+        for round in 0..3u32 {
+            // Every QP's SQ full, completions interleaved: QP 0, 1, 2, 0, ...
+            let per_qp = qps[0].cap().max_send_wr;
+            for i in 0..per_qp {
+                for (q, qp) in qps.iter_mut().enumerate() {
+                    let id = u64::from(round * 1000 + i) * 10 + q as u64;
+                    qp.post_send(&SendWr::send(id, &s)).unwrap();
+                    let idx = qp.send_queue().cur_post() - 1;
+                    let mut c = cqe(0x0, 0, qp.qpn(), idx as u16);
+                    c[56] = 0x0a;
+                    let slot = cq.consumer_index() + i * 3 + q as u32;
+                    c[63] |= ((slot / cq.memory().entries) & 1) as u8;
+                    put_cqe(&cq, slot % cq.memory().entries, c);
+                }
+            }
+            for qp in &mut qps {
+                assert!(qp.post_send(&SendWr::send(0, &s)).is_err(), "full");
+            }
+            let n = (per_qp * 3) as usize;
+            let mut got = 0;
+            while got < n {
+                let k = cq.poll(&mut wc[..(n - got).min(32)]);
+                assert!(k > 0, "{got} of {n}");
+                for (j, w) in wc[..k].iter().enumerate() {
+                    let (i, q) = ((got + j) / 3, (got + j) % 3);
+                    assert_eq!(w.status, WcStatus::Success);
+                    assert_eq!(w.qp_num, qps[q].qpn());
+                    assert_eq!(
+                        w.wr_id,
+                        (u64::from(round * 1000) + i as u64) * 10 + q as u64
+                    );
+                }
+                got += k;
+            }
+            for qp in &mut qps {
+                assert_eq!(qp.send_queue().in_use(), 0);
+            }
+        }
+    }
+
     #[test]
     fn poll_respects_the_output_length() {
         let (ctx, _sim, _rec) = recorded(500);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use devx::sim::SimDevice;
 use verbs::{
     AccessFlags, Ah, AhAttr, Context, Cq, InitAttr, Mr, Mtu, Pd, Qp, QpCap, QpInit, QpType,
-    RtrAttr, RtsAttr, SendBatch, SendWr, Sge, Wc,
+    RtrAttr, RtsAttr, SendWr, Sge, Wc,
 };
 
 use prm_layouts::{CqeOpcode, SendOpcode};
@@ -119,21 +119,32 @@ fn drain(cq: &mut Cq, n: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// One batch of 16 requests `$wr` (request `$i` = `$id` + 0..16, `$sig`
+/// true for the last), one doorbell; a `Result<(), String>`. A macro rather
+/// than a function taking a closure: the request is built inside the loop,
+/// as an application's would be, so the compiler folds it into the stores.
+macro_rules! post_batch {
+    ($qp:expr, $id:expr, |$i:ident, $sig:ident| $wr:expr) => {{
+        let mut b = $qp.send_batch();
+        let mut res = Ok(());
+        for k in 0..BATCH {
+            let ($i, $sig) = ($id + k, k == BATCH - 1);
+            if let Err(err) = b.post(&$wr) {
+                res = Err(err);
+                break;
+            }
+        }
+        b.ring();
+        // Reported after the doorbell: no formatting while the batch is open.
+        res.map_err(e("post_send"))
+    }};
+}
+
 /// One batch of 16 64-byte RDMA WRITEs, the last signaled.
 #[inline(always)]
 fn post_batch(qp: &mut Qp, sge: &[Sge; 1], raddr: u64, rkey: u32, id: u64) -> Result<(), String> {
-    let mut b = qp.send_batch();
-    let mut res = Ok(());
-    for i in 0..BATCH {
-        let wr = SendWr::rdma_write(id + i, sge, raddr, rkey).signaled(i == BATCH - 1);
-        if let Err(err) = b.post(&wr) {
-            res = Err(err);
-            break;
-        }
-    }
-    b.ring();
-    // Reported after the doorbell: no formatting while the batch is open.
-    res.map_err(e("post_send"))
+    post_batch!(qp, id, |i, sig| SendWr::rdma_write(i, sge, raddr, rkey)
+        .signaled(sig))
 }
 
 /// ns per WQE posted, with the engine paused during the timed part.
@@ -233,15 +244,15 @@ fn cap(max_send_sge: u32, max_inline_data: u32) -> QpCap {
     }
 }
 
-/// ns per request posted by `post` (request `i`, signaled or not), 16 per
-/// doorbell, with the engine paused. Between rounds the QP is reset and
+/// ns per request posted by `batch` (16 requests from id `i`, one
+/// doorbell), with the engine paused. Between rounds the QP is reset and
 /// made ready again, so the device never executes what was posted.
 fn post_only(
     a: &Side,
     b: &Side,
     qp: &mut Qp,
     n: u64,
-    mut post: impl FnMut(&mut SendBatch<'_>, u64, bool) -> verbs::Result<()>,
+    mut batch: impl FnMut(&mut Qp, u64) -> Result<(), String>,
 ) -> Result<f64, String> {
     let round = u64::from(ROUND_WRS);
     let (mut done, mut timed) = (0, Duration::ZERO);
@@ -249,20 +260,10 @@ fn post_only(
         let k = round.min(n - done).div_ceil(BATCH) * BATCH;
         a.sim.pause_engine(true);
         let start = Instant::now();
-        let mut res = Ok(());
-        'round: for j in (0..k).step_by(BATCH as usize) {
-            let mut batch = qp.send_batch();
-            for i in 0..BATCH {
-                res = post(&mut batch, done + j + i, i == BATCH - 1);
-                if res.is_err() {
-                    batch.ring();
-                    break 'round;
-                }
-            }
-            batch.ring();
+        for j in (0..k).step_by(BATCH as usize) {
+            batch(qp, done + j)?;
         }
         timed += start.elapsed();
-        res.map_err(e("post_send"))?;
         qp.reset().map_err(e("reset"))?;
         ready(qp, b)?;
         a.sim.pause_engine(false);
@@ -275,8 +276,10 @@ fn post_only(
 fn inline64_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
     let (_cq, mut qp) = extra_qp(a, b, QpType::Rc, cap(1, 64))?;
     let payload = [0xab_u8; 64];
-    post_only(a, b, &mut qp, n, |batch, i, sig| {
-        batch.post(&SendWr::send(i, &[]).inline_data(&payload).signaled(sig))
+    post_only(a, b, &mut qp, n, |qp, id| {
+        post_batch!(qp, id, |i, sig| SendWr::send(i, &[])
+            .inline_data(&payload)
+            .signaled(sig))
     })
 }
 
@@ -285,8 +288,9 @@ fn sge4_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
     let (_cq, mut qp) = extra_qp(a, b, QpType::Rc, cap(4, 0))?;
     let sgl: [Sge; 4] = std::array::from_fn(|j| Sge::from_mr(&a.mr, 16 * j, 16));
     let (raddr, rkey) = (b.mr.addr() as u64, b.mr.rkey());
-    post_only(a, b, &mut qp, n, |batch, i, sig| {
-        batch.post(&SendWr::rdma_write(i, &sgl, raddr, rkey).signaled(sig))
+    post_only(a, b, &mut qp, n, |qp, id| {
+        post_batch!(qp, id, |i, sig| SendWr::rdma_write(i, &sgl, raddr, rkey)
+            .signaled(sig))
     })
 }
 
@@ -296,8 +300,10 @@ fn ud_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
     let ah: Ah = a.pd.create_ah(&path_to(b)?).map_err(e("create_ah"))?;
     let sge = [Sge::from_mr(&a.mr, 0, 64)];
     let dqpn = b.qp.qpn();
-    post_only(a, b, &mut qp, n, |batch, i, sig| {
-        batch.post(&SendWr::send(i, &sge).ud(&ah, dqpn, QKEY).signaled(sig))
+    post_only(a, b, &mut qp, n, |qp, id| {
+        post_batch!(qp, id, |i, sig| SendWr::send(i, &sge)
+            .ud(&ah, dqpn, QKEY)
+            .signaled(sig))
     })
 }
 

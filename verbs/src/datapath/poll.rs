@@ -369,50 +369,62 @@ impl Cq {
         RawCqe::is_sw_owned(e.load_acquire(OP_OWN), self.ci, self.log_size)
     }
 
-    /// Takes successful requester completions of the cached QP into `wc`,
-    /// reading just the fields they need, until the ring runs dry or an
-    /// entry needs the general path (which then looks at it afresh); returns
-    /// how many. Moves the consumer counter and publishes the SQ tail they
-    /// retire up to. Out of line, so its loop has the registers to itself:
-    /// everything it needs is loaded once into locals.
+    /// Takes successful requester completions into `wc`, reading just the
+    /// fields they need, until the ring runs dry or an entry needs the
+    /// general path (which then looks at it afresh); returns how many. Runs
+    /// of one QP's completions are taken with that QP's SQ in registers; at
+    /// the next QP's completion the cache moves to it, if it holds it.
+    /// Moves the consumer counter and publishes, per run, the SQ tail it
+    /// retires up to. Out of line, so its loop has the registers to itself.
     #[inline(never)]
     fn take_hot(&mut self, wc: &mut [Wc]) -> usize {
-        let Some(sq) = self.dp.cache.hot_sq() else {
-            return 0;
-        };
         let ring = self.ring();
         let log = self.log_size;
         let start = self.ci;
         let mut c = start;
         // At most 2^32 − 1 at once: the count is the counter's progress.
         let n = wc.len().min(u32::MAX as usize);
-        let mut out = &mut wc[..n];
-        loop {
-            // A stretch up to the ring's end: one lap, no wrapping.
-            let run = ring.run64(c as usize * CQE_SIZE, out.len());
-            let lap = ((c >> log) & 1) as u8;
-            let k = take_run(run, lap, sq, out);
-            c = c.wrapping_add(k as u32);
-            // Done unless the whole stretch was taken and there is room for
-            // more (`k == 0` also ends a stretch of none, which `run64` never
-            // makes while `out` has room).
-            if k == 0 || k < run.len() || k == out.len() {
+        let mut got = 0;
+        while let Some(sq) = self.dp.cache.hot_sq() {
+            let from = c;
+            while let Some(out) = wc.get_mut(got..n) {
+                // A stretch up to the ring's end: one lap, no wrapping.
+                let run = ring.run64(c as usize * CQE_SIZE, out.len());
+                let lap = ((c >> log) & 1) as u8;
+                let k = take_run(run, lap, sq, out);
+                c = c.wrapping_add(k as u32);
+                got += k;
+                // Done unless the whole stretch was taken and there is room
+                // for more (`k == 0` also ends a stretch of none, which
+                // `run64` never makes while `out` has room).
+                if k == 0 || k < run.len() || got == n {
+                    break;
+                }
+            }
+            if c != from {
+                // The SQ tail is the run's last completion's: read once here
+                // rather than carried through the loop. The entry stays ours
+                // until `set_ci` moves past it, and its slot until the tail
+                // does.
+                let last = ring.entry64(c.wrapping_sub(1) as usize * CQE_SIZE);
+                let last = Cqe64(last.read64b());
+                self.dp.cache.publish(sq.next_after(last.wqe_counter()));
+            }
+            let hot_qpn = sq.qpn();
+            if got == n {
                 break;
             }
-            out = &mut out[k..];
+            // Another QP's successful requester completion next? (The same
+            // QP's, refused, goes to the general path.)
+            let e = ring.entry64(c as usize * CQE_SIZE);
+            if !is_hot_req(e.load_acquire(OP_OWN), ((c >> log) & 1) as u8) {
+                break;
+            }
+            let qpn = Cqe64(e.read64b()).sop_drop_qpn() & 0xff_ffff;
+            if qpn == hot_qpn || !self.dp.cache.switch(qpn) {
+                break;
+            }
         }
-        if c == start {
-            return 0;
-        }
-        // The SQ tail is the last completion's: read once here rather than
-        // carried through the loop. The entry stays ours until `set_ci`
-        // moves past it, and its slot until the tail does.
-        let last = Cqe64(
-            ring.entry64(c.wrapping_sub(1) as usize * CQE_SIZE)
-                .read64b(),
-        );
-        // SQ room first, then the CQ's: the order per-entry retiring had.
-        self.dp.cache.publish(sq.next_after(last.wqe_counter()));
         self.ci = c;
         c.wrapping_sub(start) as usize
     }

@@ -51,7 +51,17 @@ impl Ring {
     #[inline(always)]
     pub(crate) fn write_bytes(&self, off: usize, data: &[u8]) {
         let start = off & self.mask;
-        let first = data.len().min(self.len() - start);
+        if data.len() <= self.len() - start {
+            // SAFETY: `start + data.len() ≤ len`: inside the mapping; `data`
+            // is caller memory, never the ring. One copy of the caller's
+            // length, which the compiler may know, where the split below
+            // has two of unknown lengths. Ordering as in `write_seg`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), self.at(start), data.len());
+            }
+            return;
+        }
+        let first = self.len() - start;
         let (head, tail) = data.split_at(first);
         // SAFETY: `start + first ≤ len` and `tail.len() < len` (callers copy at
         // most one WQE, smaller than the ring), so both copies stay inside the

@@ -223,6 +223,8 @@ impl Registry {
 pub(crate) struct PollCache {
     reg: Arc<Registry>,
     qps: Vec<Arc<QpTrack>>,
+    /// `qps[i].qpn`, side by side, so finding a QP reads no track.
+    qpns: Vec<u32>,
     last: usize,
 }
 
@@ -269,6 +271,7 @@ impl PollCache {
         PollCache {
             reg,
             qps: Vec::new(),
+            qpns: Vec::new(),
             last: 0,
         }
     }
@@ -330,20 +333,31 @@ impl PollCache {
         }
     }
 
+    /// Points `last` at `qpn`'s track if the cache holds it (alive); the
+    /// registry is not asked. How polling moves between the QPs of a CQ.
+    #[inline]
+    pub(crate) fn switch(&mut self, qpn: u32) -> bool {
+        let found = self.qpns.iter().position(|&q| q == qpn);
+        match found.and_then(|i| Some(i).zip(self.qps.get(i))) {
+            Some((i, t)) if t.is_alive() => {
+                self.last = i;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Points `last` at `qpn`'s track, fetching it from the registry if the
     /// cache lacks it. Out of line: the hot path polls one QP after another.
     #[cold]
     #[inline(never)]
     fn refresh(&mut self, qpn: u32) -> Option<()> {
-        let hit = |t: &Arc<QpTrack>| t.qpn == qpn && t.is_alive();
-        match self.qps.iter().position(hit) {
-            Some(i) => self.last = i,
-            None => {
-                let t = self.reg.find(qpn)?;
-                self.qps.retain(|t| t.is_alive());
-                self.qps.push(t);
-                self.last = self.qps.len() - 1;
-            }
+        if !self.switch(qpn) {
+            let t = self.reg.find(qpn)?;
+            self.qps.retain(|t| t.is_alive());
+            self.qps.push(t);
+            self.qpns = self.qps.iter().map(|t| t.qpn).collect();
+            self.last = self.qps.len() - 1;
         }
         Some(())
     }
