@@ -201,6 +201,33 @@ fn poll_ns(a: &mut Side, n: u64) -> Result<f64, String> {
     Ok(timed.as_nanos() as f64 / (laps * entries) as f64)
 }
 
+/// ns per CQE polled lazily (`start_poll`), reading the wr_id, length and
+/// QPN of each, from a full ring of hand-written requester CQEs.
+fn poll_lazy_ns(a: &mut Side, n: u64) -> Result<(f64, u64), String> {
+    let m = a.cq.memory();
+    let entries = u64::from(m.entries);
+    let qpn = a.qp.qpn();
+    let laps = n.div_ceil(entries).max(1);
+    let (mut timed, mut sum) = (Duration::ZERO, 0u64);
+    for _ in 0..laps {
+        let ci = u64::from(a.cq.consumer_index());
+        for c_idx in ci..ci + entries {
+            put_cqe(&m, c_idx, qpn, (c_idx % entries) as u16);
+        }
+        let start = Instant::now();
+        let mut got = 0;
+        for c in a.cq.start_poll() {
+            sum = sum.wrapping_add(c.wr_id() + u64::from(c.byte_len() + c.qp_num()));
+            got += 1;
+        }
+        timed += start.elapsed();
+        if got != entries {
+            return Err(format!("bench datapath: lazy poll took {got} of {entries}"));
+        }
+    }
+    Ok((timed.as_nanos() as f64 / (laps * entries) as f64, sum))
+}
+
 /// 64-byte RDMA WRITEs per second, end to end, 4 batches in flight.
 fn e2e_rate(a: &mut Side, b: &Side, n: u64) -> Result<f64, String> {
     let sge = [Sge::from_mr(&a.mr, 0, 64)];
@@ -408,6 +435,8 @@ pub fn datapath(iterations: u64) -> Result<Vec<Metric>, String> {
     let post = post_ns(&mut a, &b, iterations)?;
     let rate = e2e_rate(&mut a, &b, iterations.min(1 << 20))?;
     let poll = poll_ns(&mut a, iterations)?;
+    let (poll_lazy, sum) = poll_lazy_ns(&mut a, iterations)?;
+    std::hint::black_box(sum);
     let inline64 = inline64_ns(&a, &b, iterations)?;
     let sge4 = sge4_ns(&a, &b, iterations)?;
     let ud = ud_ns(&a, &b, iterations)?;
@@ -426,6 +455,11 @@ pub fn datapath(iterations: u64) -> Result<Vec<Metric>, String> {
             "ns per RDMA_WRITE WQE (1 SGE, 16 per doorbell, engine paused)",
         ),
         m("poll_ns_per_cqe", poll, "ns per CQE (full 4096-entry ring)"),
+        m(
+            "poll_lazy_ns_per_cqe",
+            poll_lazy,
+            "ns per CQE polled with start_poll, wr_id + length + QPN read",
+        ),
         m(
             "send_inline64_ns_per_wqe",
             inline64,

@@ -12,10 +12,10 @@ use prm_layouts::{Cqe64, CqeOpcode, ErrCqe};
 /// `op_own[3:2]` of a compressed CQE; never enabled by this library.
 const FORMAT_COMPRESSED: u8 = 3;
 /// `dbrec[0]`: set_ci.
-const SET_CI: usize = 0;
+pub(super) const SET_CI: usize = 0;
 /// `op_own` (opcode, format, solicited, owner) is a CQE's last byte, the
 /// one the device writes last.
-const OP_OWN: usize = Cqe64::SIZE_BYTES - 1;
+pub(super) const OP_OWN: usize = Cqe64::SIZE_BYTES - 1;
 
 /// One 64-byte CQE as the device wrote it, with its fields by name
 /// (prm-guide §6.1, §6.4).
@@ -150,7 +150,7 @@ fn op_own_cqe(op_own: u8) -> Cqe64 {
 /// leaves one range check: the result is below 6 exactly when the top bit,
 /// the opcode bits and the format bits are all as required.
 #[inline(always)]
-fn is_hot_req(op_own: u8, lap: u8) -> bool {
+pub(super) fn is_hot_req(op_own: u8, lap: u8) -> bool {
     const { assert!(CqeOpcode::Req.raw() == 0 && FORMAT_COMPRESSED == 3) };
     (op_own ^ lap).rotate_right(1) < 6
 }
@@ -207,7 +207,7 @@ fn take_run(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
 /// the SQ tail it retires up to on the QP the cache then points at, for the
 /// caller to publish.
 #[inline(never)]
-fn complete_any(c: &RawCqe, cache: &mut PollCache) -> (Option<Wc>, PendingTail) {
+pub(super) fn complete_any(c: &RawCqe, cache: &mut PollCache) -> (Option<Wc>, PendingTail) {
     let mut pending = None;
     let wc = decode_any(c, cache, &mut pending);
     (wc, pending)
@@ -297,8 +297,8 @@ fn decode_any(c: &RawCqe, cache: &mut PollCache, pending: &mut PendingTail) -> O
 
 /// A CQ's poller state: its QP cache and doorbell record.
 pub(crate) struct Poller {
-    cache: PollCache,
-    dbrec: DbRec,
+    pub(super) cache: PollCache,
+    pub(super) dbrec: DbRec,
 }
 
 impl Poller {
@@ -355,7 +355,7 @@ impl Cq {
 
     /// The CQE ring.
     #[inline(always)]
-    fn ring(&self) -> Ring {
+    pub(super) fn ring(&self) -> Ring {
         // SAFETY: `ring_addr` is this CQ's current ring of `2^log_size`
         // 64-byte entries, kept mapped by the CQ; `resize` (which moves it)
         // needs `&mut self`, so it cannot run while a poll uses the copy.
