@@ -8,6 +8,7 @@
 use prm_layouts::Cqe64;
 
 use super::poll::{complete_any, is_hot_req, RawCqe, OP_OWN, SET_CI};
+use super::ring::Ring;
 use super::track::PendingTail;
 use super::wc::{Wc, WcOpcode, WcStatus};
 use crate::cq::{Cq, CQE_SIZE};
@@ -17,6 +18,11 @@ use crate::cq::{Cq, CQE_SIZE};
 /// the completions freed. Holds the CQ exclusively, as polling must.
 pub struct Poll<'a> {
     cq: &'a mut Cq,
+    /// The CQ's ring and size, and the consumer counter, kept here while
+    /// the poll runs (the counter goes back to the CQ when it ends).
+    ring: Ring,
+    log: u32,
+    ci: u32,
     start: u32,
     /// The SQ tail the cached QP's completions so far retire up to.
     pending: PendingTail,
@@ -128,6 +134,9 @@ impl Cq {
     pub fn start_poll(&mut self) -> Poll<'_> {
         let start = self.ci;
         Poll {
+            ring: self.ring(),
+            log: self.log_size,
+            ci: start,
             cq: self,
             start,
             pending: None,
@@ -140,23 +149,22 @@ impl Poll<'_> {
     #[inline]
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<Completion> {
-        let ring = self.cq.ring();
-        let log = self.cq.log_size;
+        let (ring, log) = (self.ring, self.log);
         loop {
-            let c = self.cq.ci;
+            let c = self.ci;
             let e = ring.entry64(c as usize * CQE_SIZE);
             let op_own = e.load_acquire(OP_OWN);
             if is_hot_req(op_own, ((c >> log) & 1) as u8) {
                 let cqe = Cqe64(e.read64b());
                 if let Some(kind) = self.hot(cqe) {
-                    self.cq.ci = c.wrapping_add(1);
+                    self.ci = c.wrapping_add(1);
                     return Some(Completion { kind });
                 }
             }
             if !RawCqe::is_sw_owned(op_own, c, log) {
                 return None;
             }
-            self.cq.ci = c.wrapping_add(1);
+            self.ci = c.wrapping_add(1);
             // The general decoder may move the cache: what the cached QP's
             // completions freed goes out first.
             let cache = &mut self.cq.dp.cache;
@@ -218,8 +226,9 @@ impl Drop for Poll<'_> {
     /// `ibv_end_poll`: the freed SQ room, then the consumer index.
     fn drop(&mut self) {
         self.cq.dp.cache.publish(self.pending.take());
-        if self.cq.ci != self.start {
-            self.cq.dp.dbrec.store(SET_CI, self.cq.ci & 0xff_ffff);
+        self.cq.ci = self.ci;
+        if self.ci != self.start {
+            self.cq.dp.dbrec.store(SET_CI, self.ci & 0xff_ffff);
         }
     }
 }
