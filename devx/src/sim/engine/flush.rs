@@ -43,8 +43,8 @@ pub fn flush_sq(st: &mut State, v: &QpView, ci: &mut u16) {
         let c = Completion {
             opcode: CqeOpcode::ReqErr,
             qpn: v.qpn,
-            send_opcode: wqe[3],
-            wqe_counter: u16::from_be_bytes([wqe[1], wqe[2]]),
+            send_opcode: super::requester::ctrl(&wqe[..len]).opcode(),
+            wqe_counter: super::requester::ctrl(&wqe[..len]).wqe_index(),
             user_index: v.user_index,
             syndrome: Some(CqeSyndrome::WrFlushErr),
             ..Completion::default()

@@ -98,7 +98,7 @@ impl QpView {
         } else {
             return None;
         };
-        let ds = usize::from(out[7] & 0x3f).max(1);
+        let ds = usize::from(super::requester::ctrl(&out[..]).ds()).max(1);
         let bytes = ds * 16;
         done = done.min(bytes);
         while done < bytes {

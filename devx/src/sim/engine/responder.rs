@@ -15,7 +15,7 @@ use super::queue::{self, QpView, INVALID_LKEY, MAX_RQ_WQE};
 use super::Inner;
 use crate::sim::fw::qp::{rq_type, st, state};
 use crate::sim::fw::state::State;
-use prm_layouts::{CqeOpcode, CqeSyndrome};
+use prm_layouts::{CqeOpcode, CqeSyndrome, WqeDataSeg, WqeSrqNextSeg};
 
 /// Bytes of the GRH a UD receive buffer gets before the payload.
 pub const GRH_BYTES: usize = 40;
@@ -294,21 +294,20 @@ fn scatter(
     let mut part = 0;
     let mut at = 0;
     let mut placed = 0;
-    for seg in segs.chunks_exact(16) {
+    for seg in segs
+        .chunks_exact(WqeDataSeg::SIZE_BYTES)
+        .filter_map(WqeDataSeg::from_slice)
+    {
         if placed == total {
             break;
         }
-        let bc = u32::from_be_bytes([seg[0], seg[1], seg[2], seg[3]]);
-        let lkey = u32::from_be_bytes([seg[4], seg[5], seg[6], seg[7]]);
+        let (bc, lkey, addr) = (seg.byte_count(), seg.lkey(), seg.addr());
         if bc == 0 && lkey == INVALID_LKEY {
             break;
         }
         if bc == 0 {
             continue;
         }
-        let addr = u64::from_be_bytes([
-            seg[8], seg[9], seg[10], seg[11], seg[12], seg[13], seg[14], seg[15],
-        ]);
         let take = (bc as usize).min(total - placed);
         let span = cache
             .resolve(st, lkey, addr, take as u64, pd, Need::LocalWrite)
@@ -394,8 +393,8 @@ fn read_recv(st: &mut State, inner: &mut Inner, v: &QpView, r: &mut Recv) -> Opt
             r.wqe_counter = index as u16;
             let consumed = s.consumed.wrapping_add(1);
             let next = if s.linked_list {
-                r.sge_off = 16;
-                u32::from(u16::from_be_bytes([r.wqe[2], r.wqe[3]]))
+                r.sge_off = WqeSrqNextSeg::SIZE_BYTES;
+                WqeSrqNextSeg::from_slice(&r.wqe).map_or(0, |n| u32::from(n.next_wqe_index()))
             } else {
                 consumed
             };
