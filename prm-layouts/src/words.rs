@@ -119,6 +119,18 @@ impl<const N: usize> Words<N> {
         self
     }
 
+    /// The dwords of wire bytes `b` (`M` must be `4 * N`).
+    #[inline(always)]
+    #[must_use]
+    pub fn from_be_bytes<const M: usize>(b: &[u8; M]) -> Self {
+        const { assert!(M == 4 * N, "M must be 4 * N") };
+        let mut w = [0u32; N];
+        for (d, chunk) in w.iter_mut().zip(b.chunks_exact(4)) {
+            *d = u32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        }
+        Words(w)
+    }
+
     /// Dwords `2i` and `2i + 1` as one host-order u64, the first on top:
     /// the 8 bytes at `8 * i` as a big-endian value.
     ///

@@ -234,10 +234,17 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
     };
     let op = &wr.op;
     if let Some(ud) = &wr.ud {
-        let mut av = *ud.ah.av();
-        av.key_mut().qkey_mut().set_qkey(ud.remote_qkey);
-        av.set_dqp_dct(ud.remote_qpn);
-        for chunk in av.0.chunks_exact(DS) {
+        // The AH's address vector with this request's Q_Key and remote QPN:
+        // its first 16 bytes patched as dwords, the other 32 as they are.
+        use fields::wqe_datagram_seg as f;
+        let av = &ud.ah.av().0;
+        let mut head = [0u8; 16];
+        head.copy_from_slice(&av[..16]);
+        let head = Words::<4>::from_be_bytes(&head)
+            .with(fields::wqe_av_qkey::QKEY, ud.remote_qkey)
+            .with(f::DQP_DCT, ud.remote_qpn);
+        segs.push(head.to_be_bytes());
+        for chunk in av[16..].chunks_exact(DS) {
             let mut s = [0u8; 16];
             s.copy_from_slice(chunk);
             segs.push(s);
