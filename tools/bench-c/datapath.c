@@ -60,26 +60,38 @@ static double now_ns(void)
 
 static inline void barrier(void) { __asm__ volatile("" ::: "memory"); }
 
-static inline uint8_t *wqe_at(struct qp *q, uint32_t bb) { return q->sq + ((bb & (SQ_BBS - 1)) << 6); }
+/* A QP's posting state in locals while a loop posts, as a driver's
+ * posting function keeps it (stores through byte pointers would otherwise
+ * make the compiler reload it from the QP after each). */
+struct sq_state { uint8_t *sq; uint64_t *wr_ids; uint32_t pi, qpn, bf; };
 
-static inline void set_ctrl(struct qp *q, uint8_t opcode, uint32_t ds, int signaled)
+static inline struct sq_state sq_begin(struct qp *q)
 {
-	struct ctrl *c = (struct ctrl *)wqe_at(q, q->pi);
-	c->opmod_idx_opcode = htobe32(((q->pi & 0xffff) << 8) | opcode);
-	c->qpn_ds = htobe32((q->qpn << 8) | ds);
+	return (struct sq_state){ q->sq, q->wr_ids, q->pi, q->qpn, q->bf };
+}
+
+static inline void sq_end(struct qp *q, struct sq_state s) { q->pi = s.pi; q->bf = s.bf; }
+
+static inline uint8_t *wqe_at(const struct sq_state *s, uint32_t bb) { return s->sq + ((bb & (SQ_BBS - 1)) << 6); }
+
+static inline void set_ctrl(const struct sq_state *s, uint8_t opcode, uint32_t ds, int signaled)
+{
+	struct ctrl *c = (struct ctrl *)wqe_at(s, s->pi);
+	c->opmod_idx_opcode = htobe32(((s->pi & 0xffff) << 8) | opcode);
+	c->qpn_ds = htobe32((s->qpn << 8) | ds);
 	c->sig = 0;
 	c->fm_ce_se = signaled ? CE_CQE : 0;
 	c->imm = 0;
 }
 
 /* Doorbell record, then the ctrl segment's first 8 bytes to the BlueFlame register. */
-static inline void ring_db(struct qp *q, uint32_t last_bb)
+static inline void ring_db(struct qp *q, struct sq_state *s, uint32_t last_bb)
 {
 	barrier();
-	q->dbrec[1] = htobe32(q->pi & 0xffff);
+	q->dbrec[1] = htobe32(s->pi & 0xffff);
 	barrier();
-	uar[q->bf / 8] = *(uint64_t *)wqe_at(q, last_bb);
-	q->bf ^= 0x100;
+	uar[s->bf / 8] = *(uint64_t *)wqe_at(s, last_bb);
+	s->bf ^= 0x100;
 }
 
 static struct qp *new_qp(uint32_t qpn)
@@ -93,27 +105,43 @@ static struct qp *new_qp(uint32_t qpn)
 	return q;
 }
 
-/* RDMA WRITE, 1 SGE, every 16th signaled, one doorbell per 16. */
+/* RDMA WRITE, 1 SGE, every 16th signaled, one doorbell per 16: the QP's
+ * state in locals, as a driver's posting function keeps it. */
 static double post_write(struct qp *q, uint64_t n)
 {
+	uint8_t *sq = q->sq;
+	uint64_t *wr_ids = q->wr_ids;
+	uint32_t pi = q->pi, qpn = q->qpn, bf = q->bf;
 	double t0 = now_ns();
 	for (uint64_t i = 0; i < n; i++) {
-		uint8_t *w = wqe_at(q, q->pi);
-		set_ctrl(q, OP_RDMA_WRITE, 3, i % BATCH == BATCH - 1);
+		uint8_t *w = sq + ((pi & (SQ_BBS - 1)) << 6);
+		struct ctrl *c = (struct ctrl *)w;
 		struct raddr *r = (struct raddr *)(w + 16);
 		struct data *d = (struct data *)(w + 32);
+		c->opmod_idx_opcode = htobe32(((pi & 0xffff) << 8) | OP_RDMA_WRITE);
+		c->qpn_ds = htobe32((qpn << 8) | 3);
+		c->sig = 0;
+		c->fm_ce_se = (i % BATCH == BATCH - 1) ? CE_CQE : 0;
+		c->imm = 0;
 		r->raddr = htobe64(0x10000 + i * 64);
 		r->rkey = htobe32(0x500);
 		d->byte_count = htobe32(64);
 		d->lkey = htobe32(0x400);
 		d->addr = htobe64(0x20000 + i * 64);
-		q->wr_ids[q->pi & (SQ_BBS - 1)] = i;
-		uint32_t last = q->pi;
-		q->pi++;
-		if (q->pi % BATCH == 0)
-			ring_db(q, last);
+		wr_ids[pi & (SQ_BBS - 1)] = i;
+		pi++;
+		if (pi % BATCH == 0) {
+			barrier();
+			q->dbrec[1] = htobe32(pi & 0xffff);
+			barrier();
+			uar[bf / 8] = *(uint64_t *)c;
+			bf ^= 0x100;
+		}
 	}
-	return (now_ns() - t0) / n;
+	double ns = (now_ns() - t0) / n;
+	q->pi = pi;
+	q->bf = bf;
+	return ns;
 }
 
 /* SEND with 64 bytes inline: ctrl + inline header + data, 2 WQEBBs. */
@@ -121,49 +149,55 @@ static double post_inline64(struct qp *q, uint64_t n)
 {
 	uint8_t payload[64];
 	memset(payload, 0xab, sizeof(payload));
+	struct sq_state st = sq_begin(q);
 	double t0 = now_ns();
 	for (uint64_t i = 0; i < n; i++) {
-		uint8_t *w = wqe_at(q, q->pi);
+		uint8_t *w = wqe_at(&st, st.pi);
 		/* 16 + 4 + 64 bytes: 6 DS units. */
-		set_ctrl(q, OP_SEND, 6, i % BATCH == BATCH - 1);
+		set_ctrl(&st, OP_SEND, 6, i % BATCH == BATCH - 1);
 		struct inl *h = (struct inl *)(w + 16);
 		h->byte_count = htobe32(INLINE_SEG | 64);
 		/* 44 bytes fit in the first WQEBB, the rest wraps to the next. */
 		memcpy(w + 20, payload, 44);
-		memcpy(wqe_at(q, q->pi + 1), payload + 44, 20);
-		q->wr_ids[q->pi & (SQ_BBS - 1)] = i;
-		uint32_t last = q->pi;
-		q->pi += 2;
+		memcpy(wqe_at(&st, st.pi + 1), payload + 44, 20);
+		st.wr_ids[st.pi & (SQ_BBS - 1)] = i;
+		uint32_t last = st.pi;
+		st.pi += 2;
 		if ((i + 1) % BATCH == 0)
-			ring_db(q, last);
+			ring_db(q, &st, last);
 	}
-	return (now_ns() - t0) / n;
+	double ns = (now_ns() - t0) / n;
+	sq_end(q, st);
+	return ns;
 }
 
 /* RDMA WRITE with 4 SGEs: ctrl + raddr + 4 data segments, 2 WQEBBs. */
 static double post_sge4(struct qp *q, uint64_t n)
 {
+	struct sq_state st = sq_begin(q);
 	double t0 = now_ns();
 	for (uint64_t i = 0; i < n; i++) {
-		uint8_t *w = wqe_at(q, q->pi);
-		set_ctrl(q, OP_RDMA_WRITE, 6, i % BATCH == BATCH - 1);
+		uint8_t *w = wqe_at(&st, st.pi);
+		set_ctrl(&st, OP_RDMA_WRITE, 6, i % BATCH == BATCH - 1);
 		struct raddr *r = (struct raddr *)(w + 16);
 		r->raddr = htobe64(0x10000 + i * 64);
 		r->rkey = htobe32(0x500);
 		for (int s = 0; s < 4; s++) {
-			uint8_t *seg = s < 2 ? w + 32 + 16 * s : wqe_at(q, q->pi + 1) + 16 * (s - 2);
+			uint8_t *seg = s < 2 ? w + 32 + 16 * s : wqe_at(&st, st.pi + 1) + 16 * (s - 2);
 			struct data *d = (struct data *)seg;
 			d->byte_count = htobe32(16);
 			d->lkey = htobe32(0x400);
 			d->addr = htobe64(0x20000 + i * 64 + 16 * s);
 		}
-		q->wr_ids[q->pi & (SQ_BBS - 1)] = i;
-		uint32_t last = q->pi;
-		q->pi += 2;
+		st.wr_ids[st.pi & (SQ_BBS - 1)] = i;
+		uint32_t last = st.pi;
+		st.pi += 2;
 		if ((i + 1) % BATCH == 0)
-			ring_db(q, last);
+			ring_db(q, &st, last);
 	}
-	return (now_ns() - t0) / n;
+	double ns = (now_ns() - t0) / n;
+	sq_end(q, st);
+	return ns;
 }
 
 /* UD SEND: ctrl + 48-byte address vector (from the AH, with Q_Key and
@@ -177,25 +211,28 @@ static double post_ud(struct qp *q, uint64_t n)
 	ah.grh_gid_fl = htobe32(1u << 30);
 	memset(ah.rmac, 0x02, 6);
 	memset(ah.rgid, 0x11, 16);
+	struct sq_state st = sq_begin(q);
 	double t0 = now_ns();
 	for (uint64_t i = 0; i < n; i++) {
-		uint8_t *w = wqe_at(q, q->pi);
-		set_ctrl(q, OP_SEND, 5, i % BATCH == BATCH - 1);
+		uint8_t *w = wqe_at(&st, st.pi);
+		set_ctrl(&st, OP_SEND, 5, i % BATCH == BATCH - 1);
 		struct av *a = (struct av *)(w + 16);
 		memcpy(a, &ah, sizeof(*a));
 		a->qkey = htobe32(0x1234);
 		a->dqp_dct = htobe32((be32toh(ah.dqp_dct) & 0x80000000u) | 0x42);
-		struct data *d = (struct data *)wqe_at(q, q->pi + 1);
+		struct data *d = (struct data *)wqe_at(&st, st.pi + 1);
 		d->byte_count = htobe32(64);
 		d->lkey = htobe32(0x400);
 		d->addr = htobe64(0x20000 + i * 64);
-		q->wr_ids[q->pi & (SQ_BBS - 1)] = i;
-		uint32_t last = q->pi;
-		q->pi += 2;
+		st.wr_ids[st.pi & (SQ_BBS - 1)] = i;
+		uint32_t last = st.pi;
+		st.pi += 2;
 		if ((i + 1) % BATCH == 0)
-			ring_db(q, last);
+			ring_db(q, &st, last);
 	}
-	return (now_ns() - t0) / n;
+	double ns = (now_ns() - t0) / n;
+	sq_end(q, st);
+	return ns;
 }
 
 /* The next NCQE requester CQEs from consumer counter `ci`, QPs taking turns. */
@@ -257,10 +294,11 @@ static double ping(struct qp *q, struct cqe64 *cq, uint64_t n)
 	uint64_t sum = 0;
 	for (uint32_t k = 0; k < NCQE; k++)
 		cq[k].op_own = CQE_INVALID << 4;
+	struct sq_state st = sq_begin(q);
 	double t0 = now_ns();
 	for (uint64_t i = 0; i < n; i++) {
-		uint8_t *w = wqe_at(q, q->pi);
-		set_ctrl(q, OP_RDMA_WRITE, 3, 1);
+		uint8_t *w = wqe_at(&st, st.pi);
+		set_ctrl(&st, OP_RDMA_WRITE, 3, 1);
 		struct raddr *r = (struct raddr *)(w + 16);
 		struct data *d = (struct data *)(w + 32);
 		r->raddr = htobe64(0x10000);
@@ -268,14 +306,14 @@ static double ping(struct qp *q, struct cqe64 *cq, uint64_t n)
 		d->byte_count = htobe32(64);
 		d->lkey = htobe32(0x400);
 		d->addr = htobe64(0x20000);
-		q->wr_ids[q->pi & (SQ_BBS - 1)] = i;
-		uint32_t last = q->pi++;
-		ring_db(q, last);
+		st.wr_ids[st.pi & (SQ_BBS - 1)] = i;
+		uint32_t last = st.pi++;
+		ring_db(q, &st, last);
 
 		/* The device. */
 		struct cqe64 *e = &cq[ci & (NCQE - 1)];
 		e->byte_cnt = htobe32(64);
-		e->sop_drop_qpn = htobe32(((uint32_t)OP_RDMA_WRITE << 24) | q->qpn);
+		e->sop_drop_qpn = htobe32(((uint32_t)OP_RDMA_WRITE << 24) | st.qpn);
 		e->wqe_counter = htobe16((uint16_t)last);
 		__atomic_store_n(&e->op_own, (uint8_t)((CQE_REQ << 4) | ((ci >> LOG_CQ) & 1)), __ATOMIC_RELEASE);
 
@@ -284,12 +322,14 @@ static double ping(struct qp *q, struct cqe64 *cq, uint64_t n)
 		if ((op_own >> 4) == CQE_INVALID || (op_own & 1) != ((ci >> LOG_CQ) & 1))
 			abort();
 		uint16_t wc = be16toh(e->wqe_counter);
-		sum += q->wr_ids[wc & (SQ_BBS - 1)] + be32toh(e->byte_cnt);
+		sum += st.wr_ids[wc & (SQ_BBS - 1)] + be32toh(e->byte_cnt);
 		ci++;
 		cq_dbrec[0] = htobe32(ci & 0xffffff);
 	}
+	double ns = (now_ns() - t0) / n;
+	sq_end(q, st);
 	sink += sum;
-	return (now_ns() - t0) / n;
+	return ns;
 }
 
 int main(void)
