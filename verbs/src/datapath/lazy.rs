@@ -223,7 +223,9 @@ impl Iterator for Poll<'_> {
 }
 
 impl Drop for Poll<'_> {
-    /// `ibv_end_poll`: the freed SQ room, then the consumer index.
+    /// `ibv_end_poll`: the freed SQ room, then the consumer index. Always
+    /// inlined, so the poll's state can live in registers while it runs.
+    #[inline(always)]
     fn drop(&mut self) {
         self.cq.dp.cache.publish(self.pending.take());
         self.cq.ci = self.ci;
