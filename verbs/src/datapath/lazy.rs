@@ -198,8 +198,8 @@ impl Poll<'_> {
             }
         };
         let counter = cqe.wqe_counter();
-        let wr_id = sq.wr_id(counter)?;
-        self.pending = sq.next_after(counter);
+        let (wr_id, tail) = sq.slot(counter)?;
+        self.pending = Some(tail);
         let byte_len = match opcode {
             WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
             _ => cqe.byte_cnt(),

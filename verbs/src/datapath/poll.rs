@@ -155,11 +155,14 @@ pub(super) fn is_hot_req(op_own: u8, lap: u8) -> bool {
     (op_own ^ lap).rotate_right(1) < 6
 }
 
-/// The hot path over one stretch of the ring in lap `lap`: takes successful
-/// requester completions of `sq`'s QP into `out` until an entry is not one
-/// (or not software's); returns how many.
+/// The hot path over one stretch of the ring in lap `lap` for one QP's
+/// completions: takes successful requester completions of `sq`'s QP into
+/// `out` until an entry is not one (or not software's, or another QP's);
+/// returns how many. Nothing but the QPN carried through the loop, so a CQ
+/// of one QP's completions runs with the fewest registers; [`take_run`]
+/// takes over where QPs take turns.
 #[inline(always)]
-fn take_run(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
+fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
     let qpn = sq.qpn();
     // One index for both, so one bound: `run64` gave no more entries than
     // `out` has room for.
@@ -183,7 +186,7 @@ fn take_run(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
         if sop_drop_qpn & 0xff_ffff != qpn {
             return k;
         }
-        let Some(wr_id) = sq.wr_id(c.wqe_counter()) else {
+        let Some((wr_id, _)) = sq.slot(c.wqe_counter()) else {
             return k;
         };
         // Read unconditionally (the entry is ours), so the atomics' fixed 8
@@ -201,6 +204,74 @@ fn take_run(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
         };
     }
     out.len()
+}
+
+/// The hot path over one stretch of the ring in lap `lap`: takes successful
+/// requester completions of the cached QPs into `out` until an entry is not
+/// one (or not software's); returns how many. `hot` is the QP of the last
+/// one taken, `pending` the SQ tail its completions retire up to; at another
+/// QP's completion the tail goes out and `hot` moves to that QP.
+#[inline(always)]
+fn take_run<'c>(
+    run: Run64,
+    lap: u8,
+    cache: &'c PollCache,
+    hot: &mut HotSq<'c>,
+    pending: &mut PendingTail,
+    out: &mut [Wc],
+) -> usize {
+    // One index for both, so one bound: `run64` gave no more entries than
+    // `out` has room for.
+    let Some(out) = out.get_mut(..run.len()) else {
+        return 0;
+    };
+    // Locals while the loop runs, so they stay in registers.
+    let (mut sq, mut tail) = (*hot, *pending);
+    let taken = 'run: {
+        for k in 0..out.len() {
+            let (Some(w), Some(e)) = (out.get_mut(k), run.get(k)) else {
+                break 'run k;
+            };
+            if !is_hot_req(e.load_acquire(OP_OWN), lap) {
+                break 'run k;
+            }
+            // The entry is ours: read it as a CQE64. Only the fields used
+            // below are loaded.
+            let c = Cqe64(e.read64b());
+            let sop_drop_qpn = c.sop_drop_qpn();
+            let Some(opcode) = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8) else {
+                break 'run k;
+            };
+            let qpn = sop_drop_qpn & 0xff_ffff;
+            if qpn != sq.qpn() {
+                let Some(next) = cache.find_sq(qpn) else {
+                    break 'run k;
+                };
+                sq.publish(tail.take());
+                sq = next;
+            }
+            let Some((wr_id, t)) = sq.slot(c.wqe_counter()) else {
+                break 'run k;
+            };
+            tail = Some(t);
+            // Read unconditionally (the entry is ours), so the atomics'
+            // fixed 8 is a select rather than a branch.
+            let byte_len = match opcode {
+                WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+                _ => c.byte_cnt(),
+            };
+            *w = Wc {
+                wr_id,
+                opcode,
+                byte_len,
+                qp_num: qpn,
+                ..Wc::default()
+            };
+        }
+        out.len()
+    };
+    (*hot, *pending) = (sq, tail);
+    taken
 }
 
 /// Decodes any software-owned CQE; `None` for a resize marker. Also returns
@@ -371,11 +442,11 @@ impl Cq {
 
     /// Takes successful requester completions into `wc`, reading just the
     /// fields they need, until the ring runs dry or an entry needs the
-    /// general path (which then looks at it afresh); returns how many. Runs
-    /// of one QP's completions are taken with that QP's SQ in registers; at
-    /// the next QP's completion the cache moves to it, if it holds it.
-    /// Moves the consumer counter and publishes, per run, the SQ tail it
-    /// retires up to. Out of line, so its loop has the registers to itself.
+    /// general path (which then looks at it afresh); returns how many. The
+    /// SQ of the last completion's QP stays in registers; at another cached
+    /// QP's completion the loop moves to that QP's. Moves the consumer
+    /// counter and publishes, per run of one QP, the SQ tail it retires up
+    /// to. Out of line, so its loop has the registers to itself.
     #[inline(never)]
     fn take_hot(&mut self, wc: &mut [Wc]) -> usize {
         let ring = self.ring();
@@ -385,46 +456,54 @@ impl Cq {
         // At most 2^32 − 1 at once: the count is the counter's progress.
         let n = wc.len().min(u32::MAX as usize);
         let mut got = 0;
-        while let Some(sq) = self.dp.cache.hot_sq() {
-            let from = c;
-            while let Some(out) = wc.get_mut(got..n) {
-                // A stretch up to the ring's end: one lap, no wrapping.
-                let run = ring.run64(c as usize * CQE_SIZE, out.len());
-                let lap = ((c >> log) & 1) as u8;
-                let k = take_run(run, lap, sq, out);
-                c = c.wrapping_add(k as u32);
-                got += k;
-                // Done unless the whole stretch was taken and there is room
-                // for more (`k == 0` also ends a stretch of none, which
-                // `run64` never makes while `out` has room).
-                if k == 0 || k < run.len() || got == n {
-                    break;
+        let cache = &self.dp.cache;
+        let Some(mut hot) = cache.hot_sq() else {
+            return 0;
+        };
+        let mut pending = None;
+        // One QP's runs first; once another QP's completion stops one, the
+        // loop that moves between QPs.
+        let mut turns = false;
+        while let Some(out) = wc.get_mut(got..n) {
+            // A stretch up to the ring's end: one lap, no wrapping.
+            let run = ring.run64(c as usize * CQE_SIZE, out.len());
+            let lap = ((c >> log) & 1) as u8;
+            let k = if turns {
+                take_run(run, lap, cache, &mut hot, &mut pending, out)
+            } else {
+                let k = take_run_one(run, lap, hot, out);
+                if k > 0 {
+                    // The SQ tail is the run's last completion's: read once
+                    // here rather than carried through the loop. The entry
+                    // stays ours until `set_ci` moves past it.
+                    let last = ring.entry64((c as usize + k - 1) * CQE_SIZE);
+                    pending = hot
+                        .slot(Cqe64(last.read64b()).wqe_counter())
+                        .map(|(_, t)| t);
                 }
-            }
-            if c != from {
-                // The SQ tail is the run's last completion's: read once here
-                // rather than carried through the loop. The entry stays ours
-                // until `set_ci` moves past it, and its slot until the tail
-                // does.
-                let last = ring.entry64(c.wrapping_sub(1) as usize * CQE_SIZE);
-                let last = Cqe64(last.read64b());
-                self.dp.cache.publish(sq.next_after(last.wqe_counter()));
-            }
-            let hot_qpn = sq.qpn();
+                k
+            };
+            c = c.wrapping_add(k as u32);
+            got += k;
             if got == n {
                 break;
             }
-            // Another QP's successful requester completion next? (The same
-            // QP's, refused, goes to the general path.)
-            let e = ring.entry64(c as usize * CQE_SIZE);
-            if !is_hot_req(e.load_acquire(OP_OWN), ((c >> log) & 1) as u8) {
-                break;
+            if k < run.len() && !turns {
+                // Perhaps another QP's completion: look again, moving.
+                turns = true;
+                continue;
             }
-            let qpn = Cqe64(e.read64b()).sop_drop_qpn() & 0xff_ffff;
-            if qpn == hot_qpn || !self.dp.cache.switch(qpn) {
+            // Done unless the whole stretch was taken (`k == 0` also ends a
+            // stretch of none, which `run64` never makes while `out` has
+            // room).
+            if k == 0 || k < run.len() {
                 break;
             }
         }
+        // SQ room first, then the CQ's (the caller's `set_ci`).
+        hot.publish(pending);
+        let last = hot.qpn();
+        self.dp.cache.point_at(last);
         self.ci = c;
         c.wrapping_sub(start) as usize
     }

@@ -236,6 +236,7 @@ pub(crate) struct HotSq<'a> {
     qpn: u32,
     mask: usize,
     slots: &'a [SqSlot],
+    tail: &'a AtomicU32,
 }
 
 impl HotSq<'_> {
@@ -244,19 +245,23 @@ impl HotSq<'_> {
         self.qpn
     }
 
-    /// The wr_id of the WQE at WQEBB index `wqe_counter`.
+    /// The wr_id of the WQE at WQEBB index `wqe_counter` and the SQ counter
+    /// just past it: what its completion retires everything up to.
     #[inline(always)]
-    pub(crate) fn wr_id(&self, wqe_counter: u16) -> Option<u64> {
+    pub(crate) fn slot(&self, wqe_counter: u16) -> Option<(u64, u32)> {
         let slot = self.slots.get(usize::from(wqe_counter) & self.mask)?;
-        Some(slot.wr_id.load(Ordering::Relaxed))
+        Some((
+            slot.wr_id.load(Ordering::Relaxed),
+            slot.next.load(Ordering::Relaxed),
+        ))
     }
 
-    /// The SQ counter just past the WQE at WQEBB index `wqe_counter`: what
-    /// its completion retires everything up to.
+    /// Publishes a pending SQ tail of this QP.
     #[inline(always)]
-    pub(crate) fn next_after(&self, wqe_counter: u16) -> Option<u32> {
-        let slot = self.slots.get(usize::from(wqe_counter) & self.mask)?;
-        Some(slot.next.load(Ordering::Relaxed))
+    pub(crate) fn publish(&self, pending: PendingTail) {
+        if let Some(tail) = pending {
+            self.tail.store(tail, Ordering::Release);
+        }
     }
 }
 
@@ -300,14 +305,33 @@ impl PollCache {
     /// The SQ of the cached QP, if it is still alive.
     #[inline(always)]
     pub(crate) fn hot_sq(&self) -> Option<HotSq<'_>> {
-        self.qps
-            .get(self.last)
-            .filter(|t| t.is_alive())
-            .map(|t| HotSq {
-                qpn: t.qpn,
-                mask: t.sq.len().wrapping_sub(1),
-                slots: &t.sq,
-            })
+        self.qps.get(self.last).and_then(|t| Self::sq_of(t))
+    }
+
+    #[inline(always)]
+    fn sq_of(t: &QpTrack) -> Option<HotSq<'_>> {
+        t.is_alive().then(|| HotSq {
+            qpn: t.qpn,
+            mask: t.sq.len().wrapping_sub(1),
+            slots: &t.sq,
+            tail: &t.sq_tail,
+        })
+    }
+
+    /// The SQ of `qpn` if the cache holds it (alive); the cache stays
+    /// pointed where it was.
+    #[inline]
+    pub(crate) fn find_sq(&self, qpn: u32) -> Option<HotSq<'_>> {
+        let i = self.qpns.iter().position(|&q| q == qpn)?;
+        Self::sq_of(self.qps.get(i)?)
+    }
+
+    /// Points the cache at `qpn` (cached) after the fast path moved to it.
+    #[inline]
+    pub(crate) fn point_at(&mut self, qpn: u32) {
+        if !matches!(self.qps.get(self.last), Some(t) if t.qpn == qpn) {
+            self.switch(qpn);
+        }
     }
 
     /// Retires the SQ of `qpn` up to and including the WQE at
