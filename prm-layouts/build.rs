@@ -309,6 +309,8 @@ fn uint_for(w: u32) -> &'static str {
 struct Gen {
     out: String,
     meta: String,
+    /// `pub mod fields`: field positions as constants, per layout.
+    fields: String,
 }
 
 fn gen_scalar(
@@ -364,6 +366,21 @@ fn gen_scalar(
         claim(methods, l, &m);
     }
     let lname = &l.name;
+    let cname = name.to_uppercase();
+    if bit + w <= 32 {
+        let _ = writeln!(
+            g.fields,
+            "        /// `{name}`.\n        pub const {cname}: Field32 = Field32::new({}, {}, {w});",
+            off / 32 * 4,
+            32 - bit - w
+        );
+    } else if w == 64 && off % 32 == 0 {
+        let _ = writeln!(
+            g.fields,
+            "        /// `{name}`.\n        pub const {cname}: Field64 = Field64::new({});",
+            off / 8
+        );
+    }
     let _ = write!(
         g.out,
         "    /// `{name}`: bits {off:#x}..{end:#x} ({w} bit{s}).\n    #[inline]\n    #[must_use]\n    pub fn {id}(&self) -> {t} {{\n        {get_ret}\n    }}\n",
@@ -632,9 +649,17 @@ fn main() {
     let mut g = Gen {
         out: String::new(),
         meta: String::new(),
+        fields: String::new(),
     };
     for l in layouts.values() {
+        let _ = writeln!(
+            g.fields,
+            "    /// Field positions of [`{ty}`](crate::{ty}).\n    pub mod {m} {{\n        #[allow(unused_imports)]\n        use crate::words::{{Field32, Field64}};",
+            ty = camel(&l.name),
+            m = ident(&l.name)
+        );
         gen_layout(&layouts, l, &mut g);
+        let _ = writeln!(g.fields, "    }}");
     }
     let mut reg = String::new();
     let _ = writeln!(
@@ -648,7 +673,11 @@ fn main() {
     let _ = writeln!(reg, "];");
 
     let out_dir = std::env::var("OUT_DIR").unwrap();
-    let code = format!("{}\n{}\n{}", g.out, g.meta, reg);
+    let fields = format!(
+        "/// Where each field of a layout lies, as constants for [`crate::words`]:\n/// `fields::wqe_ctrl_seg::OPCODE`. Fields inside one dword and aligned\n/// 64-bit fields.\npub mod fields {{\n{}}}\n",
+        g.fields
+    );
+    let code = format!("{}\n{}\n{}\n{}", g.out, g.meta, reg, fields);
     std::fs::write(Path::new(&out_dir).join("layouts.rs"), code).unwrap();
     gen_typed_checks(&layouts, &out_dir);
 }

@@ -42,6 +42,7 @@ pub mod commands;
 pub mod enums;
 mod meta;
 mod rt;
+pub mod words;
 
 pub use enums::*;
 pub use meta::{

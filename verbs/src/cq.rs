@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use devx::{Uar, Umem};
 use memmap2::MmapMut;
 use prm_layouts::enums::Opcode;
+use prm_layouts::{Cqe64, CqeOpcode};
 use prm_layouts::{CreateCqIn, CreateCqOut, ModifyCqIn, ModifyCqOut, QueryCqIn, QueryCqOut};
 
 use crate::comp_channel::CompChannel;
@@ -19,11 +20,7 @@ use crate::util::{
 };
 
 /// Bytes per CQE (`cqe_sz` 0).
-pub const CQE_SIZE: usize = 64;
-/// `op_own` of a CQE nobody wrote yet: opcode INVALID, owner 0 (prm-guide §6.2).
-const CQE_INVALID_OWN: u8 = 0xF0;
-/// CQE opcode of the entry firmware leaves in the old ring on resize.
-const CQE_OPCODE_RESIZE: u8 = 0x5;
+pub const CQE_SIZE: usize = Cqe64::SIZE_BYTES;
 /// MODIFY_CQ op_mod: 0 modifies moderation, 1 resizes (CQH `MLX5_CQ_OPMOD_RESIZE`).
 const MODIFY_CQ_OPMOD_RESIZE: u16 = 1;
 /// resize_field_select: log size, page offset, page size.
@@ -164,8 +161,10 @@ fn ring_entries(verb: &'static str, ctx: &Context, entries: u32) -> Result<u32> 
 
 fn new_ring(verb: &'static str, ctx: &Context, n: u32) -> Result<Umem<MmapMut>> {
     let mut mem = queue_memory(verb, n as usize * CQE_SIZE)?;
+    // Opcode INVALID, owner 0: nobody wrote these yet (prm-guide §6.2).
+    let invalid = Cqe64::new().with_opcode(CqeOpcode::Invalid.raw());
     for cqe in mem.chunks_exact_mut(CQE_SIZE) {
-        cqe[CQE_SIZE - 1] = CQE_INVALID_OWN;
+        cqe[CQE_SIZE - 1] = invalid.0[CQE_SIZE - 1];
     }
     Umem::register(ctx.devx(), mem, devx::access::LOCAL_WRITE).verb(verb)
 }
@@ -458,24 +457,24 @@ impl Context {
 fn carry_unpolled(old: &Umem<MmapMut>, old_log: u32, new: &Umem<MmapMut>, new_log: u32, ci: u32) {
     let old_n = 1u32 << old_log;
     let new_n = 1u32 << new_log;
-    let mut cqe = [0u8; CQE_SIZE];
+    let mut cqe = Cqe64::new();
     for k in 0..old_n.min(new_n - 1) {
         let idx = ci.wrapping_add(k);
         let src_at = (idx & (old_n - 1)) as usize * CQE_SIZE;
-        if old.read_at(src_at, &mut cqe).is_err() {
+        if old.read_at(src_at, &mut cqe.0).is_err() {
             return;
         }
-        let op_own = cqe[CQE_SIZE - 1];
-        let opcode = op_own >> 4;
-        let sw_owned = opcode != 0xf && u32::from(op_own & 1) == (idx >> old_log) & 1;
-        if !sw_owned || opcode == CQE_OPCODE_RESIZE {
+        let sw_owned = cqe.opcode() != CqeOpcode::Invalid.raw()
+            && u32::from(cqe.owner()) == (idx >> old_log) & 1;
+        // The entry firmware leaves in the old ring on resize ends the carry.
+        if !sw_owned || cqe.opcode() == CqeOpcode::ResizeCq.raw() {
             return;
         }
         let dst_at = (idx & (new_n - 1)) as usize * CQE_SIZE;
-        cqe[CQE_SIZE - 1] = (op_own & !1) | ((idx >> new_log) & 1) as u8;
+        cqe.set_owner(((idx >> new_log) & 1) as u8);
         // The owner byte is the last one stored; the poller runs on this
         // thread (`resize` borrows the CQ mutably), after this returns.
-        if new.write_at(dst_at, &cqe).is_err() {
+        if new.write_at(dst_at, &cqe.0).is_err() {
             return;
         }
     }

@@ -54,8 +54,8 @@ pub use comp_channel::CompChannel;
 pub use context::{Context, LinkLayer};
 pub use cq::{Cq, CqAttr, CqInit, CQE_SIZE};
 pub use datapath::{
-    next_rkey, MwBind, RecvQueue, RecvWr, SendBatch, SendOp, SendQueue, SendWr, Sge, Wc, WcOpcode,
-    WcStatus,
+    next_rkey, Completion, MwBind, Poll, RecvQueue, RecvWr, SendBatch, SendOp, SendQueue, SendWr,
+    Sge, Wc, WcOpcode, WcStatus,
 };
 pub use device::{AtomicCap, DeviceAttr, DeviceCapFlags};
 pub use endpoint::{Endpoint, ParseEndpointError};

@@ -61,6 +61,156 @@ mod datapath {
         }
     }
 
+    /// QPs taking turns on one CQ: every completion names its QP's request,
+    /// and each QP's send queue room comes back.
+    #[test]
+    fn completions_of_qps_taking_turns() {
+        let (ctx, _sim, _rec) = recorded(500);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(31).unwrap();
+        let mut qps: Vec<_> = (0..3)
+            .map(|_| {
+                let qp = pd
+                    .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap()))
+                    .unwrap();
+                rts(&qp);
+                qp
+            })
+            .collect();
+        let s = [Sge::new(0x1000, 8, 1)];
+        let mut wc = [Wc::default(); 32];
+        for round in 0..3u32 {
+            // Every QP's SQ full, completions interleaved: QP 0, 1, 2, 0, ...
+            let per_qp = qps[0].cap().max_send_wr;
+            for i in 0..per_qp {
+                for (q, qp) in qps.iter_mut().enumerate() {
+                    let id = u64::from(round * 1000 + i) * 10 + q as u64;
+                    qp.post_send(&SendWr::send(id, &s)).unwrap();
+                    let idx = qp.send_queue().cur_post() - 1;
+                    let mut c = cqe(0x0, 0, qp.qpn(), idx as u16);
+                    c[56] = 0x0a;
+                    let slot = cq.consumer_index() + i * 3 + q as u32;
+                    c[63] |= ((slot / cq.memory().entries) & 1) as u8;
+                    put_cqe(&cq, slot % cq.memory().entries, c);
+                }
+            }
+            for qp in &mut qps {
+                assert!(qp.post_send(&SendWr::send(0, &s)).is_err(), "full");
+            }
+            let n = (per_qp * 3) as usize;
+            let mut got = 0;
+            while got < n {
+                let k = cq.poll(&mut wc[..(n - got).min(32)]);
+                assert!(k > 0, "{got} of {n}");
+                for (j, w) in wc[..k].iter().enumerate() {
+                    let (i, q) = ((got + j) / 3, (got + j) % 3);
+                    assert_eq!(w.status, WcStatus::Success);
+                    assert_eq!(w.qp_num, qps[q].qpn());
+                    assert_eq!(
+                        w.wr_id,
+                        (u64::from(round * 1000) + i as u64) * 10 + q as u64
+                    );
+                }
+                got += k;
+            }
+            for qp in &mut qps {
+                assert_eq!(qp.send_queue().in_use(), 0);
+            }
+        }
+    }
+
+    /// The lazy poll yields what the array poll would: requester
+    /// completions of two QPs, an error by name and a responder completion;
+    /// ending it publishes the consumer index and the freed SQ room.
+    #[test]
+    fn lazy_poll_reads_what_the_array_poll_writes() {
+        let (ctx, _sim, _rec) = recorded(500);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(15).unwrap();
+        let mut qps: Vec<_> = (0..2)
+            .map(|_| {
+                let qp = pd
+                    .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap()))
+                    .unwrap();
+                rts(&qp);
+                qp
+            })
+            .collect();
+        let s = [Sge::new(0x1000, 8, 1)];
+        let fill = |cq: &Cq, qps: &mut Vec<verbs::Qp>, lap: u32| {
+            let mut slot = 0;
+            let mut put = |cq: &Cq, mut c: [u8; 64]| {
+                c[63] |= (lap & 1) as u8;
+                put_cqe(cq, slot, c);
+                slot += 1;
+            };
+            for i in 0..3u64 {
+                for (q, qp) in qps.iter_mut().enumerate() {
+                    let at = qp.send_queue().cur_post() as u16;
+                    qp.post_send(&SendWr::rdma_read(i * 10 + q as u64, &s, 0, 0))
+                        .unwrap();
+                    let mut c = cqe(0x0, 0, qp.qpn(), at);
+                    c[56] = 0x10;
+                    c[44..48].copy_from_slice(&(100 + i as u32).to_be_bytes());
+                    put(cq, c);
+                }
+            }
+            let at = qps[1].send_queue().cur_post() as u16;
+            qps[1].post_send(&SendWr::send(77, &s)).unwrap();
+            let mut c = cqe(0xd, 0, qps[1].qpn(), at);
+            c[56] = 0x0a;
+            c[55] = 0x13;
+            put(cq, c);
+            qps[0].post_recv(&RecvWr::new(88, &s)).unwrap();
+            let mut c = cqe(0x2, 0, qps[0].qpn(), 0);
+            c[44..48].copy_from_slice(&5u32.to_be_bytes());
+            put(cq, c);
+        };
+        fill(&cq, &mut qps, 0);
+        let mut array = [Wc::default(); 16];
+        let n = cq.poll(&mut array);
+        assert_eq!(n, 8);
+        let ci = cq.consumer_index();
+        for qp in &mut qps {
+            qp.reset().unwrap();
+            rts(qp);
+        }
+        // The same entries again, one lap on (the CQ has 16 entries).
+        for k in 0..8u32 {
+            put_cqe(&cq, 8 + k, cqe(0x0, 0, 0xff_ffff, 0));
+        }
+        let mut wc = [Wc::default(); 16];
+        assert_eq!(cq.poll(&mut wc), 8, "garbage entries 8..16");
+        fill(&cq, &mut qps, 1);
+        let lazy: Vec<Wc> = cq
+            .start_poll()
+            .map(|c| {
+                assert_eq!(
+                    (c.wr_id(), c.status(), c.opcode(), c.byte_len(), c.qp_num()),
+                    (
+                        c.wc().wr_id,
+                        c.wc().status,
+                        c.wc().opcode,
+                        c.wc().byte_len,
+                        c.wc().qp_num
+                    )
+                );
+                c.wc()
+            })
+            .collect();
+        assert_eq!(lazy, array[..n].to_vec());
+        assert_eq!(lazy[6].status, WcStatus::RemAccessErr);
+        assert_eq!(
+            (lazy[7].opcode, lazy[7].wr_id, lazy[7].byte_len),
+            (WcOpcode::Recv, 88, 5)
+        );
+        assert_eq!(cq.consumer_index(), ci + 16);
+        assert_eq!(cq.doorbell_ci(), ci + 16);
+        for qp in &mut qps {
+            assert_eq!(qp.send_queue().in_use(), 0);
+        }
+    }
+
     #[test]
     fn poll_respects_the_output_length() {
         let (ctx, _sim, _rec) = recorded(500);

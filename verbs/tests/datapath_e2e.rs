@@ -6,13 +6,39 @@ mod datapath_support;
 
 /// Named so that `cargo test -p verbs datapath` selects these tests.
 mod datapath {
-    use crate::datapath_support::{caps, path_to, rc_pair, side, wait, Buf};
+    use crate::datapath_support::{caps, connect_qp, path_to, rc_pair, side, wait, Buf};
     use verbs::{Ah, InitAttr, RecvWr, RtrAttr, RtsAttr, SendWr, WcOpcode, WcStatus};
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
         (0..len)
             .map(|i| (i as u8).wrapping_mul(31) ^ seed)
             .collect()
+    }
+
+    /// A QP sent back to RST forgets what was posted before: the doorbell
+    /// record's counters restart with the queue's, so a doorbell the device
+    /// handles after the QP is ready again runs no stale WQE.
+    #[test]
+    fn reset_discards_posted_requests() {
+        let (mut a, b) = rc_pair(600);
+        let src = Buf::all(&a.pd, 64);
+        let dst = Buf::all(&b.pd, 64);
+        src.write(0, &[7; 64]);
+        a.sim.pause_engine(true);
+        let sgl = [src.sge(0, 64)];
+        let w = SendWr::rdma_write(1, &sgl, dst.addr(), dst.mr.rkey());
+        a.qp.post_send(&w).unwrap();
+        a.qp.reset().unwrap();
+        connect_qp(&a.qp, b.qp.qpn(), path_to(&b), 7);
+        // The held doorbell runs now, against the QP as it is after reset.
+        a.sim.pause_engine(false);
+        let mut wc = [verbs::Wc::default(); 4];
+        assert_eq!(a.cq.poll(&mut wc), 0, "{wc:?}");
+        assert_eq!(dst.read(0, 64), vec![0; 64]);
+        // And the queue works from its start again.
+        a.qp.post_send(&w).unwrap();
+        assert_eq!(wait(&mut a.cq, 1)[0].status, WcStatus::Success);
+        assert_eq!(dst.read(0, 64), vec![7; 64]);
     }
 
     #[test]

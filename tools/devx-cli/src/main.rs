@@ -190,6 +190,13 @@ Example:
         /// Iterations, at least 1 (default depends on the benchmark).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         iterations: Option<u64>,
+        /// `datapath` only: build the C twins in tools/bench-c with `cc`
+        /// (or $CC), run them and the benchmark alternately, print ratios.
+        #[arg(long)]
+        compare_c: bool,
+        /// Runs of each side for `--compare-c`.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+        runs: u32,
     },
 }
 
@@ -314,9 +321,20 @@ fn dispatch(command: Command) -> CliResult {
             json,
         } => layout_cmd::decode(&layout, &hex, all, json),
         Command::Bench {
+            what: bench::BenchKind::Datapath,
+            json,
+            iterations,
+            compare_c: true,
+            runs,
+        } => bench_datapath::compare_c(iterations.unwrap_or(1_000_000), runs, json),
+        Command::Bench {
+            compare_c: true, ..
+        } => Err("--compare-c is for `bench datapath` (the C twins are data-path loops)".into()),
+        Command::Bench {
             what,
             json,
             iterations,
+            ..
         } => bench::run(what, json, iterations),
         Command::Obj(args) => obj_cmd::run(args),
         Command::Shell => session::shell(),

@@ -1,4 +1,4 @@
-//! Memory window binds: a UMR WQE (opcode 0x25) that gives a window a range
+//! Memory window binds: a UMR WQE (opcode `UMR`) that gives a window a range
 //! of a memory region, remote rights and a new R_Key (prm-guide §5.3, §5.4).
 //!
 //! The WQE is ctrl + UMR ctrl seg (48 B) + mkey context seg (64 B) + the
@@ -7,10 +7,11 @@
 //! length 0 unbinds (the context says `free`) and carries no KLM.
 
 use devx::StableMemory;
+use prm_layouts::SendOpcode;
 
 use super::ready::{send_refused, sends_allowed};
 use super::send::{has_room, SendQueue};
-use super::wqe::{CTRL_SIGNALED, WQEBB};
+use super::wqe::{ctrl8, ctrl_seg, CTRL_SIGNALED, DS, WQEBB};
 use crate::access::AccessFlags;
 use crate::error::{Error, Result};
 use crate::mr::Mr;
@@ -18,8 +19,6 @@ use crate::mw::{Mw, MwType};
 use crate::qp::{Qp, QpType};
 
 const VERB: &str = "bind_mw";
-const OPCODE_UMR: u8 = 0x25;
-const DS: usize = 16;
 
 /// `mlx5_wqe_umr_ctrl_seg.flags`.
 const FLAG_INLINE: u8 = 1 << 7;
@@ -209,16 +208,9 @@ impl SendQueue {
         } else {
             0
         };
-        let c_w0 = ((self.cur_post & 0xffff) << 8) | u32::from(OPCODE_UMR);
-        let c_w1 = (qpn << 8) | ds;
-        self.ring.write_seg(
-            base,
-            be_pair(
-                (u64::from(c_w0) << 32) | u64::from(c_w1),
-                (u64::from(fm_ce_se) << 32) | u64::from(old),
-            ),
-        );
-        let ctrl8 = u64::from_ne_bytes(((u64::from(c_w0) << 32) | u64::from(c_w1)).to_be_bytes());
+        let ctrl = ctrl_seg(self.cur_post, SendOpcode::Umr, qpn, ds, fm_ce_se, old);
+        self.ring.write_seg(base, ctrl.to_be_bytes());
+        let ctrl8 = ctrl8(ctrl);
         self.track.sq_view().record(self.cur_post, next, b.wr_id);
         self.cur_post = next;
         self.db.ring(self.cur_post, ctrl8);

@@ -120,9 +120,12 @@ impl Doorbell {
         }
     }
 
-    /// The QP went back to RST. A shared register's half belongs to all its
+    /// The QP went back to RST: the SND counter restarts at 0 with the
+    /// queue's (as mlx5's modify to RESET clears it), so nothing posted
+    /// before is rung again. A shared register's half belongs to all its
     /// writers and stays where it is.
     pub(crate) fn reset(&mut self) {
+        self.dbrec.store(SND_DBR, 0);
         if let Register::Dedicated(offset) = &mut self.register {
             *offset = BF_OFFSET;
         }

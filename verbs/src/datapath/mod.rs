@@ -16,6 +16,7 @@
 mod barrier;
 mod bind;
 mod doorbell;
+mod lazy;
 mod poll;
 mod ready;
 mod recv;
@@ -32,6 +33,7 @@ use devx::Uar;
 
 pub use bind::{next_rkey, MwBind};
 pub use doorbell::{Doorbell, BF_HALF, BF_OFFSET};
+pub use lazy::{Completion, Poll};
 pub use poll::RawCqe;
 pub use recv::RecvQueue;
 pub use send::{SendBatch, SendQueue};
@@ -129,7 +131,7 @@ impl QpDataPath {
         self.sq.cur_post = 0;
         self.sq.tail_seen = 0;
         self.sq.db.reset();
-        self.rq.head = 0;
+        self.rq.reset();
         self.sq.track.reset();
     }
 }

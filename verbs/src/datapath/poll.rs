@@ -3,27 +3,19 @@
 
 use std::sync::Arc;
 
-use prm_layouts::ErrCqe;
-
 use super::ring::{DbRec, Ring, Run64};
 use super::track::{HotSq, PendingTail, PollCache, Registry};
 use super::wc::{Wc, WcOpcode, WcStatus};
 use crate::cq::{Cq, CQE_SIZE};
+use prm_layouts::{Cqe64, CqeOpcode, ErrCqe};
 
-/// CQE opcodes (`op_own[7:4]`).
-const REQ: u8 = 0x0;
-const RESP_WR_IMM: u8 = 0x1;
-const RESP_SEND: u8 = 0x2;
-const RESP_SEND_IMM: u8 = 0x3;
-const RESP_SEND_INV: u8 = 0x4;
-const RESIZE_CQ: u8 = 0x5;
-const REQ_ERR: u8 = 0xd;
-const RESP_ERR: u8 = 0xe;
-const INVALID: u8 = 0xf;
 /// `op_own[3:2]` of a compressed CQE; never enabled by this library.
 const FORMAT_COMPRESSED: u8 = 3;
 /// `dbrec[0]`: set_ci.
-const SET_CI: usize = 0;
+pub(super) const SET_CI: usize = 0;
+/// `op_own` (opcode, format, solicited, owner) is a CQE's last byte, the
+/// one the device writes last.
+pub(super) const OP_OWN: usize = Cqe64::SIZE_BYTES - 1;
 
 /// One 64-byte CQE as the device wrote it, with its fields by name
 /// (prm-guide §6.1, §6.4).
@@ -43,106 +35,126 @@ impl std::fmt::Debug for RawCqe {
 }
 
 impl RawCqe {
+    /// The fields of a successful completion.
     #[inline(always)]
-    fn be32(&self, at: usize) -> u32 {
-        u32::from_be_bytes([self.0[at], self.0[at + 1], self.0[at + 2], self.0[at + 3]])
+    pub fn cqe(&self) -> Cqe64 {
+        Cqe64(self.0)
+    }
+
+    /// The fields of an error completion.
+    #[inline(always)]
+    pub fn err(&self) -> ErrCqe {
+        ErrCqe(self.0)
     }
 
     #[inline(always)]
     pub fn op_own(&self) -> u8 {
-        self.0[63]
+        self.0[OP_OWN]
     }
 
+    /// `op_own[7:4]`, raw; [`RawCqe::kind`] names it.
     #[inline(always)]
     pub fn opcode(&self) -> u8 {
-        self.op_own() >> 4
+        self.cqe().opcode()
+    }
+
+    /// The CQE opcode by name, `None` for a value the PRM does not define.
+    #[inline(always)]
+    pub fn kind(&self) -> Option<CqeOpcode> {
+        CqeOpcode::from_raw(self.opcode())
     }
 
     #[inline(always)]
     pub fn format(&self) -> u8 {
-        (self.op_own() >> 2) & 3
+        self.cqe().format()
     }
 
     #[inline(always)]
     pub fn solicited(&self) -> bool {
-        self.op_own() & 2 != 0
+        self.cqe().se() != 0
     }
 
     #[inline(always)]
     pub fn owner(&self) -> u8 {
-        self.op_own() & 1
+        self.cqe().owner()
     }
 
     /// The software-ownership rule for consumer counter `ci` in a ring of
     /// `2^log_size` entries.
     #[inline(always)]
     pub fn is_sw_owned(op_own: u8, ci: u32, log_size: u32) -> bool {
-        op_own >> 4 != INVALID && u32::from(op_own & 1) == (ci >> log_size) & 1
+        let c = op_own_cqe(op_own);
+        c.opcode() != CqeOpcode::Invalid.raw() && u32::from(c.owner()) == (ci >> log_size) & 1
     }
 
-    /// `sop_drop_qpn[23:0]` (`s_wqe_opcode_qpn` in error CQEs).
+    /// `sop_drop_qpn[23:0]` (`qpn` in error CQEs).
     #[inline(always)]
     pub fn qpn(&self) -> u32 {
-        self.be32(56) & 0xff_ffff
+        self.err().qpn()
     }
 
     /// Requester CQEs: the mlx5 opcode of the completed (or failed) WQE.
     #[inline(always)]
     pub fn send_opcode(&self) -> u8 {
-        self.0[56]
+        self.err().s_wqe_opcode()
     }
 
     #[inline(always)]
     pub fn wqe_counter(&self) -> u16 {
-        u16::from_be_bytes([self.0[60], self.0[61]])
+        self.cqe().wqe_counter()
     }
 
     #[inline(always)]
     pub fn byte_cnt(&self) -> u32 {
-        self.be32(44)
+        self.cqe().byte_cnt()
     }
 
     #[inline(always)]
     pub fn imm_inval_pkey(&self) -> u32 {
-        self.be32(36)
+        self.cqe().imm_inval_pkey()
     }
 
     #[inline(always)]
     pub fn srqn_uidx(&self) -> u32 {
-        self.be32(32) & 0xff_ffff
+        self.cqe().srqn_uidx() & 0xff_ffff
     }
 
     #[inline(always)]
     pub fn flags_rqpn(&self) -> u32 {
-        self.be32(24)
+        self.cqe().flags_rqpn()
     }
 
     #[inline(always)]
     pub fn syndrome(&self) -> u8 {
-        self.0[55]
+        self.err().syndrome()
     }
 
     #[inline(always)]
     pub fn vendor_err_synd(&self) -> u8 {
-        self.0[54]
+        self.err().vendor_err_synd()
     }
 
     /// Error CQEs: the hardware syndrome (`mlx5_err_cqe.hw_err_synd`).
+    #[inline(always)]
     pub fn hw_err_synd(&self) -> u8 {
-        ErrCqe(self.0).hw_err_synd()
+        self.err().hw_err_synd()
     }
 
     /// Error CQEs: the hardware syndrome's type byte
     /// (`mlx5_err_cqe.hw_synd_type`; the type is its high nibble).
+    #[inline(always)]
     pub fn hw_synd_type(&self) -> u8 {
-        ErrCqe(self.0).hw_synd_type()
+        self.err().hw_synd_type()
     }
 }
 
-/// CQE byte offsets the fast path reads (prm-guide §6.1).
-const BYTE_CNT: usize = 44;
-const SOP_DROP_QPN: usize = 56;
-const WQE_COUNTER: usize = 60;
+/// A CQE holding just `op_own`, to read its fields by name.
+#[inline(always)]
+fn op_own_cqe(op_own: u8) -> Cqe64 {
+    let mut c = Cqe64::new();
+    c.0[OP_OWN] = op_own;
+    c
+}
 
 /// Whether `op_own` is that of a requester CQE in the uncompressed format
 /// that software owns in the lap with owner bit `lap`: opcode REQ (high
@@ -151,19 +163,20 @@ const WQE_COUNTER: usize = 60;
 /// leaves one range check: the result is below 6 exactly when the top bit,
 /// the opcode bits and the format bits are all as required.
 #[inline(always)]
-fn is_hot_req(op_own: u8, lap: u8) -> bool {
+pub(super) fn is_hot_req(op_own: u8, lap: u8) -> bool {
+    const { assert!(CqeOpcode::Req.raw() == 0 && FORMAT_COMPRESSED == 3) };
     (op_own ^ lap).rotate_right(1) < 6
 }
 
-/// The hot path over one stretch of the ring in lap `lap`: takes successful
-/// requester completions of `sq`'s QP into `out` until an entry is not one
-/// (or not software's); returns how many.
+/// The hot path over one stretch of the ring in lap `lap` for one QP's
+/// completions: takes successful requester completions of `sq`'s QP into
+/// `out` until an entry is not one (or not software's, or another QP's);
+/// returns how many. Nothing but the QPN carried through the loop, so a CQ
+/// of one QP's completions runs with the fewest registers; [`take_run`]
+/// takes over where QPs take turns.
 #[inline(always)]
-fn take_run(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
-    // The QPN as it lies in `sop_drop_qpn` (big-endian, below the opcode
-    // byte), so each entry's is compared without swapping its bytes.
-    let qpn_be = sq.qpn().to_be();
-    let qpn_mask_be = 0xff_ffff_u32.to_be();
+fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
+    let qpn = sq.qpn();
     // One index for both, so one bound: `run64` gave no more entries than
     // `out` has room for.
     let Some(out) = out.get_mut(..run.len()) else {
@@ -173,41 +186,112 @@ fn take_run(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
         let (Some(w), Some(e)) = (out.get_mut(k), run.get(k)) else {
             return k;
         };
-        if !is_hot_req(e.load_acquire(CQE_SIZE - 1), lap) {
+        if !is_hot_req(e.load_acquire(OP_OWN), lap) {
             return k;
         }
-        let Some(opcode) = WcOpcode::from_send_opcode(e.read_u8(SOP_DROP_QPN)) else {
+        // The entry is ours: read it as a CQE64. Only the fields used below
+        // are loaded.
+        let c = Cqe64(e.read64b());
+        let sop_drop_qpn = c.sop_drop_qpn();
+        let Some(opcode) = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8) else {
             return k;
         };
-        if e.read_ne32(SOP_DROP_QPN) & qpn_mask_be != qpn_be {
+        if sop_drop_qpn & 0xff_ffff != qpn {
             return k;
         }
-        let Some(wr_id) = sq.wr_id(e.read_be16(WQE_COUNTER)) else {
+        let Some((wr_id, _)) = sq.slot(c.wqe_counter()) else {
             return k;
         };
         // Read unconditionally (the entry is ours), so the atomics' fixed 8
         // is a select rather than a branch.
-        let byte_cnt = e.read_be32(BYTE_CNT);
         let byte_len = match opcode {
             WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-            _ => byte_cnt,
+            _ => c.byte_cnt(),
         };
         *w = Wc {
             wr_id,
             opcode,
             byte_len,
-            qp_num: sq.qpn(),
+            qp_num: qpn,
             ..Wc::default()
         };
     }
     out.len()
 }
 
+/// The hot path over one stretch of the ring in lap `lap`: takes successful
+/// requester completions of the cached QPs into `out` until an entry is not
+/// one (or not software's); returns how many. `hot` is the QP of the last
+/// one taken, `pending` the SQ tail its completions retire up to; at another
+/// QP's completion the tail goes out and `hot` moves to that QP.
+#[inline(always)]
+fn take_run<'c>(
+    run: Run64,
+    lap: u8,
+    cache: &'c PollCache,
+    hot: &mut HotSq<'c>,
+    pending: &mut PendingTail,
+    out: &mut [Wc],
+) -> usize {
+    // One index for both, so one bound: `run64` gave no more entries than
+    // `out` has room for.
+    let Some(out) = out.get_mut(..run.len()) else {
+        return 0;
+    };
+    // Locals while the loop runs, so they stay in registers.
+    let (mut sq, mut tail) = (*hot, *pending);
+    let taken = 'run: {
+        for k in 0..out.len() {
+            let (Some(w), Some(e)) = (out.get_mut(k), run.get(k)) else {
+                break 'run k;
+            };
+            if !is_hot_req(e.load_acquire(OP_OWN), lap) {
+                break 'run k;
+            }
+            // The entry is ours: read it as a CQE64. Only the fields used
+            // below are loaded.
+            let c = Cqe64(e.read64b());
+            let sop_drop_qpn = c.sop_drop_qpn();
+            let Some(opcode) = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8) else {
+                break 'run k;
+            };
+            let qpn = sop_drop_qpn & 0xff_ffff;
+            if qpn != sq.qpn() {
+                let Some(next) = cache.find_sq(qpn) else {
+                    break 'run k;
+                };
+                sq.publish(tail.take());
+                sq = next;
+            }
+            let Some((wr_id, t)) = sq.slot(c.wqe_counter()) else {
+                break 'run k;
+            };
+            tail = Some(t);
+            // Read unconditionally (the entry is ours), so the atomics'
+            // fixed 8 is a select rather than a branch.
+            let byte_len = match opcode {
+                WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+                _ => c.byte_cnt(),
+            };
+            *w = Wc {
+                wr_id,
+                opcode,
+                byte_len,
+                qp_num: qpn,
+                ..Wc::default()
+            };
+        }
+        out.len()
+    };
+    (*hot, *pending) = (sq, tail);
+    taken
+}
+
 /// Decodes any software-owned CQE; `None` for a resize marker. Also returns
 /// the SQ tail it retires up to on the QP the cache then points at, for the
 /// caller to publish.
 #[inline(never)]
-fn complete_any(c: &RawCqe, cache: &mut PollCache) -> (Option<Wc>, PendingTail) {
+pub(super) fn complete_any(c: &RawCqe, cache: &mut PollCache) -> (Option<Wc>, PendingTail) {
     let mut pending = None;
     let wc = decode_any(c, cache, &mut pending);
     (wc, pending)
@@ -215,16 +299,23 @@ fn complete_any(c: &RawCqe, cache: &mut PollCache) -> (Option<Wc>, PendingTail) 
 
 #[inline(always)]
 fn decode_any(c: &RawCqe, cache: &mut PollCache, pending: &mut PendingTail) -> Option<Wc> {
-    let op = c.opcode();
+    use CqeOpcode::*;
+    let Some(op) = c.kind() else {
+        return Some(Wc {
+            qp_num: c.qpn(),
+            status: WcStatus::GeneralErr,
+            ..Wc::default()
+        });
+    };
     let mut wc = Wc {
         qp_num: c.qpn(),
         ..Wc::default()
     };
-    if op == RESIZE_CQ {
+    if op == ResizeCq {
         return None;
     }
     let known = match op {
-        REQ | REQ_ERR | RESP_WR_IMM | RESP_SEND | RESP_SEND_IMM | RESP_SEND_INV | RESP_ERR
+        Req | ReqErr | RespWrImm | RespSend | RespSendImm | RespSendInv | RespErr
             if c.format() != FORMAT_COMPRESSED =>
         {
             cache.lookup(c.qpn(), pending).is_some()
@@ -236,13 +327,13 @@ fn decode_any(c: &RawCqe, cache: &mut PollCache, pending: &mut PendingTail) -> O
         wc.status = WcStatus::GeneralErr;
         return Some(wc);
     }
-    if op == REQ_ERR || op == RESP_ERR {
+    if op == ReqErr || op == RespErr {
         wc.status = WcStatus::from_syndrome(c.syndrome());
         wc.vendor_err = c.vendor_err_synd();
         wc.hw_err_synd = c.hw_err_synd();
         wc.hw_synd_type = c.hw_synd_type();
     }
-    if op == REQ || op == REQ_ERR {
+    if op == Req || op == ReqErr {
         let Some(wr_id) = cache.sq_retire(c.qpn(), c.wqe_counter(), pending) else {
             wc.status = WcStatus::GeneralErr;
             return Some(wc);
@@ -250,7 +341,7 @@ fn decode_any(c: &RawCqe, cache: &mut PollCache, pending: &mut PendingTail) -> O
         wc.wr_id = wr_id;
         match WcOpcode::from_send_opcode(c.send_opcode()) {
             Some(o) => wc.opcode = o,
-            None if op == REQ => wc.status = WcStatus::GeneralErr,
+            None if op == Req => wc.status = WcStatus::GeneralErr,
             None => {}
         }
         wc.byte_len = match wc.opcode {
@@ -272,16 +363,16 @@ fn decode_any(c: &RawCqe, cache: &mut PollCache, pending: &mut PendingTail) -> O
         return Some(wc);
     };
     wc.wr_id = wr_id;
-    wc.opcode = if op == RESP_WR_IMM {
+    wc.opcode = if op == RespWrImm {
         WcOpcode::RecvRdmaWithImm
     } else {
         WcOpcode::Recv
     };
-    if op == RESP_WR_IMM || op == RESP_SEND_IMM {
+    if op == RespWrImm || op == RespSendImm {
         wc.imm_data = c.imm_inval_pkey();
         wc.has_imm = true;
     }
-    if op != RESP_ERR {
+    if op != RespErr {
         wc.byte_len = c.byte_cnt();
         wc.src_qp = c.flags_rqpn() & 0xff_ffff;
         wc.grh = (c.flags_rqpn() >> 28) & 3 != 0;
@@ -292,8 +383,8 @@ fn decode_any(c: &RawCqe, cache: &mut PollCache, pending: &mut PendingTail) -> O
 
 /// A CQ's poller state: its QP cache and doorbell record.
 pub(crate) struct Poller {
-    cache: PollCache,
-    dbrec: DbRec,
+    pub(super) cache: PollCache,
+    pub(super) dbrec: DbRec,
 }
 
 impl Poller {
@@ -350,7 +441,7 @@ impl Cq {
 
     /// The CQE ring.
     #[inline(always)]
-    fn ring(&self) -> Ring {
+    pub(super) fn ring(&self) -> Ring {
         // SAFETY: `ring_addr` is this CQ's current ring of `2^log_size`
         // 64-byte entries, kept mapped by the CQ; `resize` (which moves it)
         // needs `&mut self`, so it cannot run while a poll uses the copy.
@@ -361,52 +452,73 @@ impl Cq {
     #[inline(always)]
     fn next_is_sw_owned(&self) -> bool {
         let e = self.ring().entry64(self.ci as usize * CQE_SIZE);
-        RawCqe::is_sw_owned(e.load_acquire(CQE_SIZE - 1), self.ci, self.log_size)
+        RawCqe::is_sw_owned(e.load_acquire(OP_OWN), self.ci, self.log_size)
     }
 
-    /// Takes successful requester completions of the cached QP into `wc`,
-    /// reading just the fields they need, until the ring runs dry or an
-    /// entry needs the general path (which then looks at it afresh); returns
-    /// how many. Moves the consumer counter and publishes the SQ tail they
-    /// retire up to. Out of line, so its loop has the registers to itself:
-    /// everything it needs is loaded once into locals.
+    /// Takes successful requester completions into `wc`, reading just the
+    /// fields they need, until the ring runs dry or an entry needs the
+    /// general path (which then looks at it afresh); returns how many. The
+    /// SQ of the last completion's QP stays in registers; at another cached
+    /// QP's completion the loop moves to that QP's. Moves the consumer
+    /// counter and publishes, per run of one QP, the SQ tail it retires up
+    /// to. Out of line, so its loop has the registers to itself.
     #[inline(never)]
     fn take_hot(&mut self, wc: &mut [Wc]) -> usize {
-        let Some(sq) = self.dp.cache.hot_sq() else {
-            return 0;
-        };
         let ring = self.ring();
         let log = self.log_size;
         let start = self.ci;
         let mut c = start;
         // At most 2^32 − 1 at once: the count is the counter's progress.
         let n = wc.len().min(u32::MAX as usize);
-        let mut out = &mut wc[..n];
-        loop {
+        let mut got = 0;
+        let cache = &self.dp.cache;
+        let Some(mut hot) = cache.hot_sq() else {
+            return 0;
+        };
+        let mut pending = None;
+        // One QP's runs first; once another QP's completion stops one, the
+        // loop that moves between QPs.
+        let mut turns = false;
+        while let Some(out) = wc.get_mut(got..n) {
             // A stretch up to the ring's end: one lap, no wrapping.
             let run = ring.run64(c as usize * CQE_SIZE, out.len());
             let lap = ((c >> log) & 1) as u8;
-            let k = take_run(run, lap, sq, out);
+            let k = if turns {
+                take_run(run, lap, cache, &mut hot, &mut pending, out)
+            } else {
+                let k = take_run_one(run, lap, hot, out);
+                if k > 0 {
+                    // The SQ tail is the run's last completion's: read once
+                    // here rather than carried through the loop. The entry
+                    // stays ours until `set_ci` moves past it.
+                    let last = ring.entry64((c as usize + k - 1) * CQE_SIZE);
+                    pending = hot
+                        .slot(Cqe64(last.read64b()).wqe_counter())
+                        .map(|(_, t)| t);
+                }
+                k
+            };
             c = c.wrapping_add(k as u32);
-            // Done unless the whole stretch was taken and there is room for
-            // more (`k == 0` also ends a stretch of none, which `run64` never
-            // makes while `out` has room).
-            if k == 0 || k < run.len() || k == out.len() {
+            got += k;
+            if got == n {
                 break;
             }
-            out = &mut out[k..];
+            if k < run.len() && !turns {
+                // Perhaps another QP's completion: look again, moving.
+                turns = true;
+                continue;
+            }
+            // Done unless the whole stretch was taken (`k == 0` also ends a
+            // stretch of none, which `run64` never makes while `out` has
+            // room).
+            if k == 0 || k < run.len() {
+                break;
+            }
         }
-        if c == start {
-            return 0;
-        }
-        // The SQ tail is the last completion's: read once here rather than
-        // carried through the loop. The entry stays ours until `set_ci`
-        // moves past it, and its slot until the tail does.
-        let last = ring.entry64(c.wrapping_sub(1) as usize * CQE_SIZE);
-        // SQ room first, then the CQ's: the order per-entry retiring had.
-        self.dp
-            .cache
-            .publish(sq.next_after(last.read_be16(WQE_COUNTER)));
+        // SQ room first, then the CQ's (the caller's `set_ci`).
+        hot.publish(pending);
+        let last = hot.qpn();
+        self.dp.cache.point_at(last);
         self.ci = c;
         c.wrapping_sub(start) as usize
     }
@@ -421,7 +533,7 @@ impl Cq {
         while got < wc.len() {
             let ci = self.ci;
             let e = ring.entry64(ci as usize * CQE_SIZE);
-            let op_own = e.load_acquire(CQE_SIZE - 1);
+            let op_own = e.load_acquire(OP_OWN);
             if !RawCqe::is_sw_owned(op_own, ci, self.log_size) {
                 break;
             }

@@ -64,6 +64,13 @@ impl std::fmt::Debug for RecvQueue {
 }
 
 impl RecvQueue {
+    /// The QP went back to RST: the RCV counter restarts at 0, in the
+    /// queue and in the doorbell record.
+    pub(crate) fn reset(&mut self) {
+        self.head = 0;
+        self.dbrec.store(RCV_DBR, 0);
+    }
+
     /// Receives posted and not yet completed.
     pub fn in_use(&self) -> u32 {
         self.head.wrapping_sub(self.track.rq_tail())

@@ -51,7 +51,17 @@ impl Ring {
     #[inline(always)]
     pub(crate) fn write_bytes(&self, off: usize, data: &[u8]) {
         let start = off & self.mask;
-        let first = data.len().min(self.len() - start);
+        if data.len() <= self.len() - start {
+            // SAFETY: `start + data.len() ≤ len`: inside the mapping; `data`
+            // is caller memory, never the ring. One copy of the caller's
+            // length, which the compiler may know, where the split below
+            // has two of unknown lengths. Ordering as in `write_seg`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), self.at(start), data.len());
+            }
+            return;
+        }
+        let first = self.len() - start;
         let (head, tail) = data.split_at(first);
         // SAFETY: `start + first ≤ len` and `tail.len() < len` (callers copy at
         // most one WQE, smaller than the ring), so both copies stay inside the
@@ -136,43 +146,6 @@ impl Entry64 {
         unsafe { AtomicU8::from_ptr((self.addr + at) as *mut u8).load(Ordering::Acquire) }
     }
 
-    /// The big-endian u32 at `at` (a multiple of 4, < 64): one CQE field.
-    /// Call only after [`Entry64::load_acquire`] showed the entry is ours.
-    #[inline(always)]
-    pub(crate) fn read_be32(&self, at: usize) -> u32 {
-        assert!(at <= 60 && at.is_multiple_of(4));
-        // SAFETY: 4 aligned bytes inside the entry (the ring base is
-        // 16-aligned), ordered after the device's write of the entry by the
-        // caller's acquire load, as in `read64b`.
-        u32::from_be(unsafe { ((self.addr + at) as *const u32).read() })
-    }
-
-    /// The byte at `at` (< 64). Call only after [`Entry64::load_acquire`]
-    /// showed the entry is ours.
-    #[inline(always)]
-    pub(crate) fn read_u8(&self, at: usize) -> u8 {
-        assert!(at < 64);
-        // SAFETY: a byte inside the entry, ordered as in `read_be32`.
-        unsafe { ((self.addr + at) as *const u8).read() }
-    }
-
-    /// The 4 bytes at `at` (a multiple of 4, < 64) as they lie in memory,
-    /// for comparing with a value converted to big-endian once.
-    #[inline(always)]
-    pub(crate) fn read_ne32(&self, at: usize) -> u32 {
-        assert!(at <= 60 && at.is_multiple_of(4));
-        // SAFETY: as in `read_be32`.
-        unsafe { ((self.addr + at) as *const u32).read() }
-    }
-
-    /// The big-endian u16 at `at` (a multiple of 2, < 64).
-    #[inline(always)]
-    pub(crate) fn read_be16(&self, at: usize) -> u16 {
-        assert!(at <= 62 && at.is_multiple_of(2));
-        // SAFETY: as in `read_be32`, for 2 bytes at a 2-aligned offset.
-        u16::from_be(unsafe { ((self.addr + at) as *const u16).read() })
-    }
-
     /// Stores one 16-byte segment at byte `at` of the entry (rounded down to
     /// a multiple of 16 below 64). Used on WQE blocks, which the device reads
     /// only after the doorbell record store that follows.
@@ -190,7 +163,8 @@ impl Entry64 {
     /// [`Entry64::load_acquire`] showed the entry is ours.
     #[inline(always)]
     pub(crate) fn read64b(&self) -> [u8; 64] {
-        // SAFETY: the entry lies in the ring. The caller's acquire load of the
+        // SAFETY: the entry lies in the ring, 16-aligned (see `Entry64`); a
+        // `[u8; 64]` needs no alignment. The caller's acquire load of the
         // owner byte orders this read after the device's writes of the entry,
         // and the device does not write it again until the consumer index
         // moves past it, so a plain read does not race. Not volatile: that

@@ -250,16 +250,18 @@ impl SendBatch<'_> {
     }
 
     /// Rings the doorbell once for everything written.
-    #[inline]
+    #[inline(always)]
     pub fn ring(self) {
         // Flushed here, so dropping would only flush an empty batch again.
         // Without drop glue nothing needs the batch in memory should the
-        // doorbell's MMIO call unwind, and its state stays in registers.
+        // doorbell's MMIO call unwind; always inlined, so the batch's state
+        // stays in registers through the posting loop rather than being
+        // kept in memory for an out-of-line call that takes it by value.
         let mut this = std::mem::ManuallyDrop::new(self);
         this.flush();
     }
 
-    #[inline]
+    #[inline(always)]
     fn flush(&mut self) {
         // A closed QP's batch had no room, which dates the cached tail back
         // as far as it can go: safe, the real tail is read when room runs out.

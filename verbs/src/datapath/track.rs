@@ -223,6 +223,8 @@ impl Registry {
 pub(crate) struct PollCache {
     reg: Arc<Registry>,
     qps: Vec<Arc<QpTrack>>,
+    /// `qps[i].qpn`, side by side, so finding a QP reads no track.
+    qpns: Vec<u32>,
     last: usize,
 }
 
@@ -234,6 +236,7 @@ pub(crate) struct HotSq<'a> {
     qpn: u32,
     mask: usize,
     slots: &'a [SqSlot],
+    tail: &'a AtomicU32,
 }
 
 impl HotSq<'_> {
@@ -242,19 +245,23 @@ impl HotSq<'_> {
         self.qpn
     }
 
-    /// The wr_id of the WQE at WQEBB index `wqe_counter`.
+    /// The wr_id of the WQE at WQEBB index `wqe_counter` and the SQ counter
+    /// just past it: what its completion retires everything up to.
     #[inline(always)]
-    pub(crate) fn wr_id(&self, wqe_counter: u16) -> Option<u64> {
+    pub(crate) fn slot(&self, wqe_counter: u16) -> Option<(u64, u32)> {
         let slot = self.slots.get(usize::from(wqe_counter) & self.mask)?;
-        Some(slot.wr_id.load(Ordering::Relaxed))
+        Some((
+            slot.wr_id.load(Ordering::Relaxed),
+            slot.next.load(Ordering::Relaxed),
+        ))
     }
 
-    /// The SQ counter just past the WQE at WQEBB index `wqe_counter`: what
-    /// its completion retires everything up to.
+    /// Publishes a pending SQ tail of this QP.
     #[inline(always)]
-    pub(crate) fn next_after(&self, wqe_counter: u16) -> Option<u32> {
-        let slot = self.slots.get(usize::from(wqe_counter) & self.mask)?;
-        Some(slot.next.load(Ordering::Relaxed))
+    pub(crate) fn publish(&self, pending: PendingTail) {
+        if let Some(tail) = pending {
+            self.tail.store(tail, Ordering::Release);
+        }
     }
 }
 
@@ -269,6 +276,7 @@ impl PollCache {
         PollCache {
             reg,
             qps: Vec::new(),
+            qpns: Vec::new(),
             last: 0,
         }
     }
@@ -297,14 +305,33 @@ impl PollCache {
     /// The SQ of the cached QP, if it is still alive.
     #[inline(always)]
     pub(crate) fn hot_sq(&self) -> Option<HotSq<'_>> {
-        self.qps
-            .get(self.last)
-            .filter(|t| t.is_alive())
-            .map(|t| HotSq {
-                qpn: t.qpn,
-                mask: t.sq.len().wrapping_sub(1),
-                slots: &t.sq,
-            })
+        self.qps.get(self.last).and_then(|t| Self::sq_of(t))
+    }
+
+    #[inline(always)]
+    fn sq_of(t: &QpTrack) -> Option<HotSq<'_>> {
+        t.is_alive().then(|| HotSq {
+            qpn: t.qpn,
+            mask: t.sq.len().wrapping_sub(1),
+            slots: &t.sq,
+            tail: &t.sq_tail,
+        })
+    }
+
+    /// The SQ of `qpn` if the cache holds it (alive); the cache stays
+    /// pointed where it was.
+    #[inline]
+    pub(crate) fn find_sq(&self, qpn: u32) -> Option<HotSq<'_>> {
+        let i = self.qpns.iter().position(|&q| q == qpn)?;
+        Self::sq_of(self.qps.get(i)?)
+    }
+
+    /// Points the cache at `qpn` (cached) after the fast path moved to it.
+    #[inline]
+    pub(crate) fn point_at(&mut self, qpn: u32) {
+        if !matches!(self.qps.get(self.last), Some(t) if t.qpn == qpn) {
+            self.switch(qpn);
+        }
     }
 
     /// Retires the SQ of `qpn` up to and including the WQE at
@@ -330,20 +357,31 @@ impl PollCache {
         }
     }
 
+    /// Points `last` at `qpn`'s track if the cache holds it (alive); the
+    /// registry is not asked. How polling moves between the QPs of a CQ.
+    #[inline]
+    pub(crate) fn switch(&mut self, qpn: u32) -> bool {
+        let found = self.qpns.iter().position(|&q| q == qpn);
+        match found.and_then(|i| Some(i).zip(self.qps.get(i))) {
+            Some((i, t)) if t.is_alive() => {
+                self.last = i;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Points `last` at `qpn`'s track, fetching it from the registry if the
     /// cache lacks it. Out of line: the hot path polls one QP after another.
     #[cold]
     #[inline(never)]
     fn refresh(&mut self, qpn: u32) -> Option<()> {
-        let hit = |t: &Arc<QpTrack>| t.qpn == qpn && t.is_alive();
-        match self.qps.iter().position(hit) {
-            Some(i) => self.last = i,
-            None => {
-                let t = self.reg.find(qpn)?;
-                self.qps.retain(|t| t.is_alive());
-                self.qps.push(t);
-                self.last = self.qps.len() - 1;
-            }
+        if !self.switch(qpn) {
+            let t = self.reg.find(qpn)?;
+            self.qps.retain(|t| t.is_alive());
+            self.qps.push(t);
+            self.qpns = self.qps.iter().map(|t| t.qpn).collect();
+            self.last = self.qps.len() - 1;
         }
         Some(())
     }

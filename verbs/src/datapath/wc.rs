@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use prm_layouts::{CqeSyndrome, SendOpcode};
+
 /// Completion status (`ibv_wc_status`), decoded from the error CQE syndrome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum WcStatus {
@@ -27,21 +29,22 @@ pub enum WcStatus {
 impl WcStatus {
     /// The status for an error CQE syndrome (prm-guide §6.4).
     pub fn from_syndrome(syndrome: u8) -> WcStatus {
-        match syndrome {
-            0x01 => WcStatus::LocLenErr,
-            0x02 => WcStatus::LocQpOpErr,
-            0x04 => WcStatus::LocProtErr,
-            0x05 => WcStatus::WrFlushErr,
-            0x06 => WcStatus::MwBindErr,
-            0x10 => WcStatus::BadRespErr,
-            0x11 => WcStatus::LocAccessErr,
-            0x12 => WcStatus::RemInvReqErr,
-            0x13 => WcStatus::RemAccessErr,
-            0x14 => WcStatus::RemOpErr,
-            0x15 => WcStatus::RetryExcErr,
-            0x16 => WcStatus::RnrRetryExcErr,
-            0x22 => WcStatus::RemAbortErr,
-            _ => WcStatus::GeneralErr,
+        use CqeSyndrome as S;
+        match CqeSyndrome::from_raw(syndrome) {
+            Some(S::LocalLengthErr) => WcStatus::LocLenErr,
+            Some(S::LocalQpOpErr) => WcStatus::LocQpOpErr,
+            Some(S::LocalProtErr) => WcStatus::LocProtErr,
+            Some(S::WrFlushErr) => WcStatus::WrFlushErr,
+            Some(S::MwBindErr) => WcStatus::MwBindErr,
+            Some(S::BadRespErr) => WcStatus::BadRespErr,
+            Some(S::LocalAccessErr) => WcStatus::LocAccessErr,
+            Some(S::RemoteInvalReqErr) => WcStatus::RemInvReqErr,
+            Some(S::RemoteAccessErr) => WcStatus::RemAccessErr,
+            Some(S::RemoteOpErr) => WcStatus::RemOpErr,
+            Some(S::TransportRetryExcErr) => WcStatus::RetryExcErr,
+            Some(S::RnrRetryExcErr) => WcStatus::RnrRetryExcErr,
+            Some(S::RemoteAbortedErr) => WcStatus::RemAbortErr,
+            None => WcStatus::GeneralErr,
         }
     }
 
@@ -138,20 +141,21 @@ impl WcOpcode {
         // per polled completion.
         // Every u8 has an entry, so the lookup needs no bounds check.
         const fn table() -> [Option<WcOpcode>; 0x100] {
+            use SendOpcode as S;
             let mut t = [None; 0x100];
-            t[0x01] = Some(WcOpcode::Send);
-            t[0x0a] = Some(WcOpcode::Send);
-            t[0x0b] = Some(WcOpcode::Send);
-            t[0x08] = Some(WcOpcode::RdmaWrite);
-            t[0x09] = Some(WcOpcode::RdmaWrite);
-            t[0x10] = Some(WcOpcode::RdmaRead);
-            t[0x11] = Some(WcOpcode::CompSwap);
-            t[0x14] = Some(WcOpcode::CompSwap);
-            t[0x12] = Some(WcOpcode::FetchAdd);
-            t[0x15] = Some(WcOpcode::FetchAdd);
-            t[0x18] = Some(WcOpcode::BindMw);
-            t[0x1b] = Some(WcOpcode::LocalInv);
-            t[0x25] = Some(WcOpcode::BindMw);
+            t[S::SendInval as usize] = Some(WcOpcode::Send);
+            t[S::Send as usize] = Some(WcOpcode::Send);
+            t[S::SendImm as usize] = Some(WcOpcode::Send);
+            t[S::RdmaWrite as usize] = Some(WcOpcode::RdmaWrite);
+            t[S::RdmaWriteImm as usize] = Some(WcOpcode::RdmaWrite);
+            t[S::RdmaRead as usize] = Some(WcOpcode::RdmaRead);
+            t[S::AtomicCs as usize] = Some(WcOpcode::CompSwap);
+            t[S::AtomicMaskedCs as usize] = Some(WcOpcode::CompSwap);
+            t[S::AtomicFa as usize] = Some(WcOpcode::FetchAdd);
+            t[S::AtomicMaskedFa as usize] = Some(WcOpcode::FetchAdd);
+            t[S::BindMw as usize] = Some(WcOpcode::BindMw);
+            t[S::LocalInval as usize] = Some(WcOpcode::LocalInv);
+            t[S::Umr as usize] = Some(WcOpcode::BindMw);
             t
         }
         const TABLE: [Option<WcOpcode>; 0x100] = table();

@@ -1,6 +1,9 @@
 //! Send WQE composition (prm-guide §5.2–§5.3): validate a request, size it,
 //! then store its segments into the SQ ring, wrapping at the ring end.
 
+use prm_layouts::words::Words;
+use prm_layouts::{fields, SendOpcode, WqeCtrlSeg, WqeInlDataSeg};
+
 use super::ring::{Entry64, Ring};
 use super::wr::{SendOp, SendWr, Sge};
 use crate::error::Error;
@@ -8,7 +11,7 @@ use crate::qp::QpType;
 
 /// WQE basic block and DS unit.
 pub(crate) const WQEBB: u32 = 64;
-const DS: usize = 16;
+pub(crate) const DS: usize = WqeCtrlSeg::SIZE_BYTES;
 /// `fm_ce_se` bits.
 pub const CTRL_SOLICITED: u8 = 0x02;
 pub const CTRL_SIGNALED: u8 = 0x08;
@@ -19,8 +22,6 @@ const INLINE_SEG: u32 = 0x8000_0000;
 pub const INVALID_LKEY: u32 = 0x100;
 /// Atomics move 8 bytes.
 const ATOMIC_SIZE: u32 = 8;
-/// Bit 31 of `dqp_dct`: extended address vector.
-const AV_EXT: u32 = 0x8000_0000;
 
 const VERB: &str = "post_send";
 
@@ -43,39 +44,65 @@ pub(crate) struct Plan {
     pub nbb: u32,
 }
 
-#[inline(always)]
-fn be_pair(a: u64, b: u64) -> [u8; 16] {
-    let mut s = [0u8; 16];
-    s[..8].copy_from_slice(&a.to_be_bytes());
-    s[8..].copy_from_slice(&b.to_be_bytes());
-    s
-}
+// Segments are built as host-order dwords from the layouts' field
+// positions: each value lands with a shift, and each segment is four
+// whole-word stores (the typed setters' byte read-modify-writes are not
+// merged that well).
 
 /// A data segment: byte_count, lkey, addr.
 #[inline(always)]
 pub(crate) fn data_seg(byte_count: u32, lkey: u32, addr: u64) -> [u8; 16] {
-    be_pair((u64::from(byte_count) << 32) | u64::from(lkey), addr)
+    use fields::wqe_data_seg as f;
+    Words::<4>::new()
+        .with(f::BYTE_COUNT, byte_count)
+        .with(f::LKEY, lkey)
+        .with64(f::ADDR, addr)
+        .to_be_bytes()
 }
 
 #[inline(always)]
 fn raddr_seg(remote_addr: u64, rkey: u32) -> [u8; 16] {
-    be_pair(remote_addr, u64::from(rkey) << 32)
+    use fields::wqe_raddr_seg as f;
+    Words::<4>::new()
+        .with64(f::RADDR, remote_addr)
+        .with(f::RKEY, rkey)
+        .to_be_bytes()
 }
 
-/// The first 8 bytes of a control segment (opmod_idx_opcode, qpn_ds) as one
-/// host-order word. Built as a u64 from the start, so the WQE index is one
-/// shift into a word whose other bits stay the same for a batch.
 #[inline(always)]
-fn ctrl_word(cur_post: u32, opcode: u8, qpn: u32, ds: u32) -> u64 {
-    (u64::from(cur_post & 0xffff) << 40)
-        | (u64::from(opcode) << 32)
-        | u64::from((qpn << 8) | (ds & 0x3f))
+fn atomic_seg(swap_add: u64, compare: u64) -> [u8; 16] {
+    use fields::wqe_atomic_seg as f;
+    Words::<4>::new()
+        .with64(f::SWAP_ADD, swap_add)
+        .with64(f::COMPARE, compare)
+        .to_be_bytes()
 }
 
-/// The doorbell value: the control segment's first 8 bytes as in memory.
+/// The control segment of the WQE at SQ counter `cur_post`.
 #[inline(always)]
-fn ctrl8(w: u64) -> u64 {
-    u64::from_ne_bytes(w.to_be_bytes())
+pub(crate) fn ctrl_seg(
+    cur_post: u32,
+    opcode: SendOpcode,
+    qpn: u32,
+    ds: u32,
+    fm_ce_se: u8,
+    imm: u32,
+) -> Words<4> {
+    use fields::wqe_ctrl_seg as f;
+    Words::<4>::new()
+        .with(f::WQE_INDEX, cur_post)
+        .with(f::OPCODE, opcode.raw().into())
+        .with(f::QPN, qpn)
+        .with(f::DS, ds)
+        .with(f::FM_CE_SE, fm_ce_se.into())
+        .with(f::IMM, imm)
+}
+
+/// The doorbell value: the control segment's first 8 bytes as they lie in
+/// memory.
+#[inline(always)]
+pub(crate) fn ctrl8(c: Words<4>) -> u64 {
+    c.pair(0).to_be()
 }
 
 /// Why [`plan`] refused a request. A plain value built where the check
@@ -207,12 +234,17 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
     };
     let op = &wr.op;
     if let Some(ud) = &wr.ud {
-        let mut av = [0u8; 48];
-        av.copy_from_slice(&ud.ah.av().as_bytes()[..48]);
-        av[0..4].copy_from_slice(&ud.remote_qkey.to_be_bytes());
-        let ext = u32::from_be_bytes([av[8], av[9], av[10], av[11]]) & AV_EXT;
-        av[8..12].copy_from_slice(&(ext | (ud.remote_qpn & 0xff_ffff)).to_be_bytes());
-        for chunk in av.chunks_exact(DS) {
+        // The AH's address vector with this request's Q_Key and remote QPN:
+        // its first 16 bytes patched as dwords, the other 32 as they are.
+        use fields::wqe_datagram_seg as f;
+        let av = &ud.ah.av().0;
+        let mut head = [0u8; 16];
+        head.copy_from_slice(&av[..16]);
+        let head = Words::<4>::from_be_bytes(&head)
+            .with(fields::wqe_av_qkey::QKEY, ud.remote_qkey)
+            .with(f::DQP_DCT, ud.remote_qpn);
+        segs.push(head.to_be_bytes());
+        for chunk in av[16..].chunks_exact(DS) {
             let mut s = [0u8; 16];
             s.copy_from_slice(chunk);
             segs.push(s);
@@ -233,7 +265,7 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
             swap,
         } => {
             segs.push(raddr_seg(remote_addr, rkey));
-            segs.push(be_pair(swap, compare));
+            segs.push(atomic_seg(swap, compare));
         }
         SendOp::FetchAdd {
             remote_addr,
@@ -241,7 +273,7 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
             add,
         } => {
             segs.push(raddr_seg(remote_addr, rkey));
-            segs.push(be_pair(add, 0));
+            segs.push(atomic_seg(add, 0));
         }
         SendOp::Send | SendOp::SendWithImm(_) => {}
     }
@@ -250,7 +282,8 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
         segs.push(data_seg(ATOMIC_SIZE, s.lkey, s.addr));
     } else if let Some(data) = wr.inline {
         if !data.is_empty() {
-            ring.write_bytes(segs.off, &(INLINE_SEG | data.len() as u32).to_be_bytes());
+            let hdr = WqeInlDataSeg::new().with_byte_count(INLINE_SEG | data.len() as u32);
+            ring.write_bytes(segs.off, &hdr.0);
             ring.write_bytes(segs.off + 4, data);
         }
     } else if let [s] = wr.sgl {
@@ -272,8 +305,14 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
     if wr.fence {
         fm_ce_se |= CTRL_FENCE;
     }
-    let w = ctrl_word(cur_post, op.mlx5_opcode(), shape.qpn, p.ds);
-    let imm = op.imm().unwrap_or(0);
-    first.write_seg(0, be_pair(w, (u64::from(fm_ce_se) << 32) | u64::from(imm)));
-    ctrl8(w)
+    let ctrl = ctrl_seg(
+        cur_post,
+        op.mlx5_opcode(),
+        shape.qpn,
+        p.ds,
+        fm_ce_se,
+        op.imm().unwrap_or(0),
+    );
+    first.write_seg(0, ctrl.to_be_bytes());
+    ctrl8(ctrl)
 }

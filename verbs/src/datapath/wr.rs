@@ -1,6 +1,7 @@
 //! Work requests: what `post_send` and `post_recv` take.
 
 use devx::StableMemory;
+use prm_layouts::SendOpcode;
 
 use crate::ah::Ah;
 use crate::mr::Mr;
@@ -68,15 +69,15 @@ pub enum SendOp {
 impl SendOp {
     /// The mlx5 WQE opcode (prm-guide §5.4).
     #[inline]
-    pub fn mlx5_opcode(&self) -> u8 {
+    pub fn mlx5_opcode(&self) -> SendOpcode {
         match self {
-            SendOp::Send => 0x0a,
-            SendOp::SendWithImm(_) => 0x0b,
-            SendOp::RdmaWrite { .. } => 0x08,
-            SendOp::RdmaWriteWithImm { .. } => 0x09,
-            SendOp::RdmaRead { .. } => 0x10,
-            SendOp::CompSwap { .. } => 0x11,
-            SendOp::FetchAdd { .. } => 0x12,
+            SendOp::Send => SendOpcode::Send,
+            SendOp::SendWithImm(_) => SendOpcode::SendImm,
+            SendOp::RdmaWrite { .. } => SendOpcode::RdmaWrite,
+            SendOp::RdmaWriteWithImm { .. } => SendOpcode::RdmaWriteImm,
+            SendOp::RdmaRead { .. } => SendOpcode::RdmaRead,
+            SendOp::CompSwap { .. } => SendOpcode::AtomicCs,
+            SendOp::FetchAdd { .. } => SendOpcode::AtomicFa,
         }
     }
 

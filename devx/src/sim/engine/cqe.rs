@@ -2,40 +2,19 @@
 //! and publishing them into a CQ ring with the owner bit of the producer's
 //! wrap parity.
 
+use prm_layouts::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
+
 use super::dma::Span;
 use super::notify;
 use crate::sim::fw::state::State;
-
-/// CQE opcodes (op_own[7:4]).
-pub mod op {
-    pub const REQ: u8 = 0x0;
-    pub const RESP_WR_IMM: u8 = 0x1;
-    pub const RESP_SEND: u8 = 0x2;
-    pub const RESP_SEND_IMM: u8 = 0x3;
-    pub const REQ_ERR: u8 = 0xd;
-    pub const RESP_ERR: u8 = 0xe;
-}
-
-/// Error CQE syndromes (§6.4).
-pub mod syn {
-    pub const LOCAL_LENGTH: u8 = 0x01;
-    pub const LOCAL_QP_OP: u8 = 0x02;
-    pub const LOCAL_PROT: u8 = 0x04;
-    pub const WR_FLUSH: u8 = 0x05;
-    pub const REMOTE_INVAL_REQ: u8 = 0x12;
-    pub const REMOTE_ACCESS: u8 = 0x13;
-    pub const REMOTE_OP: u8 = 0x14;
-    pub const TRANSPORT_RETRY_EXC: u8 = 0x15;
-    pub const RNR_RETRY_EXC: u8 = 0x16;
-}
 
 /// `cqc.status` after an overrun.
 const CQ_STATUS_OVERFLOW: u8 = 0x9;
 
 /// The fields of one completion; everything else in the CQE is zero.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct Completion {
-    pub opcode: u8,
+    pub opcode: CqeOpcode,
     /// Solicited event (responder CQEs of SE sends).
     pub se: bool,
     pub qpn: u32,
@@ -50,28 +29,48 @@ pub struct Completion {
     /// user_index (CQE version 1) in srqn_uidx.
     pub user_index: u32,
     /// Error CQEs only.
-    pub syndrome: u8,
+    pub syndrome: Option<CqeSyndrome>,
+}
+
+impl Default for Completion {
+    fn default() -> Completion {
+        Completion {
+            opcode: CqeOpcode::Req,
+            se: false,
+            qpn: 0,
+            send_opcode: 0,
+            wqe_counter: 0,
+            byte_cnt: 0,
+            imm: [0; 4],
+            flags_rqpn: 0,
+            user_index: 0,
+            syndrome: None,
+        }
+    }
 }
 
 impl Completion {
-    fn encode(&self) -> [u8; 64] {
-        let mut c = [0u8; 64];
-        let put32 =
-            |c: &mut [u8; 64], at: usize, v: u32| c[at..at + 4].copy_from_slice(&v.to_be_bytes());
-        put32(&mut c, 32, self.user_index & 0x00ff_ffff);
-        c[60..62].copy_from_slice(&self.wqe_counter.to_be_bytes());
-        let qpn = self.qpn & 0x00ff_ffff;
-        if matches!(self.opcode, op::REQ_ERR | op::RESP_ERR) {
-            c[55] = self.syndrome;
-            put32(&mut c, 56, (u32::from(self.send_opcode) << 24) | qpn);
+    fn encode(&self) -> Cqe64 {
+        let mut c = Cqe64::new()
+            .with_srqn_uidx(self.user_index & 0x00ff_ffff)
+            .with_wqe_counter(self.wqe_counter)
+            .with_sop_drop_qpn((u32::from(self.send_opcode) << 24) | (self.qpn & 0x00ff_ffff))
+            .with_opcode(self.opcode.raw())
+            .with_se(u8::from(self.se));
+        if self.is_error() {
+            let mut e = ErrCqe(c.0);
+            e.set_syndrome(self.syndrome.map_or(0, CqeSyndrome::raw));
+            c = Cqe64(e.0);
         } else {
-            put32(&mut c, 24, self.flags_rqpn);
-            c[36..40].copy_from_slice(&self.imm);
-            put32(&mut c, 44, self.byte_cnt);
-            put32(&mut c, 56, (u32::from(self.send_opcode) << 24) | qpn);
+            c.set_flags_rqpn(self.flags_rqpn);
+            c.set_imm_inval_pkey(u32::from_be_bytes(self.imm));
+            c.set_byte_cnt(self.byte_cnt);
         }
-        c[63] = (self.opcode << 4) | (u8::from(self.se) << 1);
         c
+    }
+
+    fn is_error(&self) -> bool {
+        matches!(self.opcode, CqeOpcode::ReqErr | CqeOpcode::RespErr)
     }
 }
 
@@ -115,8 +114,9 @@ pub fn push(st: &mut State, cqn: u32, cqe: &Completion) -> bool {
         notify::overrun(st, cqn);
         return false;
     }
-    let mut bytes = cqe.encode();
-    bytes[63] |= ((pi >> log) & 1) as u8;
+    let mut c = cqe.encode();
+    c.set_owner(((pi >> log) & 1) as u8);
+    let bytes = c.0;
     // A 128-byte CQE carries the CQE64 in its second half.
     let at = (pi & (n - 1)) as usize * stride as usize + (stride as usize - 64);
     if !ring.write_publish(at, &bytes) {
@@ -129,7 +129,7 @@ pub fn push(st: &mut State, cqn: u32, cqe: &Completion) -> bool {
         }
         None => false,
     };
-    let solicited = cqe.se || matches!(cqe.opcode, op::REQ_ERR | op::RESP_ERR);
+    let solicited = cqe.se || cqe.is_error();
     // The common case (not armed, not solicited) costs no second lookup.
     if armed || solicited {
         notify::completed(st, cqn, pi, solicited);

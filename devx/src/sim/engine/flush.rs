@@ -2,11 +2,12 @@
 //! posted then completes with WR_FLUSH_ERR, one CQE per WQE whether it was
 //! signaled or not (what rdma-core's poll loop expects to retire them).
 
-use super::cqe::{self, op, syn, Completion};
+use super::cqe::{self, Completion};
 use super::queue::{self, QpView, MAX_SQ_WQE};
 use crate::sim::fw::qp::{rq_type, state};
 use crate::sim::fw::qp_state::force_state;
 use crate::sim::fw::state::State;
+use prm_layouts::{CqeOpcode, CqeSyndrome};
 
 /// True in the states where posted WQEs are flushed.
 pub fn flushing(s: u8) -> bool {
@@ -40,12 +41,12 @@ pub fn flush_sq(st: &mut State, v: &QpView, ci: &mut u16) {
             return;
         };
         let c = Completion {
-            opcode: op::REQ_ERR,
+            opcode: CqeOpcode::ReqErr,
             qpn: v.qpn,
-            send_opcode: super::requester::ctrl(&wqe).opcode(),
-            wqe_counter: super::requester::ctrl(&wqe).wqe_index(),
+            send_opcode: super::requester::ctrl(&wqe[..len]).opcode(),
+            wqe_counter: super::requester::ctrl(&wqe[..len]).wqe_index(),
             user_index: v.user_index,
-            syndrome: syn::WR_FLUSH,
+            syndrome: Some(CqeSyndrome::WrFlushErr),
             ..Completion::default()
         };
         cqe::push(st, v.cqn_snd, &c);
@@ -65,11 +66,11 @@ pub fn flush_rq(st: &mut State, v: &QpView) {
     let mut ci = v.rq_ci;
     while ci as u16 != pi {
         let c = Completion {
-            opcode: op::RESP_ERR,
+            opcode: CqeOpcode::RespErr,
             qpn: v.qpn,
             wqe_counter: ci as u16,
             user_index: v.user_index,
-            syndrome: syn::WR_FLUSH,
+            syndrome: Some(CqeSyndrome::WrFlushErr),
             ..Completion::default()
         };
         cqe::push(st, v.cqn_rcv, &c);

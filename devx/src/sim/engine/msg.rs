@@ -67,5 +67,5 @@ pub enum Reply {
     /// No receive WQE: try again after `Duration`.
     Rnr(Duration),
     /// A NAK carrying the requester's error syndrome.
-    Nak(u8),
+    Nak(prm_layouts::CqeSyndrome),
 }

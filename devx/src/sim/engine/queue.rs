@@ -99,7 +99,7 @@ impl QpView {
         } else {
             return None;
         };
-        let ds = usize::from(WqeCtrlSeg::from_slice(out).map_or(0, |c| c.ds())).max(1);
+        let ds = usize::from(super::requester::ctrl(&out[..]).ds()).max(1);
         // ds counts 16-byte units.
         let bytes = ds * WqeCtrlSeg::SIZE_BYTES;
         done = done.min(bytes);

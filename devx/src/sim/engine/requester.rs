@@ -11,12 +11,8 @@
 
 use std::sync::Arc;
 
-use prm_layouts::{
-    WqeAtomicSeg, WqeCtrlSeg, WqeDataSeg, WqeDatagramSeg, WqeInlDataSeg, WqeRaddrSeg,
-};
-
 use super::cache::Cache;
-use super::cqe::{self, op, syn, Completion};
+use super::cqe::{self, Completion};
 use super::flush;
 use super::keys::Need;
 use super::msg::{Msg, Op, Reply};
@@ -26,18 +22,10 @@ use super::responder;
 use super::{Engine, Inner, Peer, RnrWait};
 use crate::sim::fw::qp::{st, state};
 use crate::sim::fw::state::State;
-
-/// Send opcodes (prm-guide §5.4).
-pub mod opcode {
-    pub const NOP: u8 = 0x00;
-    pub const RDMA_WRITE: u8 = 0x08;
-    pub const RDMA_WRITE_IMM: u8 = 0x09;
-    pub const SEND: u8 = 0x0a;
-    pub const SEND_IMM: u8 = 0x0b;
-    pub const RDMA_READ: u8 = 0x10;
-    pub const ATOMIC_CS: u8 = 0x11;
-    pub const ATOMIC_FA: u8 = 0x12;
-}
+use prm_layouts::{
+    CqeOpcode, CqeSyndrome, SendOpcode, WqeAtomicSeg, WqeCtrlSeg, WqeDataSeg, WqeDatagramSeg,
+    WqeInlDataSeg, WqeRaddrSeg,
+};
 
 /// fm_ce_se: CQE on completion.
 const CE_CQE: u8 = 0x08;
@@ -45,23 +33,8 @@ const CE_CQE: u8 = 0x08;
 const SE: u8 = 0x02;
 /// Inline data segment flag in byte_count.
 const INLINE: u32 = 0x8000_0000;
-
-/// Where the segments after the control segment sit.
-const AFTER_CTRL: usize = WqeCtrlSeg::SIZE_BYTES;
-const ATOMIC_AT: usize = AFTER_CTRL + WqeRaddrSeg::SIZE_BYTES;
-
-/// The control segment a send WQE starts with (all zero, a NOP without a
-/// CQE, for a WQE too short to hold one).
-pub(super) fn ctrl(wqe: &[u8]) -> &WqeCtrlSeg {
-    static NONE: WqeCtrlSeg = WqeCtrlSeg::new();
-    WqeCtrlSeg::from_slice(wqe).unwrap_or(&NONE)
-}
-
-/// The segment of type `T` at `at`, or `T`'s zero value when the WQE ends
-/// before it (the caller checked the WQE holds its segments).
-fn seg<T: Copy + Default>(wqe: &[u8], at: usize, view: fn(&[u8]) -> Option<&T>) -> T {
-    wqe.get(at..).and_then(view).copied().unwrap_or_default()
-}
+/// Segment unit.
+const DS: usize = WqeDataSeg::SIZE_BYTES;
 
 /// WQEs gathered ahead into one batch for another device; bounds the work
 /// redone when the first of them meets an RNR wait.
@@ -112,12 +85,12 @@ impl Batch {
 
 /// Whether a WQE may join a batch: its message cannot be delivered on this
 /// device nor change anything here before the batch's replies are settled.
-fn batchable(service: u8, opc: u8) -> bool {
-    use opcode::*;
+fn batchable(service: u8, opc: Option<SendOpcode>) -> bool {
+    use SendOpcode::*;
     matches!(service, st::RC | st::UC)
         && matches!(
             opc,
-            SEND | SEND_IMM | RDMA_WRITE | RDMA_WRITE_IMM | RDMA_READ | ATOMIC_CS | ATOMIC_FA
+            Some(Send | SendImm | RdmaWrite | RdmaWriteImm | RdmaRead | AtomicCs | AtomicFa)
         )
 }
 
@@ -125,7 +98,7 @@ fn batchable(service: u8, opc: u8) -> bool {
 enum Outcome {
     /// Completed; the CQE if the WQE asked for one.
     Done(Option<Completion>),
-    Error(u8),
+    Error(CqeSyndrome),
     Rnr(std::time::Duration),
     /// The message (left in [`Inner::outgoing`], which keeps this type
     /// small) is for peer [`Inner::remote`] `.0`.
@@ -133,6 +106,42 @@ enum Outcome {
     /// On the network, not answered yet: the WQE stays posted until the
     /// transport runs the QP again ([`super::net`]).
     Pending,
+}
+
+// A WQE's segments by layout; bytes past a short WQE read as zero.
+
+/// The control segment that starts every send WQE.
+pub(crate) fn ctrl(wqe: &[u8]) -> WqeCtrlSeg {
+    WqeCtrlSeg::from_slice(wqe).copied().unwrap_or_default()
+}
+
+/// The WQE's send opcode, if it is one the PRM defines.
+fn send_opcode(wqe: &[u8]) -> Option<SendOpcode> {
+    SendOpcode::from_raw(ctrl(wqe).opcode())
+}
+
+/// UD: the address vector after the control segment.
+fn datagram(wqe: &[u8]) -> WqeDatagramSeg {
+    wqe.get(WqeCtrlSeg::SIZE_BYTES..)
+        .and_then(WqeDatagramSeg::from_slice)
+        .copied()
+        .unwrap_or_default()
+}
+
+/// RDMA and atomics: the remote address after the control segment.
+fn raddr(wqe: &[u8]) -> WqeRaddrSeg {
+    wqe.get(WqeCtrlSeg::SIZE_BYTES..)
+        .and_then(WqeRaddrSeg::from_slice)
+        .copied()
+        .unwrap_or_default()
+}
+
+/// Atomics: the operands after the remote address.
+fn atomic(wqe: &[u8]) -> WqeAtomicSeg {
+    wqe.get(WqeCtrlSeg::SIZE_BYTES + WqeRaddrSeg::SIZE_BYTES..)
+        .and_then(WqeAtomicSeg::from_slice)
+        .copied()
+        .unwrap_or_default()
 }
 
 /// How one doorbell (or timer tick) entered the loop.
@@ -248,7 +257,7 @@ fn drive_with(
             let mut b = inner.batch.take().unwrap_or_default();
             let more = matches!(msg.op, Op::Send | Op::Write);
             b.push(&wqe[..len], msg);
-            if more && batchable(v.service, ctrl(wqe).opcode()) {
+            if more && batchable(v.service, send_opcode(&wqe[..len])) {
                 gather_batch(eng, st, inner, &v, at, &mut b, ci, pi, wqe);
             }
             queue::save_sq(st, qpn, ci);
@@ -282,7 +291,7 @@ fn gather_batch(
         let Some(len) = v.read_send_wqe(next, wqe) else {
             return;
         };
-        if !batchable(v.service, ctrl(wqe).opcode()) {
+        if !batchable(v.service, send_opcode(&wqe[..len])) {
             return;
         }
         match execute(eng, st, inner, v, &wqe[..len]) {
@@ -356,7 +365,7 @@ fn settle(
                 eng.start_timer(inner);
                 return false;
             }
-            Outcome::Error(syn::RNR_RETRY_EXC)
+            Outcome::Error(CqeSyndrome::RnrRetryExcErr)
         }
         o => o,
     };
@@ -367,12 +376,12 @@ fn settle(
         }
         Outcome::Error(s) => {
             let c = Completion {
-                opcode: op::REQ_ERR,
+                opcode: CqeOpcode::ReqErr,
                 qpn: v.qpn,
                 send_opcode: ctrl(wqe).opcode(),
                 wqe_counter: ctrl(wqe).wqe_index(),
                 user_index: v.user_index,
-                syndrome: s,
+                syndrome: Some(s),
                 ..Completion::default()
             };
             cqe::push(st, v.cqn_snd, &c);
@@ -389,14 +398,15 @@ fn settle(
 
 /// The requester's CQE for a WQE that completed.
 fn success(v: &QpView, wqe: &[u8], byte_cnt: u32) -> Outcome {
-    if ctrl(wqe).fm_ce_se() & CE_CQE == 0 {
+    let c = ctrl(wqe);
+    if c.fm_ce_se() & CE_CQE == 0 {
         return Outcome::Done(None);
     }
     Outcome::Done(Some(Completion {
-        opcode: op::REQ,
+        opcode: CqeOpcode::Req,
         qpn: v.qpn,
-        send_opcode: ctrl(wqe).opcode(),
-        wqe_counter: ctrl(wqe).wqe_index(),
+        send_opcode: c.opcode(),
+        wqe_counter: c.wqe_index(),
         byte_cnt,
         user_index: v.user_index,
         ..Completion::default()
@@ -404,28 +414,33 @@ fn success(v: &QpView, wqe: &[u8], byte_cnt: u32) -> Outcome {
 }
 
 /// Where the data segments of an `opc` WQE start, for the QP's transport.
-fn layout(service: u8, opc: u8) -> Option<(Op, usize)> {
-    use opcode::*;
+fn layout(service: u8, opc: Option<SendOpcode>) -> Option<(Op, usize)> {
+    use SendOpcode::*;
+    let opc = opc?;
     let ok = match service {
         st::RC => true,
-        st::UC => matches!(opc, SEND | SEND_IMM | RDMA_WRITE | RDMA_WRITE_IMM),
-        st::UD => matches!(opc, SEND | SEND_IMM),
+        st::UC => matches!(opc, Send | SendImm | RdmaWrite | RdmaWriteImm),
+        st::UD => matches!(opc, Send | SendImm),
         _ => false,
     };
     if !ok {
         return None;
     }
+    // Segments after the ctrl segment: the address vector (UD), then the
+    // remote address and the atomic's operands.
     let ud = if service == st::UD {
         WqeDatagramSeg::SIZE_BYTES
     } else {
         0
     };
+    let ctrl = WqeCtrlSeg::SIZE_BYTES;
+    let raddr = ctrl + WqeRaddrSeg::SIZE_BYTES;
     Some(match opc {
-        SEND | SEND_IMM => (Op::Send, AFTER_CTRL + ud),
-        RDMA_WRITE | RDMA_WRITE_IMM => (Op::Write, ATOMIC_AT),
-        RDMA_READ => (Op::Read, ATOMIC_AT),
-        ATOMIC_CS => (Op::CmpSwap, ATOMIC_AT + WqeAtomicSeg::SIZE_BYTES),
-        ATOMIC_FA => (Op::FetchAdd, ATOMIC_AT + WqeAtomicSeg::SIZE_BYTES),
+        Send | SendImm => (Op::Send, ctrl + ud),
+        RdmaWrite | RdmaWriteImm => (Op::Write, raddr),
+        RdmaRead => (Op::Read, raddr),
+        AtomicCs => (Op::CmpSwap, raddr + WqeAtomicSeg::SIZE_BYTES),
+        AtomicFa => (Op::FetchAdd, raddr + WqeAtomicSeg::SIZE_BYTES),
         _ => return None,
     })
 }
@@ -437,35 +452,40 @@ fn gather(
     v: &QpView,
     segs: &[u8],
     out: &mut Vec<u8>,
-) -> Result<(), u8> {
+) -> Result<(), CqeSyndrome> {
     out.clear();
-    const INL: usize = WqeInlDataSeg::SIZE_BYTES;
-    const DATA: usize = WqeDataSeg::SIZE_BYTES;
     let mut at = 0;
-    loop {
-        let rest = segs.get(at..).unwrap_or(&[]);
-        if let Some(inl) = WqeInlDataSeg::from_slice(rest).filter(|i| i.byte_count() & INLINE != 0)
-        {
-            let n = (inl.byte_count() & !INLINE) as usize;
-            let data = rest.get(INL..INL + n).ok_or(syn::LOCAL_QP_OP)?;
+    let byte_count = |at: usize| {
+        segs.get(at..)
+            .and_then(WqeInlDataSeg::from_slice)
+            .map_or(0, WqeInlDataSeg::byte_count)
+    };
+    while at + DS <= segs.len() || byte_count(at) & INLINE != 0 {
+        let bc = byte_count(at);
+        if bc & INLINE != 0 {
+            let n = (bc & !INLINE) as usize;
+            let start = at + WqeInlDataSeg::SIZE_BYTES;
+            let data = segs
+                .get(start..start + n)
+                .ok_or(CqeSyndrome::LocalQpOpErr)?;
             out.extend_from_slice(data);
-            at += (INL + n).div_ceil(DATA) * DATA;
+            at += (WqeInlDataSeg::SIZE_BYTES + n).div_ceil(DS) * DS;
             continue;
         }
-        let Some(d) = WqeDataSeg::from_slice(rest) else {
+        let Some(seg) = segs.get(at..).and_then(WqeDataSeg::from_slice) else {
             break;
         };
-        let (bc, lkey, addr) = (d.byte_count(), d.lkey(), d.addr());
-        at += DATA;
+        let (lkey, addr) = (seg.lkey(), seg.addr());
+        at += DS;
         if bc == 0 {
             continue;
         }
         if out.len() as u64 + u64::from(bc) > v.max_msg() {
-            return Err(syn::LOCAL_LENGTH);
+            return Err(CqeSyndrome::LocalLengthErr);
         }
         let span = cache
             .resolve(st, lkey, addr, u64::from(bc), v.pd, Need::LocalRead)
-            .map_err(|_| syn::LOCAL_PROT)?;
+            .map_err(|_| CqeSyndrome::LocalProtErr)?;
         if !span.read_append(0, bc as usize, out) {
             out.resize(out.len() + bc as usize, 0);
         }
@@ -481,27 +501,24 @@ fn local_scatter(
     v: &QpView,
     segs: &[u8],
     data: Option<&[u8]>,
-) -> Result<u64, u8> {
+) -> Result<u64, CqeSyndrome> {
     let mut room = 0u64;
     let mut placed = 0usize;
-    for seg in segs.chunks_exact(WqeDataSeg::SIZE_BYTES) {
-        let Some(d) = WqeDataSeg::from_slice(seg) else {
-            continue;
-        };
-        let bc = d.byte_count();
+    for seg in segs.chunks_exact(DS).filter_map(WqeDataSeg::from_slice) {
+        let bc = seg.byte_count();
         if bc == 0 {
             continue;
         }
         let span = cache
             .resolve(
                 st,
-                d.lkey(),
-                d.addr(),
+                seg.lkey(),
+                seg.addr(),
                 u64::from(bc),
                 v.pd,
                 Need::LocalWrite,
             )
-            .map_err(|_| syn::LOCAL_PROT)?;
+            .map_err(|_| CqeSyndrome::LocalProtErr)?;
         if let Some(d) = data {
             let n = (bc as usize).min(d.len() - placed);
             span.write(0, &d[placed..placed + n]);
@@ -515,19 +532,19 @@ fn local_scatter(
 /// Executes one send WQE up to the point where the responder is needed.
 fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u8]) -> Outcome {
     let c = ctrl(wqe);
-    let opc = c.opcode();
-    if opc == opcode::NOP {
+    let opc = SendOpcode::from_raw(c.opcode());
+    if opc == Some(SendOpcode::Nop) {
         return success(v, wqe, 0);
     }
-    if opc == super::umr::OPCODE {
+    if opc == Some(SendOpcode::Umr) {
         return super::umr::execute(st, v, wqe)
             .map_or_else(Outcome::Error, |()| success(v, wqe, 0));
     }
     let Some((op, data_off)) = layout(v.service, opc) else {
-        return Outcome::Error(syn::LOCAL_QP_OP);
+        return Outcome::Error(CqeSyndrome::LocalQpOpErr);
     };
     if wqe.len() < data_off {
-        return Outcome::Error(syn::LOCAL_QP_OP);
+        return Outcome::Error(CqeSyndrome::LocalQpOpErr);
     }
     let segs = &wqe[data_off..];
     let data = match inner.scratch.capacity() {
@@ -538,11 +555,11 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
     msg.service = v.service;
     msg.src_qpn = v.qpn;
     msg.solicited = c.fm_ce_se() & SE != 0;
-    if matches!(opc, opcode::SEND_IMM | opcode::RDMA_WRITE_IMM) {
+    if matches!(opc, Some(SendOpcode::SendImm | SendOpcode::RdmaWriteImm)) {
         msg.imm = Some(c.imm().to_be_bytes());
     }
     let (dst_gid, dst_qpn, sgid_index) = if v.service == st::UD {
-        let av = seg(wqe, AFTER_CTRL, WqeDatagramSeg::from_slice);
+        let av = datagram(wqe);
         let qkey = av.key().qkey().qkey();
         // A q_key with the high bit set means "use the QP's own".
         msg.qkey = if qkey & 0x8000_0000 != 0 {
@@ -550,7 +567,7 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
         } else {
             qkey
         };
-        // grh_gid_fl: [27:20] is the source GID index.
+        // grh_gid_fl: [27:20] the SGID index.
         (*av.rgid(), av.dqp_dct(), (av.grh_gid_fl() >> 20) as u8)
     } else {
         (v.rgid, v.remote_qpn, v.sgid_index)
@@ -561,38 +578,38 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
     let r = match op {
         Op::Send | Op::Write => {
             if op == Op::Write {
-                let r = seg(wqe, AFTER_CTRL, WqeRaddrSeg::from_slice);
-                (msg.raddr, msg.rkey) = (r.raddr(), r.rkey());
+                msg.raddr = raddr(wqe).raddr();
+                msg.rkey = raddr(wqe).rkey();
             }
             gather(st, &mut inner.cache, v, segs, &mut msg.data).and_then(|()| {
                 if v.service == st::UD && msg.data.len() as u64 > v.mtu_bytes() {
-                    Err(syn::LOCAL_LENGTH)
+                    Err(CqeSyndrome::LocalLengthErr)
                 } else {
                     Ok(())
                 }
             })
         }
         Op::Read => {
-            let r = seg(wqe, AFTER_CTRL, WqeRaddrSeg::from_slice);
-            (msg.raddr, msg.rkey) = (r.raddr(), r.rkey());
+            msg.raddr = raddr(wqe).raddr();
+            msg.rkey = raddr(wqe).rkey();
             local_scatter(st, &mut inner.cache, v, segs, None).and_then(|room| {
                 msg.len = room;
                 if room > v.max_msg() {
-                    Err(syn::LOCAL_LENGTH)
+                    Err(CqeSyndrome::LocalLengthErr)
                 } else {
                     Ok(())
                 }
             })
         }
         Op::CmpSwap | Op::FetchAdd => {
-            let r = seg(wqe, AFTER_CTRL, WqeRaddrSeg::from_slice);
-            (msg.raddr, msg.rkey) = (r.raddr(), r.rkey());
-            let a = seg(wqe, ATOMIC_AT, WqeAtomicSeg::from_slice);
-            (msg.swap_add, msg.compare) = (a.swap_add(), a.compare());
+            msg.raddr = raddr(wqe).raddr();
+            msg.rkey = raddr(wqe).rkey();
+            msg.swap_add = atomic(wqe).swap_add();
+            msg.compare = atomic(wqe).compare();
             msg.len = 8;
             match local_scatter(st, &mut inner.cache, v, segs, None) {
                 Ok(8) => Ok(()),
-                Ok(_) => Err(syn::LOCAL_LENGTH),
+                Ok(_) => Err(CqeSyndrome::LocalLengthErr),
                 Err(e) => Err(e),
             }
         }
@@ -606,7 +623,7 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
         None => {
             inner.scratch = msg.data;
             return if v.service == st::RC {
-                Outcome::Error(syn::TRANSPORT_RETRY_EXC)
+                Outcome::Error(CqeSyndrome::TransportRetryExcErr)
             } else {
                 success(v, wqe, 0)
             };
@@ -638,7 +655,7 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
 /// The requester's part after an ACK: place READ data or the atomic's
 /// original value, and build the CQE.
 fn finish(st: &State, cache: &mut Cache, v: &QpView, wqe: &[u8], msg: &Msg) -> Outcome {
-    let Some((_, data_off)) = layout(v.service, ctrl(wqe).opcode()) else {
+    let Some((_, data_off)) = layout(v.service, send_opcode(wqe)) else {
         return success(v, wqe, 0);
     };
     let segs = wqe.get(data_off..).unwrap_or(&[]);

@@ -4,11 +4,10 @@
 //! operation and writes its own CQEs. The returned [`Reply`] is what the
 //! requester's transport learns.
 
-use prm_layouts::{WqeDataSeg, WqeSrqNextSeg};
 use std::time::Duration;
 
 use super::cache::Cache;
-use super::cqe::{self, op, syn, Completion};
+use super::cqe::{self, Completion};
 use super::flush;
 use super::keys::Need;
 use super::msg::{Msg, Op, Reply};
@@ -16,6 +15,7 @@ use super::queue::{self, QpView, INVALID_LKEY, MAX_RQ_WQE};
 use super::Inner;
 use crate::sim::fw::qp::{rq_type, st, state};
 use crate::sim::fw::state::State;
+use prm_layouts::{CqeOpcode, CqeSyndrome, WqeDataSeg, WqeSrqNextSeg};
 
 /// Bytes of the GRH a UD receive buffer gets before the payload.
 pub const GRH_BYTES: usize = 40;
@@ -43,7 +43,7 @@ pub fn deliver(st: &mut State, inner: &mut Inner, msg: &mut Msg) -> Reply {
     // Nobody there, or not listening: an RC requester's retries run out;
     // unreliable transports just lose the packet.
     let lost = if reliable {
-        Reply::Nak(syn::TRANSPORT_RETRY_EXC)
+        Reply::Nak(CqeSyndrome::TransportRetryExcErr)
     } else {
         Reply::Ack
     };
@@ -66,8 +66,7 @@ pub fn deliver(st: &mut State, inner: &mut Inner, msg: &mut Msg) -> Reply {
             inner,
             &v,
             None,
-            syn::LOCAL_LENGTH,
-            syn::REMOTE_INVAL_REQ,
+            CqeSyndrome::RemoteInvalReqErr,
             reliable,
         );
     }
@@ -80,24 +79,23 @@ pub fn deliver(st: &mut State, inner: &mut Inner, msg: &mut Msg) -> Reply {
 }
 
 /// A responder-side error: the receive WQE (if one was consumed) completes
-/// with `local` and the QP enters ERR; the requester hears `remote` on a
+/// with its syndrome and the QP enters ERR; the requester hears `remote` on a
 /// reliable transport and nothing otherwise.
 fn fail(
     st: &mut State,
     inner: &mut Inner,
     v: &QpView,
-    recv: Option<&Recv>,
-    local: u8,
-    remote: u8,
+    recv: Option<(&Recv, CqeSyndrome)>,
+    remote: CqeSyndrome,
     reliable: bool,
 ) -> Reply {
-    if let Some(r) = recv {
+    if let Some((r, local)) = recv {
         let c = Completion {
-            opcode: op::RESP_ERR,
+            opcode: CqeOpcode::RespErr,
             qpn: v.qpn,
             wqe_counter: r.wqe_counter,
             user_index: v.user_index,
-            syndrome: local,
+            syndrome: Some(local),
             ..Completion::default()
         };
         cqe::push(st, v.cqn_rcv, &c);
@@ -155,9 +153,9 @@ fn receive(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: b
         Ok(n) => {
             let c = Completion {
                 opcode: if msg.imm.is_some() {
-                    op::RESP_SEND_IMM
+                    CqeOpcode::RespSendImm
                 } else {
-                    op::RESP_SEND
+                    CqeOpcode::RespSend
                 },
                 se: msg.solicited,
                 qpn: v.qpn,
@@ -175,18 +173,16 @@ fn receive(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: b
             st,
             inner,
             v,
-            Some(&r),
-            syn::LOCAL_LENGTH,
-            syn::REMOTE_INVAL_REQ,
+            Some((&r, CqeSyndrome::LocalLengthErr)),
+            CqeSyndrome::RemoteInvalReqErr,
             reliable,
         ),
         Err(ScatterError::Protection) => fail(
             st,
             inner,
             v,
-            Some(&r),
-            syn::LOCAL_PROT,
-            syn::REMOTE_OP,
+            Some((&r, CqeSyndrome::LocalProtErr)),
+            CqeSyndrome::RemoteOpErr,
             reliable,
         ),
     };
@@ -201,7 +197,7 @@ fn write(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: boo
         if !reliable {
             return Reply::Ack;
         }
-        return fail(st, inner, v, None, 0, syn::REMOTE_ACCESS, true);
+        return fail(st, inner, v, None, CqeSyndrome::RemoteAccessErr, true);
     };
     let recv = if msg.imm.is_some() {
         match take_recv(st, inner, v) {
@@ -214,7 +210,7 @@ fn write(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: boo
     span.write(0, &msg.data);
     if let Some(r) = recv {
         let c = Completion {
-            opcode: op::RESP_WR_IMM,
+            opcode: CqeOpcode::RespWrImm,
             se: msg.solicited,
             qpn: v.qpn,
             wqe_counter: r.wqe_counter,
@@ -232,7 +228,7 @@ fn write(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: boo
 
 fn read(st: &mut State, inner: &mut Inner, v: &QpView, msg: &mut Msg) -> Reply {
     let Some(span) = remote_span(st, &mut inner.cache, v, msg, msg.len, Need::RemoteRead) else {
-        return fail(st, inner, v, None, 0, syn::REMOTE_ACCESS, true);
+        return fail(st, inner, v, None, CqeSyndrome::RemoteAccessErr, true);
     };
     msg.data.clear();
     if !span.read_append(0, span.len(), &mut msg.data) {
@@ -246,10 +242,10 @@ fn read(st: &mut State, inner: &mut Inner, v: &QpView, msg: &mut Msg) -> Reply {
 /// back to the requester in the same order.
 fn atomic(st: &mut State, inner: &mut Inner, v: &QpView, msg: &mut Msg) -> Reply {
     if !msg.raddr.is_multiple_of(8) {
-        return fail(st, inner, v, None, 0, syn::REMOTE_INVAL_REQ, true);
+        return fail(st, inner, v, None, CqeSyndrome::RemoteInvalReqErr, true);
     }
     let Some(span) = remote_span(st, &mut inner.cache, v, msg, 8, Need::RemoteAtomic) else {
-        return fail(st, inner, v, None, 0, syn::REMOTE_ACCESS, true);
+        return fail(st, inner, v, None, CqeSyndrome::RemoteAccessErr, true);
     };
     let mut b = [0u8; 8];
     span.read(0, &mut b);
@@ -298,14 +294,14 @@ fn scatter(
     let mut part = 0;
     let mut at = 0;
     let mut placed = 0;
-    for seg in segs.chunks_exact(WqeDataSeg::SIZE_BYTES) {
+    for seg in segs
+        .chunks_exact(WqeDataSeg::SIZE_BYTES)
+        .filter_map(WqeDataSeg::from_slice)
+    {
         if placed == total {
             break;
         }
-        let Some(d) = WqeDataSeg::from_slice(seg) else {
-            break;
-        };
-        let (bc, lkey, addr) = (d.byte_count(), d.lkey(), d.addr());
+        let (bc, lkey, addr) = (seg.byte_count(), seg.lkey(), seg.addr());
         if bc == 0 && lkey == INVALID_LKEY {
             break;
         }

@@ -18,14 +18,7 @@ use crate::sim::fw::mkey::{self, mode, Access, Klm, MkeyObj};
 use crate::sim::fw::qp::st;
 use crate::sim::fw::state::State;
 
-/// The UMR send opcode (prm-guide §5.4).
-pub const OPCODE: u8 = 0x25;
-
-/// Error CQE syndromes a UMR WQE ends with.
-pub mod syn {
-    pub const LOCAL_QP_OP: u8 = 0x02;
-    pub const MW_BIND: u8 = 0x06;
-}
+use prm_layouts::CqeSyndrome;
 
 /// `mlx5_wqe_umr_ctrl_seg.flags`.
 pub mod flag {
@@ -138,12 +131,12 @@ struct Request {
     klm: Option<Klm>,
 }
 
-fn decode(wqe: &[u8]) -> Result<Request, u8> {
+fn decode(wqe: &[u8]) -> Result<Request, CqeSyndrome> {
     let (Some(umr), Some(mkc)) = (
         wqe.get(UMR_CTRL..).and_then(WqeUmrCtrlSeg::from_slice),
         wqe.get(MKEY_CTX..).and_then(WqeMkeyContextSeg::from_slice),
     ) else {
-        return Err(syn::LOCAL_QP_OP);
+        return Err(CqeSyndrome::LocalQpOpErr);
     };
     let flags = umr.flags();
     let klm = if umr.klm_octowords() == 0 {
@@ -152,7 +145,7 @@ fn decode(wqe: &[u8]) -> Result<Request, u8> {
         // Only inline translations, and a window maps one range.
         let first = wqe.get(KLMS..).and_then(prm_layouts::Klm::from_slice);
         let (Some(k), true) = (first, flags & flag::INLINE != 0) else {
-            return Err(syn::LOCAL_QP_OP);
+            return Err(CqeSyndrome::LocalQpOpErr);
         };
         Some(Klm {
             bytes: k.byte_count(),
@@ -174,17 +167,21 @@ fn decode(wqe: &[u8]) -> Result<Request, u8> {
 }
 
 /// Executes a UMR WQE of QP `v`; `Err` is the error CQE syndrome.
-pub fn execute(st: &mut State, v: &QpView, wqe: &[u8]) -> Result<(), u8> {
+pub fn execute(st: &mut State, v: &QpView, wqe: &[u8]) -> Result<(), CqeSyndrome> {
     if !matches!(v.service, st::RC | st::UC | st::XRC) {
-        return Err(syn::LOCAL_QP_OP);
+        return Err(CqeSyndrome::LocalQpOpErr);
     }
     let r = decode(wqe)?;
     // The control segment's imm names the window's key.
     let key = super::requester::ctrl(wqe).imm();
     let index = key >> 8;
-    let m = st.mkey.peek(index).map(|e| &e.obj).ok_or(syn::MW_BIND)?;
+    let m = st
+        .mkey
+        .peek(index)
+        .map(|e| &e.obj)
+        .ok_or(CqeSyndrome::MwBindErr)?;
     if !is_window(m) || m.pd != v.pd {
-        return Err(syn::MW_BIND);
+        return Err(CqeSyndrome::MwBindErr);
     }
     let type2 = m.mkc.en_rinval() == 1;
     let bound_qpn = m.mkc.qpn();
@@ -193,46 +190,49 @@ pub fn execute(st: &mut State, v: &QpView, wqe: &[u8]) -> Result<(), u8> {
         // Unbind / invalidate: the WQE must name the key as it is now, and a
         // type 2 window only through the QP it is bound to.
         if r.mask & mask::FREE == 0 || key != m.key {
-            return Err(syn::MW_BIND);
+            return Err(CqeSyndrome::MwBindErr);
         }
         if type2 && !was_free && bound_qpn != v.qpn {
-            return Err(syn::MW_BIND);
+            return Err(CqeSyndrome::MwBindErr);
         }
-        let e = st.mkey.peek_mut(index).ok_or(syn::MW_BIND)?;
+        let e = st.mkey.peek_mut(index).ok_or(CqeSyndrome::MwBindErr)?;
         e.obj.mkc.set_free(1);
         e.obj.klms.clear();
         bump(st);
         return Ok(());
     }
-    let klm = r.klm.ok_or(syn::MW_BIND)?;
+    let klm = r.klm.ok_or(CqeSyndrome::MwBindErr)?;
     let need = mask::LEN | mask::START_ADDR | mask::MKEY | mask::FREE;
     if r.mask & need != need {
-        return Err(syn::MW_BIND);
+        return Err(CqeSyndrome::MwBindErr);
     }
     if type2 {
         // A type 2 window is bound to one QP, and only while free: a bound
         // one must be invalidated first.
         if r.qpn != v.qpn || r.mask & mask::QPN == 0 || !was_free {
-            return Err(syn::MW_BIND);
+            return Err(CqeSyndrome::MwBindErr);
         }
     } else if r.qpn != NO_QPN {
-        return Err(syn::MW_BIND);
+        return Err(CqeSyndrome::MwBindErr);
     }
     if r.flags & flag::CHECK_FREE != 0 && !was_free {
-        return Err(syn::MW_BIND);
+        return Err(CqeSyndrome::MwBindErr);
     }
     // Zero-based windows are not supported: the window's address is the
     // region's.
     if r.len == 0 || klm.addr != r.start_addr || u64::from(klm.bytes) < r.len {
-        return Err(syn::MW_BIND);
+        return Err(CqeSyndrome::MwBindErr);
     }
-    let mr = mkey::lookup(st, klm.key).ok_or(syn::MW_BIND)?;
+    let mr = mkey::lookup(st, klm.key).ok_or(CqeSyndrome::MwBindErr)?;
     if mr.mode != mode::MTT || mr.mkc.free() == 1 || mr.pd != v.pd {
-        return Err(syn::MW_BIND);
+        return Err(CqeSyndrome::MwBindErr);
     }
-    let end = r.start_addr.checked_add(r.len).ok_or(syn::MW_BIND)?;
+    let end = r
+        .start_addr
+        .checked_add(r.len)
+        .ok_or(CqeSyndrome::MwBindErr)?;
     if r.start_addr < mr.start_addr || end > mr.start_addr.saturating_add(mr.len) {
-        return Err(syn::MW_BIND);
+        return Err(CqeSyndrome::MwBindErr);
     }
     let bit = |m: u64, c: u8, old: bool| {
         if r.mask & m != 0 {
@@ -251,9 +251,9 @@ pub fn execute(st: &mut State, v: &QpView, wqe: &[u8]) -> Result<(), u8> {
     };
     // IB: writes through a window need a region the local side may write.
     if (access.remote_write || access.atomic) && !mr.access.local_write {
-        return Err(syn::MW_BIND);
+        return Err(CqeSyndrome::MwBindErr);
     }
-    let e = st.mkey.peek_mut(index).ok_or(syn::MW_BIND)?;
+    let e = st.mkey.peek_mut(index).ok_or(CqeSyndrome::MwBindErr)?;
     let w = &mut e.obj;
     w.mkc.set_free(0);
     w.mkc.set_start_addr(r.start_addr);

@@ -16,7 +16,6 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::cqe::syn;
 use super::msg::{Msg, Op, Reply};
 use super::queue::QpView;
 use super::requester::Entry;
@@ -26,6 +25,7 @@ use crate::sim::fw::state::State;
 use crate::sim::wire::{
     Bth, BthOpcode, Counter, Deth, Headers, ImmDt, NetPort, Operation, Packet, PacketSink, Service,
 };
+use prm_layouts::CqeSyndrome;
 use segment::Dest;
 
 pub use requester::Status;
@@ -105,14 +105,14 @@ pub fn request(
     wqe: &[u8],
     msg: &mut Msg,
     ip: IpAddr,
-) -> Result<Status, u8> {
-    let port = eng.port().ok_or(syn::LOCAL_QP_OP)?;
-    let svc = service(v.service).ok_or(syn::LOCAL_QP_OP)?;
+) -> Result<Status, CqeSyndrome> {
+    let port = eng.port().ok_or(CqeSyndrome::LocalQpOpErr)?;
+    let svc = service(v.service).ok_or(CqeSyndrome::LocalQpOpErr)?;
     if svc == Service::Ud {
         send_datagram(port, msg, ip)?;
         return Ok(Status::Done(Reply::Ack));
     }
-    let q = &st.qp.peek(v.qpn).ok_or(syn::LOCAL_QP_OP)?.obj.qpc;
+    let q = &st.qp.peek(v.qpn).ok_or(CqeSyndrome::LocalQpOpErr)?.obj.qpc;
     let attrs = requester::Attrs {
         sq_psn: q.next_send_psn(),
         retry_count: q.retry_count(),
@@ -137,23 +137,24 @@ pub fn request(
 }
 
 /// A UD message: one packet.
-fn send_datagram(port: &NetPort, msg: &Msg, ip: IpAddr) -> Result<(), u8> {
+fn send_datagram(port: &NetPort, msg: &Msg, ip: IpAddr) -> Result<(), CqeSyndrome> {
     if msg.op != Op::Send {
-        return Err(syn::LOCAL_QP_OP);
+        return Err(CqeSyndrome::LocalQpOpErr);
     }
     let op = if msg.imm.is_some() {
         Operation::SendOnlyImm
     } else {
         Operation::SendOnly
     };
-    let opcode = BthOpcode::new(Service::Ud, op).map_err(|_| syn::LOCAL_QP_OP)?;
+    let opcode = BthOpcode::new(Service::Ud, op).map_err(|_| CqeSyndrome::LocalQpOpErr)?;
     // UD receivers do not look at the PSN; the port does not keep one.
     let mut bth = Bth::new(opcode.raw(), msg.dst_qpn, 0);
     bth.set_solicited(msg.solicited);
     let mut h = Headers::new(bth);
     h.deth = Some(Deth::new(msg.qkey, msg.src_qpn));
     h.imm = msg.imm.map(|imm| ImmDt { imm });
-    port.send(ip, &h, &msg.data).map_err(|_| syn::LOCAL_LENGTH)
+    port.send(ip, &h, &msg.data)
+        .map_err(|_| CqeSyndrome::LocalLengthErr)
 }
 
 /// Whether an operation answers a request (it goes to the requester).

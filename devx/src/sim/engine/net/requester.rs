@@ -10,7 +10,6 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::super::cqe::syn;
 use super::super::msg::{Msg, Op, Reply};
 use super::super::queue::QpView;
 use super::super::responder::rnr_delay;
@@ -18,6 +17,7 @@ use super::segment::{
     packets, psn_add, psn_diff, request_packets, send_read_request, send_request, Dest, WINDOW,
 };
 use crate::sim::wire::{NakCode, NetPort, Operation, Packet, Service, Syndrome};
+use prm_layouts::CqeSyndrome;
 
 /// `rnr_retry` value meaning "retry forever".
 const RNR_RETRY_FOREVER: u8 = 7;
@@ -245,12 +245,12 @@ pub fn request(
     Status::Pending
 }
 
-fn nak_syndrome(c: NakCode) -> u8 {
+fn nak_syndrome(c: NakCode) -> CqeSyndrome {
     match c {
-        NakCode::RemoteAccessError => syn::REMOTE_ACCESS,
-        NakCode::RemoteOperationalError => syn::REMOTE_OP,
+        NakCode::RemoteAccessError => CqeSyndrome::RemoteAccessErr,
+        NakCode::RemoteOperationalError => CqeSyndrome::RemoteOpErr,
         NakCode::InvalidRequest | NakCode::InvalidRdRequest | NakCode::PsnSequenceError => {
-            syn::REMOTE_INVAL_REQ
+            CqeSyndrome::RemoteInvalReqErr
         }
     }
 }
@@ -306,7 +306,7 @@ pub fn response(all: &mut Requesters, port: &NetPort, qpn: u32, p: &Packet<'_>) 
                 Syndrome::RnrNak { timer } => {
                     if f.rnr_left != RNR_RETRY_FOREVER {
                         if f.rnr_left == 0 {
-                            return complete(q, Reply::Nak(syn::RNR_RETRY_EXC));
+                            return complete(q, Reply::Nak(CqeSyndrome::RnrRetryExcErr));
                         }
                         f.rnr_left -= 1;
                     }
@@ -336,7 +336,7 @@ pub fn response(all: &mut Requesters, port: &NetPort, qpn: u32, p: &Packet<'_>) 
                 return false;
             }
             if f.msg.data.len() + p.payload.len() > f.msg.len as usize {
-                return complete(q, Reply::Nak(syn::REMOTE_INVAL_REQ));
+                return complete(q, Reply::Nak(CqeSyndrome::RemoteInvalReqErr));
             }
             f.msg.data.extend_from_slice(p.payload);
             f.next_resp = psn_add(psn, 1);
@@ -382,7 +382,7 @@ pub fn tick(all: &mut Requesters, port: &NetPort, kick: &mut Vec<u32>) -> Option
             f.back_to(port, first);
         } else if f.deadline.is_some_and(|t| t <= now) {
             if f.retries_left == 0 {
-                if complete(q, Reply::Nak(syn::TRANSPORT_RETRY_EXC)) {
+                if complete(q, Reply::Nak(CqeSyndrome::TransportRetryExcErr)) {
                     kick.push(*qpn);
                 }
                 continue;

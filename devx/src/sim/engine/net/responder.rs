@@ -14,13 +14,13 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::super::cqe::syn;
 use super::super::msg::{Msg, Op, Reply};
 use super::super::queue::QpView;
 use super::segment::{
     classify, packets, psn_add, psn_diff, send_ack, send_atomic_ack, send_read_response, Dest, Part,
 };
 use crate::sim::wire::{Counter, NakCode, NetPort, Packet, Service, Syndrome, NO_CREDIT_LIMIT};
+use prm_layouts::CqeSyndrome;
 
 /// Atomic results kept for duplicates (the responder's `log_rra_max`
 /// bounds how many a requester can have outstanding).
@@ -304,8 +304,8 @@ pub fn delivered(
                 return;
             }
             let code = match s {
-                syn::REMOTE_ACCESS => NakCode::RemoteAccessError,
-                syn::REMOTE_INVAL_REQ => NakCode::InvalidRequest,
+                CqeSyndrome::RemoteAccessErr => NakCode::RemoteAccessError,
+                CqeSyndrome::RemoteInvalReqErr => NakCode::InvalidRequest,
                 _ => NakCode::RemoteOperationalError,
             };
             send_ack(port, back, first, nak(code), q.msn);
