@@ -105,6 +105,20 @@ pub trait ProviderContext: Send + Sync {
         wr_id: u64,
         channel: &dyn CmdChannel,
     ) -> Result<()>;
+    /// A command that names no object, queued like `query_async`.
+    fn general_async(
+        &self,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<()> {
+        let _ = (inbox, outlen, wr_id, channel);
+        Err(crate::Error::unsupported(
+            "asynchronous general commands",
+            "this provider queues only queries",
+        ))
+    }
     /// UMEM_REG of `len` bytes at `addr` in this process; returns (handle, umem id).
     fn umem_reg(&self, addr: usize, len: usize, access: u32) -> Result<(Handle, u32)>;
     fn umem_dereg(&self, umem: Handle) -> Result<()>;

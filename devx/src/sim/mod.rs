@@ -81,7 +81,10 @@ impl SimDevice {
             num_ports: profile.num_ports,
         };
         let fw = Arc::new(fw::Firmware::new(profile.clone(), ident));
-        let engine = Arc::new(kernel::async_cmd::AsyncEngine::new(Arc::clone(&fw)));
+        let engine = Arc::new(kernel::async_cmd::AsyncEngine::new(
+            Arc::clone(&fw),
+            profile.cmd_latency.clone(),
+        ));
         let dp = engine::Engine::new(index, Arc::clone(&fw));
         let net_error = match port {
             Ok(Some(p)) => dp
@@ -195,6 +198,13 @@ impl SimDevice {
     /// Async commands queued and not yet started.
     pub fn async_queued(&self) -> usize {
         self.shared.engine.queued()
+    }
+
+    /// Async commands holding a firmware command queue slot (started, their
+    /// completion not posted yet); never more than
+    /// [`kernel::async_cmd::CMD_QUEUE_SLOTS`].
+    pub fn async_in_flight(&self) -> usize {
+        self.shared.engine.in_flight()
     }
 
     /// Opens a context and returns it with its concrete type (uid, handles).

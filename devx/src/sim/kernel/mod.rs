@@ -139,6 +139,29 @@ impl SimContext {
         }
     }
 
+    /// The channel an async command of `outlen` output bytes completes on:
+    /// one of this context's.
+    fn async_channel<'c>(
+        &self,
+        outlen: usize,
+        channel: &'c dyn CmdChannel,
+    ) -> Result<&'c SimCmdChannel> {
+        if !(16..=0xffff).contains(&outlen) {
+            return Err(einval(format!(
+                "async command output length {outlen} is not 16..=65535"
+            )));
+        }
+        let Some(chan) = channel.as_any().downcast_ref::<SimCmdChannel>() else {
+            return Err(Error::argument(
+                "completion channel belongs to another provider",
+            ));
+        };
+        if chan.inner.ctx_id != self.id {
+            return Err(einval("completion channel belongs to another context"));
+        }
+        Ok(chan)
+    }
+
     fn check_outbox(&self, outbox_len: usize) -> Result<()> {
         if outbox_len < 16 {
             return Err(einval(format!(
@@ -356,20 +379,23 @@ impl ProviderContext for SimContext {
         channel: &dyn CmdChannel,
     ) -> Result<()> {
         admission::admit(inbox, CmdClass::Query)?;
-        if !(16..=0xffff).contains(&outlen) {
-            return Err(einval(format!(
-                "async query output length {outlen} is not 16..=65535"
-            )));
-        }
-        let Some(chan) = channel.as_any().downcast_ref::<SimCmdChannel>() else {
-            return Err(Error::argument(
-                "completion channel belongs to another provider",
-            ));
-        };
-        if chan.inner.ctx_id != self.id {
-            return Err(einval("completion channel belongs to another context"));
-        }
+        let chan = self.async_channel(outlen, channel)?;
         self.bind(obj, inbox)?;
+        let cmd = self.private_copy(inbox);
+        self.dev
+            .engine
+            .submit(self.id, cmd, outlen, wr_id, &chan.inner)
+    }
+
+    fn general_async(
+        &self,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<()> {
+        admission::admit(inbox, CmdClass::General)?;
+        let chan = self.async_channel(outlen, channel)?;
         let cmd = self.private_copy(inbox);
         self.dev
             .engine
