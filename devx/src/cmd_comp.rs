@@ -11,6 +11,7 @@ use std::task::{Context as TaskContext, Poll};
 use crate::context::Context;
 use crate::error::Result;
 use crate::provider::{AsyncCompletion, CmdChannel};
+use crate::reactor::NextReady;
 
 /// A completion channel: `Obj::query_async` queues commands, `get`/`try_get`
 /// return `(wr_id, outbox or error)` in completion order. The fd polls
@@ -142,8 +143,8 @@ impl CmdComp {
     /// The next completion, as a future: resolves when the channel's fd
     /// polls readable and a completion no [`CmdComp::completion`] future
     /// waits for is there.
-    pub fn next(&self) -> Next<'_> {
-        Next { comp: self }
+    pub fn next(&self) -> NextReady<impl FnMut() -> Result<Option<AsyncCompletion>> + Unpin + '_> {
+        NextReady::new(self.as_raw_fd(), move || self.try_get())
     }
 
     /// A future resolving to the outbox of the command submitted with
@@ -156,28 +157,6 @@ impl CmdComp {
             comp: self,
             wr_id,
             done: false,
-        }
-    }
-}
-
-/// Future of [`CmdComp::next`].
-#[derive(Debug)]
-pub struct Next<'a> {
-    comp: &'a CmdComp,
-}
-
-impl Future for Next<'_> {
-    type Output = Result<AsyncCompletion>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
-        match self.comp.try_get() {
-            Ok(Some(c)) => Poll::Ready(Ok(c)),
-            Err(e) => Poll::Ready(Err(e)),
-            Ok(None) => match crate::reactor::wake_when_readable(self.comp.as_raw_fd(), cx.waker())
-            {
-                Ok(()) => Poll::Pending,
-                Err(e) => Poll::Ready(Err(e)),
-            },
         }
     }
 }

@@ -14,6 +14,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::obj::Obj;
 use crate::provider::{DevxEvent, EventChannel};
+use crate::reactor::NextReady;
 
 /// EQE types (`MLX5_EVENT_TYPE_*`).
 pub mod event_type {
@@ -107,6 +108,12 @@ impl Events {
 
     pub fn get(&self) -> Result<DevxEvent> {
         self.channel.get()
+    }
+
+    /// The next event, as a future woken when the channel's fd polls
+    /// readable; needs no async runtime.
+    pub fn next(&self) -> NextReady<impl FnMut() -> Result<Option<DevxEvent>> + Unpin + '_> {
+        NextReady::new(self.as_raw_fd(), move || self.try_get())
     }
 
     fn check_ctx(&self, ctx: &Context) -> Result<()> {

@@ -16,7 +16,7 @@ pub mod kernel;
 pub mod live;
 pub mod obj;
 pub mod provider;
-mod reactor;
+pub mod reactor;
 pub mod sim;
 pub mod uar;
 pub mod umem;

@@ -105,6 +105,21 @@ pub trait ProviderContext: Send + Sync {
         wr_id: u64,
         channel: &dyn CmdChannel,
     ) -> Result<()>;
+    /// A modify of `obj`, queued like `query_async`.
+    fn modify_async(
+        &self,
+        obj: Handle,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<()> {
+        let _ = (obj, inbox, outlen, wr_id, channel);
+        Err(crate::Error::unsupported(
+            "asynchronous modify",
+            "this provider queues only queries",
+        ))
+    }
     /// A command that names no object, queued like `query_async`.
     fn general_async(
         &self,

@@ -4,9 +4,12 @@
 //! readiness that arrives between a future's check and its registration is
 //! still seen) and wakes each waiter once its descriptor is readable.
 
+use std::fmt;
+use std::future::Future;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::pin::Pin;
 use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::task::Waker;
+use std::task::{Context, Poll, Waker};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -107,4 +110,39 @@ pub(crate) fn wake_when_readable(fd: RawFd, waker: &Waker) -> Result<()> {
     // An eventfd write only fails on counter overflow; a pending kick suffices.
     let _ = r.kick.write(1);
     Ok(())
+}
+
+/// A future taking the next item of a source whose `fd` polls readable
+/// while an item is ready: `try_next` is tried each time the fd is readable.
+pub struct NextReady<F> {
+    fd: RawFd,
+    try_next: F,
+}
+
+impl<F> fmt::Debug for NextReady<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "NextReady(fd {})", self.fd)
+    }
+}
+
+impl<T, F: FnMut() -> Result<Option<T>> + Unpin> NextReady<F> {
+    /// `try_next` must stay able to answer while `fd` is open.
+    pub(crate) fn new(fd: RawFd, try_next: F) -> NextReady<F> {
+        NextReady { fd, try_next }
+    }
+}
+
+impl<T, F: FnMut() -> Result<Option<T>> + Unpin> Future for NextReady<F> {
+    type Output = Result<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        match (self.try_next)() {
+            Ok(Some(v)) => Poll::Ready(Ok(v)),
+            Err(e) => Poll::Ready(Err(e)),
+            Ok(None) => match wake_when_readable(self.fd, cx.waker()) {
+                Ok(()) => Poll::Pending,
+                Err(e) => Poll::Ready(Err(e)),
+            },
+        }
+    }
 }

@@ -169,3 +169,33 @@ fn a_dropped_future_abandons_its_completion() {
     assert!(out.is_ok());
     assert!(comp.try_get().unwrap().is_none());
 }
+
+#[test]
+fn a_queued_modify_changes_the_object() {
+    let mut env = Env::new(524);
+    let (cq_h, cqn) = env.cq(5);
+    let ch = env.ctx.create_cmd_channel().unwrap();
+    let mut m = ModifyCqIn::new();
+    m.set_opcode(Opcode::ModifyCq.raw());
+    m.set_cqn(cqn);
+    // Field select bit 0: the moderation period.
+    m.modify_field_select_resize_field_select_mut()
+        .modify_field_select_mut()
+        .set_modify_field_select(1);
+    m.cq_context_mut().set_cq_period(100);
+    env.ctx
+        .modify_async(cq_h, m.as_bytes(), ModifyCqOut::SIZE_BYTES, 7, &*ch)
+        .unwrap();
+    let (wr_id, out) = ch.get().unwrap();
+    assert_eq!(wr_id, 7);
+    out.unwrap();
+    let mut out = vec![0u8; QueryCqOut::SIZE_BYTES];
+    env.ctx.query(cq_h, &query_cq(cqn), &mut out).unwrap();
+    assert_eq!(
+        QueryCqOut::from_slice(&out)
+            .unwrap()
+            .cq_context()
+            .cq_period(),
+        100
+    );
+}

@@ -387,6 +387,23 @@ impl ProviderContext for SimContext {
             .submit(self.id, cmd, outlen, wr_id, &chan.inner)
     }
 
+    fn modify_async(
+        &self,
+        obj: Handle,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<()> {
+        admission::admit(inbox, CmdClass::Modify)?;
+        let chan = self.async_channel(outlen, channel)?;
+        self.bind(obj, inbox)?;
+        let cmd = self.private_copy(inbox);
+        self.dev
+            .engine
+            .submit(self.id, cmd, outlen, wr_id, &chan.inner)
+    }
+
     fn general_async(
         &self,
         inbox: &[u8],
