@@ -47,6 +47,21 @@ pub(crate) struct DeviceShared {
     pub(crate) dp: Arc<engine::Engine>,
     pub(crate) next_ctx: AtomicU64,
     pub(crate) contexts: AtomicUsize,
+    /// Set by an injected internal error; never cleared.
+    pub(crate) fatal: std::sync::atomic::AtomicBool,
+}
+
+impl DeviceShared {
+    /// Fails `what` fast once the device hit a fatal error.
+    pub(crate) fn check_alive(&self, what: &str) -> Result<()> {
+        if self.fatal.load(Ordering::Acquire) {
+            return Err(crate::Error::DeviceFatal(format!(
+                "{}: {what}",
+                self.info.name
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// One emulated device, with introspection for tests.
@@ -106,6 +121,7 @@ impl SimDevice {
                 dp,
                 next_ctx: AtomicU64::new(1),
                 contexts: AtomicUsize::new(0),
+                fatal: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -205,6 +221,22 @@ impl SimDevice {
     /// [`kernel::async_cmd::CMD_QUEUE_SLOTS`].
     pub fn async_in_flight(&self) -> usize {
         self.shared.engine.in_flight()
+    }
+
+    /// Puts the device into the fatal internal-error state, as a firmware
+    /// crash does: every later command of every context fails with
+    /// [`crate::Error::DeviceFatal`], queued asynchronous commands complete
+    /// with it, and the data path stops. Destroying objects, UMEMs and UARs
+    /// still works, so contexts and objects can be dropped cleanly.
+    pub fn inject_fatal_error(&self) {
+        self.shared.fatal.store(true, Ordering::Release);
+        self.shared.dp.pause(true);
+        self.shared.engine.fail_all(&self.shared.info.name);
+    }
+
+    /// True once the device hit a fatal error.
+    pub fn is_fatal(&self) -> bool {
+        self.shared.fatal.load(Ordering::Acquire)
     }
 
     /// Opens a context and returns it with its concrete type (uid, handles).

@@ -344,6 +344,32 @@ impl AsyncEngine {
         }
     }
 
+    /// Completes every queued command with a device-fatal error (the device
+    /// `dev` died before running them); started ones are posted at once.
+    pub(crate) fn fail_all(&self, dev: &str) {
+        let (queued, started) = {
+            let mut q = lock(&self.q);
+            let queued = std::mem::take(&mut q.jobs);
+            while q.running.is_some() {
+                q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+            let started = std::mem::take(&mut q.slots);
+            self.cv.notify_all();
+            (queued, started)
+        };
+        started.into_iter().for_each(InFlight::post);
+        for j in queued {
+            let what = format!(
+                "{}: {} (wr_id {})",
+                dev,
+                prm_layouts::enums::opcode_name(crate::admission::opcode_of(&j.inbox)),
+                j.wr_id
+            );
+            j.chan
+                .complete((j.wr_id, Err(Error::DeviceFatal(what))), j.outlen);
+        }
+    }
+
     /// Holds queued commands back (tests use it to make cancellation certain).
     pub(crate) fn set_paused(&self, paused: bool) {
         lock(&self.q).paused = paused;

@@ -82,6 +82,7 @@ fn header(opcode: u16, uid: u16, number24: u32) -> Vec<u8> {
 
 impl SimContext {
     pub(crate) fn open(dev: Arc<DeviceShared>) -> Result<SimContext> {
+        dev.check_alive("open context")?;
         let uid = dev.fw.create_uctx().map_err(|e| errno_only(0xa04, 0, e))?;
         let id = dev
             .next_ctx
@@ -283,6 +284,7 @@ impl ProviderContext for SimContext {
     }
 
     fn create(&self, inbox: &[u8], outbox: &mut [u8]) -> Result<Handle> {
+        self.dev.check_alive("create")?;
         admission::admit(inbox, CmdClass::Create)?;
         self.check_outbox(outbox.len())?;
         let cmd = self.private_copy(inbox);
@@ -305,6 +307,7 @@ impl ProviderContext for SimContext {
     }
 
     fn query(&self, obj: Handle, inbox: &[u8], outbox: &mut [u8]) -> Result<()> {
+        self.dev.check_alive("query")?;
         admission::admit(inbox, CmdClass::Query)?;
         self.check_outbox(outbox.len())?;
         self.bind(obj, inbox)?;
@@ -313,6 +316,7 @@ impl ProviderContext for SimContext {
     }
 
     fn modify(&self, obj: Handle, inbox: &[u8], outbox: &mut [u8]) -> Result<()> {
+        self.dev.check_alive("modify")?;
         admission::admit(inbox, CmdClass::Modify)?;
         self.check_outbox(outbox.len())?;
         self.bind(obj, inbox)?;
@@ -360,6 +364,7 @@ impl ProviderContext for SimContext {
     }
 
     fn general(&self, inbox: &[u8], outbox: &mut [u8]) -> Result<()> {
+        self.dev.check_alive("general command")?;
         admission::admit(inbox, CmdClass::General)?;
         self.check_outbox(outbox.len())?;
         let cmd = self.private_copy(inbox);
@@ -367,6 +372,7 @@ impl ProviderContext for SimContext {
     }
 
     fn create_cmd_channel(&self) -> Result<Arc<dyn CmdChannel>> {
+        self.dev.check_alive("completion channel")?;
         Ok(Arc::new(SimCmdChannel::new(self.id)?))
     }
 
@@ -378,6 +384,7 @@ impl ProviderContext for SimContext {
         wr_id: u64,
         channel: &dyn CmdChannel,
     ) -> Result<()> {
+        self.dev.check_alive("async query")?;
         admission::admit(inbox, CmdClass::Query)?;
         let chan = self.async_channel(outlen, channel)?;
         self.bind(obj, inbox)?;
@@ -395,6 +402,7 @@ impl ProviderContext for SimContext {
         wr_id: u64,
         channel: &dyn CmdChannel,
     ) -> Result<()> {
+        self.dev.check_alive("async modify")?;
         admission::admit(inbox, CmdClass::Modify)?;
         let chan = self.async_channel(outlen, channel)?;
         self.bind(obj, inbox)?;
@@ -411,6 +419,7 @@ impl ProviderContext for SimContext {
         wr_id: u64,
         channel: &dyn CmdChannel,
     ) -> Result<()> {
+        self.dev.check_alive("async general command")?;
         admission::admit(inbox, CmdClass::General)?;
         let chan = self.async_channel(outlen, channel)?;
         let cmd = self.private_copy(inbox);
@@ -420,6 +429,7 @@ impl ProviderContext for SimContext {
     }
 
     fn umem_reg(&self, addr: usize, len: usize, access: u32) -> Result<(Handle, u32)> {
+        self.dev.check_alive("UMEM registration")?;
         if access & !UMEM_ACCESS_ALLOWED != 0 {
             return Err(einval(format!(
                 "UMEM access flags {access:#x} include unknown bits"
@@ -462,6 +472,7 @@ impl ProviderContext for SimContext {
     }
 
     fn uar_alloc(&self, kind: UarKind) -> Result<UarAlloc> {
+        self.dev.check_alive("UAR allocation")?;
         let out = self.exec_errno(&header(0x802, self.uid, 0))?;
         let page_id = u32::from_be_bytes([0, out[9], out[10], out[11]]);
         let page = Arc::new(SimUarPage::new(
@@ -498,6 +509,7 @@ impl ProviderContext for SimContext {
     }
 
     fn query_eqn(&self, vector: u32) -> Result<u32> {
+        self.dev.check_alive("EQ number query")?;
         self.dev
             .fw
             .with(|st| eq::eqn_of_vector(st, vector))
@@ -510,6 +522,7 @@ impl ProviderContext for SimContext {
     }
 
     fn create_event_channel(&self, omit_data: bool) -> Result<Arc<dyn EventChannel>> {
+        self.dev.check_alive("event channel")?;
         Ok(Arc::new(SimEventChannel::new(self.id, omit_data)?))
     }
 
@@ -524,6 +537,7 @@ impl ProviderContext for SimContext {
         event_types: &[u16],
         cookie: u64,
     ) -> Result<()> {
+        self.dev.check_alive("event subscription")?;
         if self.uid == 0 {
             return Err(einval("SUBSCRIBE_EVENT needs a context with a DEVX uid"));
         }
