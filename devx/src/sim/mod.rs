@@ -234,6 +234,26 @@ impl SimDevice {
         self.shared.engine.fail_all(&self.shared.info.name);
     }
 
+    /// Takes the port's link down (`false`) or up: the port reports Down or
+    /// Active from then on and every channel subscribed to the device's
+    /// PORT_CHANGE event gets one (sub type DOWN or ACTIVE). Setting the
+    /// state it already has raises nothing.
+    pub fn set_link(&self, up: bool) {
+        use kernel::events::{port_change, port_change_eqe};
+        self.shared.fw.with_mut(|st| {
+            if st.link_up == up {
+                return;
+            }
+            st.link_up = up;
+            let sub = if up {
+                port_change::ACTIVE
+            } else {
+                port_change::DOWN
+            };
+            st.events.raise(None, &port_change_eqe(1, sub));
+        });
+    }
+
     /// True once the device hit a fatal error.
     pub fn is_fatal(&self) -> bool {
         self.shared.fatal.load(Ordering::Acquire)

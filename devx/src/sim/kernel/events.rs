@@ -107,6 +107,22 @@ pub fn comp_eqe(cqn: u32) -> [u8; 64] {
     e
 }
 
+/// `port_change` sub types (`MLX5_PORT_CHANGE_SUBTYPE_*`).
+pub mod port_change {
+    pub const DOWN: u8 = 1;
+    pub const ACTIVE: u8 = 4;
+}
+
+/// A port change EQE (`mlx5_eqe_port_state`): sub type at byte 3, the
+/// port number in the high nibble of data byte 8.
+pub fn port_change_eqe(port: u8, sub_type: u8) -> [u8; 64] {
+    let mut e = [0u8; 64];
+    e[1] = ty::PORT_CHANGE as u8;
+    e[3] = sub_type;
+    e[40] = port << 4;
+    e
+}
+
 /// A CQ error EQE (`mlx5_eqe_cq_err`): CQN be32 at 32, syndrome at 43.
 pub fn cq_error_eqe(cqn: u32, syndrome: u8) -> [u8; 64] {
     let mut e = [0u8; 64];
