@@ -24,6 +24,8 @@ pub mod event_type {
     pub const CQ_ERROR: u16 = 0x04;
     pub const WQ_CATAS_ERROR: u16 = 0x05;
     pub const PORT_CHANGE: u16 = 0x09;
+    pub const WQ_INVAL_REQ_ERROR: u16 = 0x10;
+    pub const WQ_ACCESS_ERROR: u16 = 0x11;
     pub const SRQ_LAST_WQE: u16 = 0x13;
 }
 

@@ -349,3 +349,24 @@ pub fn cq_key(cqn: u32) -> ObjKey {
         number: cqn & 0x00ff_ffff,
     }
 }
+
+/// The key a QP's subscriptions are filed under (CREATE_QP, qpn).
+pub fn qp_key(qpn: u32) -> ObjKey {
+    ObjKey {
+        creator: u32::from(prm_layouts::enums::Opcode::CreateQp.raw()),
+        number: qpn & 0x00ff_ffff,
+    }
+}
+
+/// `mlx5_eqe_qp_srq.type` of a QP.
+const QUEUE_TYPE_QP: u8 = 0;
+
+/// A QP event EQE (`mlx5_eqe_qp_srq`): queue type at data byte 20, the QP
+/// number (be32, low 24 bits) at data byte 24.
+pub fn qp_event_eqe(event_type: u16, qpn: u32) -> [u8; 64] {
+    let mut e = [0u8; 64];
+    e[1] = event_type as u8;
+    e[32 + 20] = QUEUE_TYPE_QP;
+    e[56..60].copy_from_slice(&(qpn & 0x00ff_ffff).to_be_bytes());
+    e
+}
