@@ -143,8 +143,14 @@ impl CmdComp {
     /// The next completion, as a future: resolves when the channel's fd
     /// polls readable and a completion no [`CmdComp::completion`] future
     /// waits for is there.
-    pub fn next(&self) -> NextReady<impl FnMut() -> Result<Option<AsyncCompletion>> + Unpin + '_> {
+    pub fn next(
+        &self,
+    ) -> NextReady<
+        impl FnMut() -> Result<Option<AsyncCompletion>> + Unpin + '_,
+        impl Fn(&std::task::Waker) -> bool + Unpin + '_,
+    > {
         NextReady::new(self.as_raw_fd(), move || self.try_get())
+            .wake_with(move |w| self.channel.wake_on_completion(w))
     }
 
     /// A future resolving to the outbox of the command submitted with
@@ -195,6 +201,9 @@ impl Future for Completion<'_> {
             return Poll::Ready(out);
         }
         drop(s);
+        if comp.channel.wake_on_completion(cx.waker()) {
+            return Poll::Pending;
+        }
         match crate::reactor::wake_when_readable(comp.as_raw_fd(), cx.waker()) {
             Ok(()) => Poll::Pending,
             Err(e) => Poll::Ready(Err(e)),

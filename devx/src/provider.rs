@@ -75,6 +75,13 @@ pub trait CmdChannel: Send + Sync {
     fn try_get(&self) -> Result<Option<AsyncCompletion>>;
     /// Next completion, blocking until one arrives.
     fn get(&self) -> Result<AsyncCompletion>;
+    /// Wakes `waker` on the next completion pushed (at once if one is
+    /// queued). `false`: the channel cannot, and the caller waits for its
+    /// fd's readiness instead.
+    fn wake_on_completion(&self, waker: &std::task::Waker) -> bool {
+        let _ = waker;
+        false
+    }
     /// Lets a provider find its own channel type behind the trait object.
     fn as_any(&self) -> &dyn Any;
 }

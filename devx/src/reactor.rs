@@ -114,12 +114,14 @@ pub(crate) fn wake_when_readable(fd: RawFd, waker: &Waker) -> Result<()> {
 
 /// A future taking the next item of a source whose `fd` polls readable
 /// while an item is ready: `try_next` is tried each time the fd is readable.
-pub struct NextReady<F> {
+pub struct NextReady<F, W = fn(&Waker) -> bool> {
     fd: RawFd,
     try_next: F,
+    /// Registers the waker with the source itself; `false`: use the fd.
+    wake_with: W,
 }
 
-impl<F> fmt::Debug for NextReady<F> {
+impl<F, W> fmt::Debug for NextReady<F, W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "NextReady(fd {})", self.fd)
     }
@@ -128,17 +130,36 @@ impl<F> fmt::Debug for NextReady<F> {
 impl<T, F: FnMut() -> Result<Option<T>> + Unpin> NextReady<F> {
     /// `try_next` must stay able to answer while `fd` is open.
     pub(crate) fn new(fd: RawFd, try_next: F) -> NextReady<F> {
-        NextReady { fd, try_next }
+        NextReady {
+            fd,
+            try_next,
+            wake_with: |_| false,
+        }
+    }
+
+    /// Lets the source wake the future itself when it can (`wake_with`
+    /// returns `true`), skipping the reactor thread.
+    pub(crate) fn wake_with<W: Fn(&Waker) -> bool + Unpin>(self, wake_with: W) -> NextReady<F, W> {
+        NextReady {
+            fd: self.fd,
+            try_next: self.try_next,
+            wake_with,
+        }
     }
 }
 
-impl<T, F: FnMut() -> Result<Option<T>> + Unpin> Future for NextReady<F> {
+impl<T, F, W> Future for NextReady<F, W>
+where
+    F: FnMut() -> Result<Option<T>> + Unpin,
+    W: Fn(&Waker) -> bool + Unpin,
+{
     type Output = Result<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
         match (self.try_next)() {
             Ok(Some(v)) => Poll::Ready(Ok(v)),
             Err(e) => Poll::Ready(Err(e)),
+            Ok(None) if (self.wake_with)(cx.waker()) => Poll::Pending,
             Ok(None) => match wake_when_readable(self.fd, cx.waker()) {
                 Ok(()) => Poll::Pending,
                 Err(e) => Poll::Ready(Err(e)),

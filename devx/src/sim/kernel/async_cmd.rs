@@ -43,6 +43,8 @@ struct ChanQ {
     pending: usize,
     /// Output bytes of pending and unread completions.
     bytes: usize,
+    /// Futures waiting for the next completion.
+    wakers: Vec<std::task::Waker>,
 }
 
 pub(crate) struct ChanInner {
@@ -76,7 +78,10 @@ impl ChanInner {
             let _ = self.efd.write(1);
         }
         q.done.push_back((c, outlen));
+        let wakers = std::mem::take(&mut q.wakers);
         self.cv.notify_all();
+        drop(q);
+        wakers.into_iter().for_each(std::task::Waker::wake);
     }
 
     fn pop(&self, block: bool) -> Result<Option<AsyncCompletion>> {
@@ -119,6 +124,7 @@ impl SimCmdChannel {
                     done: VecDeque::new(),
                     pending: 0,
                     bytes: 0,
+                    wakers: Vec::new(),
                 }),
                 cv: Condvar::new(),
                 efd,
@@ -145,6 +151,17 @@ impl CmdChannel for SimCmdChannel {
         self.inner
             .pop(true)
             .and_then(|c| c.ok_or_else(|| Error::argument("no completion")))
+    }
+
+    fn wake_on_completion(&self, waker: &std::task::Waker) -> bool {
+        let mut q = lock(&self.inner.q);
+        if !q.done.is_empty() {
+            drop(q);
+            waker.wake_by_ref();
+        } else if !q.wakers.iter().any(|w| w.will_wake(waker)) {
+            q.wakers.push(waker.clone());
+        }
+        true
     }
 
     fn as_any(&self) -> &dyn Any {
