@@ -143,8 +143,9 @@ impl Context {
 
     /// Queues a command that names no object; its completion, tagged
     /// `wr_id`, arrives on `comp`. On the emulated device it runs on the
-    /// firmware's command queue; the kernel provider queues only queries
-    /// (`Obj::query_async`) and answers this with an unsupported error.
+    /// firmware's command queue. DEVX has no asynchronous form of it: the
+    /// kernel provider runs it synchronously during this call and queues its
+    /// completion at once (`try_get` returns it; the fd does not signal it).
     pub fn general_async(
         &self,
         inbox: &[u8],

@@ -188,9 +188,10 @@ impl Obj {
     }
 
     /// Queues a modify whose completion, tagged `wr_id`, arrives on `comp`.
-    /// On the emulated device it runs on the firmware's command queue; the
-    /// kernel provider queues only queries and answers this with an
-    /// unsupported error.
+    /// On the emulated device it runs on the firmware's command queue. DEVX
+    /// has no asynchronous modify: the kernel provider runs it synchronously
+    /// during this call and queues its completion at once (`try_get`
+    /// returns it; the fd does not signal it).
     pub fn modify_async(
         &self,
         inbox: &[u8],
