@@ -1,12 +1,17 @@
 //! Completion channels for asynchronous commands.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context as TaskContext, Poll};
 
 use crate::context::Context;
 use crate::error::Result;
 use crate::provider::{AsyncCompletion, CmdChannel};
+use crate::reactor::NextReady;
 
 /// A completion channel: `Obj::query_async` queues commands, `get`/`try_get`
 /// return `(wr_id, outbox or error)` in completion order. The fd polls
@@ -47,6 +52,19 @@ use crate::provider::{AsyncCompletion, CmdChannel};
 pub struct CmdComp {
     ctx: Context,
     channel: Arc<dyn CmdChannel>,
+    sorted: Mutex<Sorted>,
+}
+
+/// Completions read from the channel on behalf of [`CmdComp::completion`]
+/// futures waiting for other `wr_id`s.
+#[derive(Default)]
+struct Sorted {
+    /// Read, waiting for their future (or `get`) to take them.
+    parked: HashMap<u64, Result<Vec<u8>>>,
+    /// Awaited by a future; others read on their behalf are parked.
+    awaited: HashSet<u64>,
+    /// Their future was dropped: the completion is discarded on arrival.
+    abandoned: HashSet<u64>,
 }
 
 impl fmt::Debug for CmdComp {
@@ -61,6 +79,7 @@ impl CmdComp {
         Ok(CmdComp {
             ctx: ctx.clone(),
             channel,
+            sorted: Mutex::new(Sorted::default()),
         })
     }
 
@@ -72,14 +91,136 @@ impl CmdComp {
         &*self.channel
     }
 
+    fn sorted(&self) -> MutexGuard<'_, Sorted> {
+        self.sorted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Waits for the next completion.
     pub fn get(&self) -> Result<AsyncCompletion> {
-        self.channel.get()
+        loop {
+            if let Some(c) = self.try_get()? {
+                return Ok(c);
+            }
+            let c = self.channel.get()?;
+            if let Some(c) = self.sort(c) {
+                return Ok(c);
+            }
+        }
     }
 
     /// The next completion if one is ready.
     pub fn try_get(&self) -> Result<Option<AsyncCompletion>> {
-        self.channel.try_get()
+        {
+            let mut s = self.sorted();
+            let free = s.parked.keys().copied().find(|w| !s.awaited.contains(w));
+            if let Some(wr_id) = free {
+                let out = s.parked.remove(&wr_id).expect("key just found");
+                return Ok(Some((wr_id, out)));
+            }
+        }
+        while let Some(c) = self.channel.try_get()? {
+            if let Some(c) = self.sort(c) {
+                return Ok(Some(c));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Keeps a completion a future waits for (or nobody does any more) out
+    /// of `get`'s way; returns the others.
+    fn sort(&self, (wr_id, out): AsyncCompletion) -> Option<AsyncCompletion> {
+        let mut s = self.sorted();
+        if s.abandoned.remove(&wr_id) {
+            return None;
+        }
+        if s.awaited.contains(&wr_id) {
+            s.parked.insert(wr_id, out);
+            return None;
+        }
+        Some((wr_id, out))
+    }
+
+    /// The next completion, as a future: resolves when the channel's fd
+    /// polls readable and a completion no [`CmdComp::completion`] future
+    /// waits for is there.
+    pub fn next(
+        &self,
+    ) -> NextReady<
+        impl FnMut() -> Result<Option<AsyncCompletion>> + Unpin + '_,
+        impl Fn(&std::task::Waker) -> bool + Unpin + '_,
+    > {
+        NextReady::new(self.as_raw_fd(), move || self.try_get())
+            .wake_with(move |w| self.channel.wake_on_completion(w))
+    }
+
+    /// A future resolving to the outbox of the command submitted with
+    /// `wr_id` (or its error). Completions of other commands read meanwhile
+    /// stay for `get`/`next` or their own future. Dropping the future
+    /// abandons the command: its completion is discarded when it arrives.
+    pub fn completion(&self, wr_id: u64) -> Completion<'_> {
+        self.sorted().awaited.insert(wr_id);
+        Completion {
+            comp: self,
+            wr_id,
+            done: false,
+        }
+    }
+}
+
+/// Future of [`CmdComp::completion`].
+#[derive(Debug)]
+pub struct Completion<'a> {
+    comp: &'a CmdComp,
+    wr_id: u64,
+    done: bool,
+}
+
+impl Future for Completion<'_> {
+    type Output = Result<Vec<u8>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let comp = self.comp;
+        let wr_id = self.wr_id;
+        let drained = (|| {
+            while let Some(c) = comp.channel.try_get()? {
+                if let Some((w, out)) = comp.sort(c) {
+                    // Nobody awaits it: keep it for `get`/`next`.
+                    comp.sorted().parked.insert(w, out);
+                }
+            }
+            Ok::<(), crate::Error>(())
+        })();
+        if let Err(e) = drained {
+            return Poll::Ready(Err(e));
+        }
+        let mut s = comp.sorted();
+        if let Some(out) = s.parked.remove(&wr_id) {
+            s.awaited.remove(&wr_id);
+            drop(s);
+            self.done = true;
+            return Poll::Ready(out);
+        }
+        drop(s);
+        if comp.channel.wake_on_completion(cx.waker()) {
+            return Poll::Pending;
+        }
+        match crate::reactor::wake_when_readable(comp.as_raw_fd(), cx.waker()) {
+            Ok(()) => Poll::Pending,
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+impl Drop for Completion<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut s = self.comp.sorted();
+        s.awaited.remove(&self.wr_id);
+        if s.parked.remove(&self.wr_id).is_none() {
+            s.abandoned.insert(self.wr_id);
+        }
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::admission;
+use crate::cmd_comp::CmdComp;
 use crate::deferred::Deferred;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -138,6 +139,29 @@ impl Context {
         let mut out = vec![0u8; outlen];
         self.general_cmd_into(inbox, &mut out)?;
         Ok(out)
+    }
+
+    /// Queues a command that names no object; its completion, tagged
+    /// `wr_id`, arrives on `comp`. On the emulated device it runs on the
+    /// firmware's command queue. DEVX has no asynchronous form of it: the
+    /// kernel provider runs it synchronously during this call and queues its
+    /// completion at once (`try_get` returns it; the fd does not signal it).
+    pub fn general_async(
+        &self,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        comp: &CmdComp,
+    ) -> Result<()> {
+        check_lengths(inbox, outlen)?;
+        if !comp.context().same_as(self) {
+            return Err(Error::argument(
+                "the completion channel belongs to another context",
+            ));
+        }
+        self.inner
+            .provider
+            .general_async(inbox, outlen, wr_id, comp.channel())
     }
 
     /// `general_cmd` into a caller buffer, allocating nothing.

@@ -44,6 +44,10 @@ pub enum Error {
     /// An asynchronous command that never ran because its context went away.
     #[error("{0}: cancelled because its context was closed")]
     Cancelled(String),
+    /// The device hit an internal (fatal) error: every later command fails
+    /// with this, and only destroying what is left still works.
+    #[error("{0}: the device is no longer functional (fatal internal error)")]
+    DeviceFatal(String),
     /// A provider-level failure that is neither firmware nor OS (e.g. a fixture mismatch).
     #[error("{provider}: {message}")]
     Provider { provider: String, message: String },
@@ -173,6 +177,9 @@ impl Error {
     pub fn is_cancelled(&self) -> bool {
         matches!(self, Error::Cancelled(_))
     }
+    pub fn is_device_fatal(&self) -> bool {
+        matches!(self, Error::DeviceFatal(_))
+    }
 
     /// Firmware status, when this is a firmware failure.
     pub fn status(&self) -> Option<u8> {
@@ -204,6 +211,7 @@ impl Error {
             Error::Argument(_) => libc::EINVAL,
             Error::Unsupported { .. } => libc::EOPNOTSUPP,
             Error::Cancelled(_) => libc::ECANCELED,
+            Error::DeviceFatal(_) => libc::EIO,
             Error::Provider { .. } => libc::EPROTO,
         }
     }

@@ -16,6 +16,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::obj::Obj;
 use crate::provider::{DevxEvent, EventChannel};
+use crate::reactor::NextReady;
 
 /// EQE types (`MLX5_EVENT_TYPE_*`).
 pub mod event_type {
@@ -25,6 +26,8 @@ pub mod event_type {
     pub const CQ_ERROR: u16 = 0x04;
     pub const WQ_CATAS_ERROR: u16 = 0x05;
     pub const PORT_CHANGE: u16 = 0x09;
+    pub const WQ_INVAL_REQ_ERROR: u16 = 0x10;
+    pub const WQ_ACCESS_ERROR: u16 = 0x11;
     pub const SRQ_LAST_WQE: u16 = 0x13;
 }
 
@@ -114,6 +117,12 @@ impl Events {
 
     pub fn get(&self) -> Result<DevxEvent> {
         self.channel.get()
+    }
+
+    /// The next event, as a future woken when the channel's fd polls
+    /// readable; needs no async runtime.
+    pub fn next(&self) -> NextReady<impl FnMut() -> Result<Option<DevxEvent>> + Unpin + '_> {
+        NextReady::new(self.as_raw_fd(), move || self.try_get())
     }
 
     fn check_ctx(&self, ctx: &Context) -> Result<()> {

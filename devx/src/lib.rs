@@ -17,6 +17,7 @@ pub mod kernel;
 pub mod live;
 pub mod obj;
 pub mod provider;
+pub mod reactor;
 pub mod sim;
 pub mod uar;
 pub mod umem;

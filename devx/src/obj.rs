@@ -187,6 +187,30 @@ impl Obj {
             .query_async(self.handle, inbox, outlen, wr_id, comp.channel())
     }
 
+    /// Queues a modify whose completion, tagged `wr_id`, arrives on `comp`.
+    /// On the emulated device it runs on the firmware's command queue. DEVX
+    /// has no asynchronous modify: the kernel provider runs it synchronously
+    /// during this call and queues its completion at once (`try_get`
+    /// returns it; the fd does not signal it).
+    pub fn modify_async(
+        &self,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        comp: &CmdComp,
+    ) -> Result<()> {
+        check_lengths(inbox, outlen)?;
+        if !comp.context().same_as(&self.ctx) {
+            return Err(Error::argument(
+                "the completion channel belongs to another context than the object",
+            ));
+        }
+        self.ctx
+            .inner
+            .provider
+            .modify_async(self.handle, inbox, outlen, wr_id, comp.channel())
+    }
+
     /// Destroys the object now. On failure the object comes back inside the
     /// error, still alive, so the caller can destroy what references it first.
     pub fn destroy(mut self) -> Result<(), DestroyFailed> {

@@ -97,6 +97,13 @@ pub trait CmdChannel: Send + Sync {
     fn try_get(&self) -> Result<Option<AsyncCompletion>>;
     /// Next completion, blocking until one arrives.
     fn get(&self) -> Result<AsyncCompletion>;
+    /// Wakes `waker` on the next completion pushed (at once if one is
+    /// queued). `false`: the channel cannot, and the caller waits for its
+    /// fd's readiness instead.
+    fn wake_on_completion(&self, waker: &std::task::Waker) -> bool {
+        let _ = waker;
+        false
+    }
     /// Lets a provider find its own channel type behind the trait object.
     fn as_any(&self) -> &dyn Any;
 }
@@ -127,6 +134,35 @@ pub trait ProviderContext: Send + Sync {
         wr_id: u64,
         channel: &dyn CmdChannel,
     ) -> Result<()>;
+    /// A modify of `obj`, queued like `query_async`.
+    fn modify_async(
+        &self,
+        obj: Handle,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<()> {
+        let _ = (obj, inbox, outlen, wr_id, channel);
+        Err(crate::Error::unsupported(
+            "asynchronous modify",
+            "this provider queues only queries",
+        ))
+    }
+    /// A command that names no object, queued like `query_async`.
+    fn general_async(
+        &self,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<()> {
+        let _ = (inbox, outlen, wr_id, channel);
+        Err(crate::Error::unsupported(
+            "asynchronous general commands",
+            "this provider queues only queries",
+        ))
+    }
     /// UMEM_REG of `len` bytes at `addr` in this process; returns (handle, umem id).
     fn umem_reg(&self, addr: usize, len: usize, access: u32) -> Result<(Handle, u32)>;
     fn umem_dereg(&self, umem: Handle) -> Result<()>;

@@ -1232,3 +1232,20 @@ fn gid_table_through_the_uverbs_method() {
     let e = ctx.query_gid_table().unwrap_err();
     assert_eq!(os_errno(&e), ("QUERY_GID_TABLE".into(), libc::EINVAL));
 }
+
+#[test]
+fn an_async_general_command_runs_at_once_and_completes_on_the_channel() {
+    let k = fake();
+    let mut reply = vec![0u8; 4112];
+    reply[16..20].copy_from_slice(&0xfeed_beefu32.to_be_bytes());
+    k.set_fw_reply(0x100, reply);
+    let ctx = open(&k);
+    let ch = ctx.create_cmd_channel().unwrap();
+    ctx.general_async(&inbox(0x100, 1, 16), 4112, 31, &*ch)
+        .unwrap();
+    // The kernel has no async method for it: the completion is there on return.
+    let (wr_id, out) = ch.try_get().unwrap().expect("a completion at once");
+    assert_eq!(wr_id, 31);
+    assert_eq!(out.unwrap()[16..20], 0xfeed_beefu32.to_be_bytes());
+    assert!(ch.try_get().unwrap().is_none());
+}

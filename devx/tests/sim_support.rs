@@ -95,6 +95,15 @@ impl Env {
         }
     }
 
+    /// A fresh context on `dev`.
+    pub fn on(dev: Arc<SimDevice>) -> Env {
+        Env {
+            ctx: dev.open_sim().unwrap(),
+            dev,
+            mems: Vec::new(),
+        }
+    }
+
     /// Another context on the same device.
     pub fn sibling(&self) -> Env {
         Env {

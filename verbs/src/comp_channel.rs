@@ -66,6 +66,14 @@ impl CompChannel {
         Ok(ev.map(|e| self.delivered(e.cookie)))
     }
 
+    /// `ibv_get_cq_event` as a future: resolves when a CQ of this channel
+    /// reports a completion event, woken by the channel fd's readiness
+    /// (no async runtime needed).
+    pub async fn next_cq_event(&self) -> Result<u32> {
+        let ev = self.events.next().await.verb("get_cq_event")?;
+        Ok(self.delivered(ev.cookie))
+    }
+
     fn delivered(&self, cookie: u64) -> u32 {
         let cqn = cookie as u32;
         let cq = self.lock().get(&cqn).and_then(Weak::upgrade);

@@ -48,6 +48,45 @@ mod cq_notify {
         unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
     }
 
+    /// Runs a future on this thread, parking between polls.
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        struct Unpark(std::thread::Thread);
+        impl std::task::Wake for Unpark {
+            fn wake(self: std::sync::Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+        let mut cx = std::task::Context::from_waker(&waker);
+        let mut f = std::pin::pin!(f);
+        loop {
+            if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+            std::thread::park();
+        }
+    }
+
+    #[test]
+    fn an_awaited_event_wakes_its_waiter() {
+        let ((mut a, ch_a), (mut b, _ch_b)) = pair(760);
+        let src = Buf::all(&a.pd, 4096);
+        let dst = Buf::all(&b.pd, 4096);
+        a.cq.req_notify(false).unwrap();
+        // The waiter parks before anything is sent: only the fd's readiness wakes it.
+        let waiter = {
+            let ch = ch_a.clone();
+            std::thread::spawn(move || block_on(ch.next_cq_event()))
+        };
+        b.qp.post_recv(&RecvWr::new(2, &[dst.sge(0, 4096)]))
+            .unwrap();
+        a.qp.post_send(&SendWr::send(1, &[src.sge(0, 5)])).unwrap();
+        assert_eq!(waiter.join().unwrap().unwrap(), a.cq.cqn());
+        a.cq.ack_events(1);
+        let s = wait(&mut a.cq, 1);
+        assert_eq!((s[0].wr_id, s[0].status), (1, WcStatus::Success));
+    }
+
     #[test]
     fn send_raises_one_event_per_arm_on_each_side() {
         let ((mut a, ch_a), (mut b, ch_b)) = pair(700);

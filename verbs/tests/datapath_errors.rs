@@ -51,6 +51,39 @@ mod datapath {
     }
 
     #[test]
+    fn a_remote_access_error_raises_the_responders_access_event() {
+        use devx::event_type as ev;
+        let (mut a, b) = rc_pair(960);
+        let events = devx::Events::new(b.qp.obj().context(), false).unwrap();
+        let errors = [
+            ev::WQ_CATAS_ERROR,
+            ev::WQ_INVAL_REQ_ERROR,
+            ev::WQ_ACCESS_ERROR,
+        ];
+        b.qp.obj().subscribe(&events, &errors, 5).unwrap();
+        let la = Buf::all(&a.pd, 64);
+        let rb = Buf::all(&b.pd, 64);
+        a.qp.post_send(&SendWr::rdma_write(
+            1,
+            &[la.sge(0, 8)],
+            rb.addr(),
+            rb.mr.rkey() ^ 0x100,
+        ))
+        .unwrap();
+        let w = wait(&mut a.cq, 1);
+        assert_eq!(w[0].status, WcStatus::RemAccessErr, "{w:?}");
+        // The responder raised its event before the requester heard the NAK.
+        let e = events.try_get().unwrap().expect("an access error event");
+        assert_eq!(e.cookie, 5);
+        assert_eq!(e.event_type(), Some(ev::WQ_ACCESS_ERROR as u8));
+        assert_eq!(
+            u32::from_be_bytes(e.eqe[56..60].try_into().unwrap()) & 0xff_ffff,
+            b.qp.qpn()
+        );
+        assert!(events.try_get().unwrap().is_none(), "one event per cause");
+    }
+
+    #[test]
     fn short_receive_buffer_is_a_local_length_error_at_the_responder() {
         let (mut a, mut b) = rc_pair(900);
         let la = Buf::all(&a.pd, 256);

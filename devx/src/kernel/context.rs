@@ -489,6 +489,7 @@ impl ProviderContext for KernelContext {
             fd,
             pending: Mutex::new(HashMap::new()),
             max_outlen: AtomicUsize::new(16),
+            ready: Mutex::new(VecDeque::new()),
         }))
     }
 
@@ -501,10 +502,7 @@ impl ProviderContext for KernelContext {
         channel: &dyn CmdChannel,
     ) -> Result<()> {
         mailbox_check(inbox, outlen)?;
-        let ch = channel
-            .as_any()
-            .downcast_ref::<KernelCmdChannel>()
-            .ok_or_else(|| Error::argument("the completion channel belongs to another provider"))?;
+        let ch = kernel_channel(channel)?;
         // Recorded before the ioctl: the completion may be read on another
         // thread before the ioctl returns here.
         let opcode = opcode_of(inbox);
@@ -532,6 +530,41 @@ impl ProviderContext for KernelContext {
                 ))
             }
         }
+    }
+
+    /// DEVX has no asynchronous modify: it runs synchronously here and its
+    /// completion is queued at once (readable with `try_get` on return; the
+    /// fd does not signal it).
+    fn modify_async(
+        &self,
+        obj: Handle,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<()> {
+        let ch = kernel_channel(channel)?;
+        let mut out = vec![0u8; outlen];
+        let result = self.modify(obj, inbox, &mut out).map(|()| out);
+        ch.ready().push_back((wr_id, result));
+        Ok(())
+    }
+
+    /// DEVX has no asynchronous general command: it runs synchronously
+    /// here and its completion is queued at once (readable with `try_get`
+    /// on return; the fd does not signal it).
+    fn general_async(
+        &self,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<()> {
+        let ch = kernel_channel(channel)?;
+        let mut out = vec![0u8; outlen];
+        let result = self.general(inbox, &mut out).map(|()| out);
+        ch.ready().push_back((wr_id, result));
+        Ok(())
     }
 
     fn umem_reg(&self, addr: usize, len: usize, access: u32) -> Result<(Handle, u32)> {
@@ -833,6 +866,9 @@ pub struct KernelCmdChannel {
     pending: Mutex<HashMap<u64, VecDeque<(u16, u16)>>>,
     /// Largest outbox queued so far: the read buffer must hold any completion.
     max_outlen: AtomicUsize,
+    /// Completions of commands the kernel has no async method for: they
+    /// ran synchronously at submission and are read before the fd's.
+    ready: Mutex<VecDeque<AsyncCompletion>>,
 }
 
 impl fmt::Debug for KernelCmdChannel {
@@ -855,6 +891,10 @@ impl KernelCmdChannel {
             p.remove(&wr_id);
         }
         v
+    }
+
+    fn ready(&self) -> std::sync::MutexGuard<'_, VecDeque<AsyncCompletion>> {
+        self.ready.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn read_one(&self) -> Result<Option<(u64, Vec<u8>)>> {
@@ -888,6 +928,9 @@ impl CmdChannel for KernelCmdChannel {
     }
 
     fn try_get(&self) -> Result<Option<AsyncCompletion>> {
+        if let Some(c) = self.ready().pop_front() {
+            return Ok(Some(c));
+        }
         let Some((wr_id, out)) = self.read_one()? else {
             return Ok(None);
         };
@@ -911,9 +954,26 @@ impl CmdChannel for KernelCmdChannel {
         })
     }
 
+    /// A completion that ran synchronously wakes at once; the kernel's own
+    /// completions wake through the fd.
+    fn wake_on_completion(&self, waker: &std::task::Waker) -> bool {
+        if self.ready().is_empty() {
+            return false;
+        }
+        waker.wake_by_ref();
+        true
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+fn kernel_channel(channel: &dyn CmdChannel) -> Result<&KernelCmdChannel> {
+    channel
+        .as_any()
+        .downcast_ref::<KernelCmdChannel>()
+        .ok_or_else(|| Error::argument("the completion channel belongs to another provider"))
 }
 
 impl Drop for KernelCmdChannel {

@@ -47,6 +47,21 @@ pub(crate) struct DeviceShared {
     pub(crate) dp: Arc<engine::Engine>,
     pub(crate) next_ctx: AtomicU64,
     pub(crate) contexts: AtomicUsize,
+    /// Set by an injected internal error; never cleared.
+    pub(crate) fatal: std::sync::atomic::AtomicBool,
+}
+
+impl DeviceShared {
+    /// Fails `what` fast once the device hit a fatal error.
+    pub(crate) fn check_alive(&self, what: &str) -> Result<()> {
+        if self.fatal.load(Ordering::Acquire) {
+            return Err(crate::Error::DeviceFatal(format!(
+                "{}: {what}",
+                self.info.name
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// One emulated device, with introspection for tests.
@@ -81,7 +96,10 @@ impl SimDevice {
             num_ports: profile.num_ports,
         };
         let fw = Arc::new(fw::Firmware::new(profile.clone(), ident));
-        let engine = Arc::new(kernel::async_cmd::AsyncEngine::new(Arc::clone(&fw)));
+        let engine = Arc::new(kernel::async_cmd::AsyncEngine::new(
+            Arc::clone(&fw),
+            profile.cmd_latency.clone(),
+        ));
         let dp = engine::Engine::new(index, Arc::clone(&fw));
         let net_error = match port {
             Ok(Some(p)) => dp
@@ -103,6 +121,7 @@ impl SimDevice {
                 dp,
                 next_ctx: AtomicU64::new(1),
                 contexts: AtomicUsize::new(0),
+                fatal: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -195,6 +214,49 @@ impl SimDevice {
     /// Async commands queued and not yet started.
     pub fn async_queued(&self) -> usize {
         self.shared.engine.queued()
+    }
+
+    /// Async commands holding a firmware command queue slot (started, their
+    /// completion not posted yet); never more than
+    /// [`kernel::async_cmd::CMD_QUEUE_SLOTS`].
+    pub fn async_in_flight(&self) -> usize {
+        self.shared.engine.in_flight()
+    }
+
+    /// Puts the device into the fatal internal-error state, as a firmware
+    /// crash does: every later command of every context fails with
+    /// [`crate::Error::DeviceFatal`], queued asynchronous commands complete
+    /// with it, and the data path stops. Destroying objects, UMEMs and UARs
+    /// still works, so contexts and objects can be dropped cleanly.
+    pub fn inject_fatal_error(&self) {
+        self.shared.fatal.store(true, Ordering::Release);
+        self.shared.dp.pause(true);
+        self.shared.engine.fail_all(&self.shared.info.name);
+    }
+
+    /// Takes the port's link down (`false`) or up: the port reports Down or
+    /// Active from then on and every channel subscribed to the device's
+    /// PORT_CHANGE event gets one (sub type DOWN or ACTIVE). Setting the
+    /// state it already has raises nothing.
+    pub fn set_link(&self, up: bool) {
+        use kernel::events::{port_change, port_change_eqe};
+        self.shared.fw.with_mut(|st| {
+            if st.link_up == up {
+                return;
+            }
+            st.link_up = up;
+            let sub = if up {
+                port_change::ACTIVE
+            } else {
+                port_change::DOWN
+            };
+            st.events.raise(None, &port_change_eqe(1, sub));
+        });
+    }
+
+    /// True once the device hit a fatal error.
+    pub fn is_fatal(&self) -> bool {
+        self.shared.fatal.load(Ordering::Acquire)
     }
 
     /// Opens a context and returns it with its concrete type (uid, handles).

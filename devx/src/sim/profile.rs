@@ -143,6 +143,10 @@ pub struct Profile {
     pub max_geneve_tlv_options: u8,
     /// EST: option data in 4-byte words the parser can sample.
     pub max_geneve_tlv_option_data_len: u8,
+    /// SIM: how long an asynchronous command of an opcode holds its command
+    /// queue slot before its completion is posted (none listed: at once).
+    /// Lets tests see completions finish out of submission order.
+    pub cmd_latency: Vec<(u16, std::time::Duration)>,
 }
 
 impl Default for Profile {
@@ -216,6 +220,7 @@ impl Profile {
             nic_vport_mtu: 1522,
             general_obj_types: 1 << prm_layouts::GeneralObjType::GeneveTlvOpt.raw(),
             max_geneve_tlv_options: 1,
+            cmd_latency: Vec::new(),
             max_geneve_tlv_option_data_len: 7,
         }
     }

@@ -101,3 +101,19 @@ pub fn overrun(st: &mut State, cqn: u32) {
         &events::cq_error_eqe(cqn, events::CQ_ERR_SYNDROME_OVERRUN),
     );
 }
+
+/// QP `qpn` entered ERR for an error its responder detected; `nak` is the
+/// syndrome the requester hears. Raises the affiliated event IBA names for
+/// the cause: an access violation, an invalid request, or else a
+/// catastrophic work queue error.
+pub fn qp_error(st: &mut State, qpn: u32, nak: prm_layouts::CqeSyndrome) {
+    use events::ty;
+    use prm_layouts::CqeSyndrome;
+    let t = match nak {
+        CqeSyndrome::RemoteAccessErr => ty::WQ_ACCESS_ERROR,
+        CqeSyndrome::RemoteInvalReqErr => ty::WQ_INVAL_REQ_ERROR,
+        _ => ty::WQ_CATAS_ERROR,
+    };
+    st.events
+        .raise(Some(events::qp_key(qpn)), &events::qp_event_eqe(t, qpn));
+}

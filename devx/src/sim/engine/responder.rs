@@ -102,6 +102,7 @@ fn fail(
     }
     let busy = inner.busy.contains(&v.qpn);
     flush::to_error(st, v.qpn, busy);
+    super::notify::qp_error(st, v.qpn, remote);
     if reliable {
         Reply::Nak(remote)
     } else {

@@ -71,13 +71,14 @@ pub fn query_issi(_st: &mut State, _cmd: &Cmd, out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-/// QUERY_VPORT_STATE: op_mod 0 (own vNIC) and 2 (uplink); both are up.
-pub fn query_vport_state(_st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+/// QUERY_VPORT_STATE: op_mod 0 (own vNIC) and 2 (uplink); up while the
+/// link is (admin state stays up).
+pub fn query_vport_state(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<QueryVportStateIn>()?;
     ensure(inp.other_vport() == 0, syndrome::OTHER_FUNCTION)?;
     let o = out_view::<QueryVportStateOut>(out)?;
     o.set_admin_state(1);
-    o.set_state(1);
+    o.set_state(u8::from(st.link_up));
     Ok(())
 }
 
@@ -114,9 +115,15 @@ pub fn query_hca_vport_context(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwR
     let c = o.hca_vport_context_mut();
     c.set_has_raw(1);
     c.set_grh_required(1);
-    c.set_port_physical_state(5); // LinkUp
-    c.set_port_state(4); // Active
-    c.set_vport_state(4);
+    if st.link_up {
+        c.set_port_physical_state(5); // LinkUp
+        c.set_port_state(4); // Active
+        c.set_vport_state(4);
+    } else {
+        c.set_port_physical_state(3); // Disabled
+        c.set_port_state(1); // Down
+        c.set_vport_state(1);
+    }
     c.set_system_image_guid(guid);
     c.set_port_guid(guid);
     c.set_node_guid(guid);

@@ -69,6 +69,8 @@ pub struct State {
     /// Event subscriptions (the kernel's EQ dispatch), here so that the
     /// data path can raise events while it holds the device lock.
     pub events: crate::sim::kernel::events::EventHub,
+    /// The physical link of the port (`SimDevice::set_link`); up at start.
+    pub link_up: bool,
 }
 
 impl State {
@@ -119,6 +121,7 @@ impl State {
             fte_index: Default::default(),
             epoch: 0,
             events: Default::default(),
+            link_up: true,
             profile,
             ident,
         }

@@ -1,14 +1,24 @@
-//! Asynchronous queries: completion channels (a pollable eventfd plus a
-//! queue) and the per-device worker that runs queued commands in order.
+//! Asynchronous commands: completion channels (a pollable eventfd plus a
+//! queue) and the per-device firmware thread that runs them.
+//!
+//! The firmware owns a command queue of [`CMD_QUEUE_SLOTS`] slots, as the
+//! PRM's command interface does. A command takes a slot when the firmware
+//! thread starts it and holds it for the latency its opcode has in the
+//! profile (`Profile::cmd_latency`); its completion is posted when that
+//! time is up, so completions come in finish order, not submission order.
+//! Submitting while every slot is busy does not fail: the command waits in
+//! the driver's submission queue (bounded by each channel's output-byte cap,
+//! beyond which a submit fails with `EAGAIN`) and starts when a slot frees.
 //!
 //! A context that goes away cancels its queued commands: each completes
-//! with `Error::Cancelled` on its channel, after any command of that context
-//! already running has finished.
+//! with `Error::Cancelled` on its channel. Its commands already started have
+//! run; their completions are posted at once.
 
 use std::any::Any;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
@@ -18,6 +28,9 @@ use crate::sim::fw::Firmware;
 
 /// Outstanding output bytes a channel may hold (the kernel's per-fd cap).
 pub const MAX_OUTSTANDING_BYTES: usize = 1 << 20;
+
+/// Slots of the firmware command queue (PRM: 32 command queue entries).
+pub const CMD_QUEUE_SLOTS: usize = 32;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -30,6 +43,8 @@ struct ChanQ {
     pending: usize,
     /// Output bytes of pending and unread completions.
     bytes: usize,
+    /// Futures waiting for the next completion.
+    wakers: Vec<std::task::Waker>,
 }
 
 pub(crate) struct ChanInner {
@@ -45,7 +60,7 @@ impl ChanInner {
         let mut q = lock(&self.q);
         if q.bytes + outlen > MAX_OUTSTANDING_BYTES {
             return Err(Error::os(
-                "async query: channel has 1 MiB of output outstanding",
+                "async command: channel has 1 MiB of output outstanding",
                 libc::EAGAIN,
             ));
         }
@@ -63,7 +78,10 @@ impl ChanInner {
             let _ = self.efd.write(1);
         }
         q.done.push_back((c, outlen));
+        let wakers = std::mem::take(&mut q.wakers);
         self.cv.notify_all();
+        drop(q);
+        wakers.into_iter().for_each(std::task::Waker::wake);
     }
 
     fn pop(&self, block: bool) -> Result<Option<AsyncCompletion>> {
@@ -106,6 +124,7 @@ impl SimCmdChannel {
                     done: VecDeque::new(),
                     pending: 0,
                     bytes: 0,
+                    wakers: Vec::new(),
                 }),
                 cv: Condvar::new(),
                 efd,
@@ -134,6 +153,17 @@ impl CmdChannel for SimCmdChannel {
             .and_then(|c| c.ok_or_else(|| Error::argument("no completion")))
     }
 
+    fn wake_on_completion(&self, waker: &std::task::Waker) -> bool {
+        let mut q = lock(&self.inner.q);
+        if !q.done.is_empty() {
+            drop(q);
+            waker.wake_by_ref();
+        } else if !q.wakers.iter().any(|w| w.will_wake(waker)) {
+            q.wakers.push(waker.clone());
+        }
+        true
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -147,33 +177,61 @@ struct Job {
     chan: Arc<ChanInner>,
 }
 
+/// A started command holding a queue slot until `due`.
+struct InFlight {
+    due: Instant,
+    ctx: u64,
+    outlen: usize,
+    wr_id: u64,
+    chan: Arc<ChanInner>,
+    result: Result<Vec<u8>>,
+}
+
+impl InFlight {
+    fn post(self) {
+        self.chan.complete((self.wr_id, self.result), self.outlen);
+    }
+}
+
 struct EngineQ {
     jobs: VecDeque<Job>,
+    slots: Vec<InFlight>,
     paused: bool,
     started: bool,
     /// Context of the job being executed, if any.
     running: Option<u64>,
 }
 
-/// The device's asynchronous command worker.
+/// The device's firmware command thread.
 pub(crate) struct AsyncEngine {
     fw: Arc<Firmware>,
+    latency: Vec<(u16, Duration)>,
     q: Mutex<EngineQ>,
     cv: Condvar,
 }
 
 impl AsyncEngine {
-    pub(crate) fn new(fw: Arc<Firmware>) -> AsyncEngine {
+    pub(crate) fn new(fw: Arc<Firmware>, latency: Vec<(u16, Duration)>) -> AsyncEngine {
         AsyncEngine {
             fw,
+            latency,
             q: Mutex::new(EngineQ {
                 jobs: VecDeque::new(),
+                slots: Vec::new(),
                 paused: false,
                 started: false,
                 running: None,
             }),
             cv: Condvar::new(),
         }
+    }
+
+    fn latency_of(&self, inbox: &[u8]) -> Duration {
+        let op = crate::admission::opcode_of(inbox);
+        self.latency
+            .iter()
+            .find(|(o, _)| *o == op)
+            .map_or(Duration::ZERO, |(_, d)| *d)
     }
 
     /// Queues `inbox` (already admitted and stamped) for `chan`.
@@ -190,7 +248,7 @@ impl AsyncEngine {
         if !q.started {
             let me = Arc::clone(self);
             let spawned = std::thread::Builder::new()
-                .name("sim-async".into())
+                .name("sim-firmware".into())
                 .spawn(move || me.run());
             if let Err(e) = spawned {
                 drop(q);
@@ -198,7 +256,7 @@ impl AsyncEngine {
                     (
                         wr_id,
                         Err(Error::os(
-                            "spawn async worker",
+                            "spawn firmware thread",
                             e.raw_os_error().unwrap_or(libc::EAGAIN),
                         )),
                     ),
@@ -220,34 +278,62 @@ impl AsyncEngine {
     }
 
     fn run(&self) {
+        let mut q = lock(&self.q);
         loop {
-            let job = {
-                let mut q = lock(&self.q);
-                while q.paused || q.jobs.is_empty() {
-                    q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
-                }
-                let Some(job) = q.jobs.pop_front() else {
+            // Post every completion whose time is up, earliest first.
+            let now = Instant::now();
+            q.slots.sort_by_key(|s| s.due);
+            let due = q.slots.iter().take_while(|s| s.due <= now).count();
+            let done: Vec<InFlight> = q.slots.drain(..due).collect();
+            if !done.is_empty() {
+                drop(q);
+                done.into_iter().for_each(InFlight::post);
+                q = lock(&self.q);
+                self.cv.notify_all();
+                continue;
+            }
+            if !q.paused && q.slots.len() < CMD_QUEUE_SLOTS {
+                if let Some(job) = q.jobs.pop_front() {
+                    q.running = Some(job.ctx);
+                    drop(q);
+                    let mut out = vec![0u8; job.outlen];
+                    let result = match self.fw.execute(&job.inbox, &mut out) {
+                        Ok(()) => Ok(out),
+                        Err(e) => Err(super::with_outbox(&job.inbox, e)),
+                    };
+                    let slot = InFlight {
+                        due: Instant::now() + self.latency_of(&job.inbox),
+                        ctx: job.ctx,
+                        outlen: job.outlen,
+                        wr_id: job.wr_id,
+                        chan: job.chan,
+                        result,
+                    };
+                    q = lock(&self.q);
+                    q.running = None;
+                    q.slots.push(slot);
+                    self.cv.notify_all();
                     continue;
-                };
-                q.running = Some(job.ctx);
-                job
+                }
+            }
+            q = match q.slots.iter().map(|s| s.due).min() {
+                Some(next) => {
+                    let wait = next.saturating_duration_since(Instant::now());
+                    self.cv
+                        .wait_timeout(q, wait)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+                None => self.cv.wait(q).unwrap_or_else(|e| e.into_inner()),
             };
-            let mut out = vec![0u8; job.outlen];
-            let result = match self.fw.execute(&job.inbox, &mut out) {
-                Ok(()) => Ok(out),
-                Err(e) => Err(super::with_outbox(&job.inbox, e)),
-            };
-            job.chan.complete((job.wr_id, result), job.outlen);
-            let mut q = lock(&self.q);
-            q.running = None;
-            self.cv.notify_all();
         }
     }
 
-    /// Cancels every queued command of context `ctx` and waits for one of
-    /// its commands that is running right now.
+    /// Cancels every queued command of context `ctx`, waits for one of its
+    /// commands that is executing right now, and posts the completions of
+    /// its started commands at once.
     pub(crate) fn cancel_ctx(&self, ctx: u64) {
-        let cancelled: Vec<Job> = {
+        let (cancelled, started): (Vec<Job>, Vec<InFlight>) = {
             let mut q = lock(&self.q);
             let (mine, rest): (VecDeque<Job>, VecDeque<Job>) = std::mem::take(&mut q.jobs)
                 .into_iter()
@@ -256,8 +342,14 @@ impl AsyncEngine {
             while q.running == Some(ctx) {
                 q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
             }
-            mine.into_iter().collect()
+            let (started, others): (Vec<InFlight>, Vec<InFlight>) = std::mem::take(&mut q.slots)
+                .into_iter()
+                .partition(|s| s.ctx == ctx);
+            q.slots = others;
+            self.cv.notify_all();
+            (mine.into_iter().collect(), started)
         };
+        started.into_iter().for_each(InFlight::post);
         for j in cancelled {
             let what = format!(
                 "{} (wr_id {})",
@@ -266,6 +358,32 @@ impl AsyncEngine {
             );
             j.chan
                 .complete((j.wr_id, Err(Error::Cancelled(what))), j.outlen);
+        }
+    }
+
+    /// Completes every queued command with a device-fatal error (the device
+    /// `dev` died before running them); started ones are posted at once.
+    pub(crate) fn fail_all(&self, dev: &str) {
+        let (queued, started) = {
+            let mut q = lock(&self.q);
+            let queued = std::mem::take(&mut q.jobs);
+            while q.running.is_some() {
+                q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+            let started = std::mem::take(&mut q.slots);
+            self.cv.notify_all();
+            (queued, started)
+        };
+        started.into_iter().for_each(InFlight::post);
+        for j in queued {
+            let what = format!(
+                "{}: {} (wr_id {})",
+                dev,
+                prm_layouts::enums::opcode_name(crate::admission::opcode_of(&j.inbox)),
+                j.wr_id
+            );
+            j.chan
+                .complete((j.wr_id, Err(Error::DeviceFatal(what))), j.outlen);
         }
     }
 
@@ -278,5 +396,10 @@ impl AsyncEngine {
     /// Commands queued and not yet started.
     pub(crate) fn queued(&self) -> usize {
         lock(&self.q).jobs.len()
+    }
+
+    /// Commands started whose completion is not posted yet (queue slots busy).
+    pub(crate) fn in_flight(&self) -> usize {
+        lock(&self.q).slots.len()
     }
 }

@@ -111,6 +111,23 @@ pub fn comp_eqe(cqn: u32) -> [u8; 64] {
     e.0
 }
 
+/// `port_change` sub types (`MLX5_PORT_CHANGE_SUBTYPE_*`).
+pub mod port_change {
+    pub const DOWN: u8 = 1;
+    pub const ACTIVE: u8 = 4;
+}
+
+/// A port change EQE (`mlx5_eqe_port_state`) for `port`.
+pub fn port_change_eqe(port: u8, sub_type: u8) -> [u8; 64] {
+    let mut e = Eqe::new();
+    e.set_event_type(ty::PORT_CHANGE as u8);
+    e.set_event_sub_type(sub_type);
+    e.event_data_mut()
+        .port_state_change_mut()
+        .set_port_num(port);
+    e.0
+}
+
 /// A CQ error EQE (`mlx5_eqe_cq_err`).
 pub fn cq_error_eqe(cqn: u32, syndrome: u8) -> [u8; 64] {
     let mut e = Eqe::new();
@@ -351,4 +368,25 @@ pub fn cq_key(cqn: u32) -> ObjKey {
         creator: Opcode::CreateCq.raw().into(),
         number: cqn & 0x00ff_ffff,
     }
+}
+
+/// The key a QP's subscriptions are filed under (CREATE_QP, qpn).
+pub fn qp_key(qpn: u32) -> ObjKey {
+    ObjKey {
+        creator: u32::from(prm_layouts::enums::Opcode::CreateQp.raw()),
+        number: qpn & 0x00ff_ffff,
+    }
+}
+
+/// `mlx5_eqe_qp_srq.type` of a QP.
+const QUEUE_TYPE_QP: u8 = 0;
+
+/// A QP event EQE (`mlx5_eqe_qp_srq`) naming QP `qpn`.
+pub fn qp_event_eqe(event_type: u16, qpn: u32) -> [u8; 64] {
+    let mut e = Eqe::new();
+    e.set_event_type(event_type as u8);
+    let d = e.event_data_mut().qp_srq_mut();
+    d.set_type(QUEUE_TYPE_QP);
+    d.set_qpn_rqn_sqn(qpn);
+    e.0
 }

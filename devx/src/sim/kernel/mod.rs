@@ -147,6 +147,7 @@ const MKC_END: usize = {
 
 impl SimContext {
     pub(crate) fn open(dev: Arc<DeviceShared>) -> Result<SimContext> {
+        dev.check_alive("open context")?;
         let uid = dev
             .fw
             .create_uctx()
@@ -205,6 +206,29 @@ impl SimContext {
                 e,
             )),
         }
+    }
+
+    /// The channel an async command of `outlen` output bytes completes on:
+    /// one of this context's.
+    fn async_channel<'c>(
+        &self,
+        outlen: usize,
+        channel: &'c dyn CmdChannel,
+    ) -> Result<&'c SimCmdChannel> {
+        if !(16..=0xffff).contains(&outlen) {
+            return Err(einval(format!(
+                "async command output length {outlen} is not 16..=65535"
+            )));
+        }
+        let Some(chan) = channel.as_any().downcast_ref::<SimCmdChannel>() else {
+            return Err(Error::argument(
+                "completion channel belongs to another provider",
+            ));
+        };
+        if chan.inner.ctx_id != self.id {
+            return Err(einval("completion channel belongs to another context"));
+        }
+        Ok(chan)
     }
 
     fn check_outbox(&self, outbox_len: usize) -> Result<()> {
@@ -336,6 +360,7 @@ impl ProviderContext for SimContext {
     }
 
     fn create(&self, inbox: &[u8], outbox: &mut [u8]) -> Result<Handle> {
+        self.dev.check_alive("create")?;
         admission::admit(inbox, CmdClass::Create)?;
         self.check_outbox(outbox.len())?;
         let cmd = self.private_copy(inbox);
@@ -358,6 +383,7 @@ impl ProviderContext for SimContext {
     }
 
     fn query(&self, obj: Handle, inbox: &[u8], outbox: &mut [u8]) -> Result<()> {
+        self.dev.check_alive("query")?;
         admission::admit(inbox, CmdClass::Query)?;
         self.check_outbox(outbox.len())?;
         self.bind(obj, inbox)?;
@@ -366,6 +392,7 @@ impl ProviderContext for SimContext {
     }
 
     fn modify(&self, obj: Handle, inbox: &[u8], outbox: &mut [u8]) -> Result<()> {
+        self.dev.check_alive("modify")?;
         admission::admit(inbox, CmdClass::Modify)?;
         self.check_outbox(outbox.len())?;
         self.bind(obj, inbox)?;
@@ -413,6 +440,7 @@ impl ProviderContext for SimContext {
     }
 
     fn general(&self, inbox: &[u8], outbox: &mut [u8]) -> Result<()> {
+        self.dev.check_alive("general command")?;
         admission::admit(inbox, CmdClass::General)?;
         self.check_outbox(outbox.len())?;
         let cmd = self.private_copy(inbox);
@@ -420,6 +448,7 @@ impl ProviderContext for SimContext {
     }
 
     fn create_cmd_channel(&self) -> Result<Arc<dyn CmdChannel>> {
+        self.dev.check_alive("completion channel")?;
         Ok(Arc::new(SimCmdChannel::new(self.id)?))
     }
 
@@ -431,20 +460,9 @@ impl ProviderContext for SimContext {
         wr_id: u64,
         channel: &dyn CmdChannel,
     ) -> Result<()> {
+        self.dev.check_alive("async query")?;
         admission::admit(inbox, CmdClass::Query)?;
-        if !(16..=0xffff).contains(&outlen) {
-            return Err(einval(format!(
-                "async query output length {outlen} is not 16..=65535"
-            )));
-        }
-        let Some(chan) = channel.as_any().downcast_ref::<SimCmdChannel>() else {
-            return Err(Error::argument(
-                "completion channel belongs to another provider",
-            ));
-        };
-        if chan.inner.ctx_id != self.id {
-            return Err(einval("completion channel belongs to another context"));
-        }
+        let chan = self.async_channel(outlen, channel)?;
         self.bind(obj, inbox)?;
         let cmd = self.private_copy(inbox);
         self.dev
@@ -452,7 +470,42 @@ impl ProviderContext for SimContext {
             .submit(self.id, cmd, outlen, wr_id, &chan.inner)
     }
 
+    fn modify_async(
+        &self,
+        obj: Handle,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<()> {
+        self.dev.check_alive("async modify")?;
+        admission::admit(inbox, CmdClass::Modify)?;
+        let chan = self.async_channel(outlen, channel)?;
+        self.bind(obj, inbox)?;
+        let cmd = self.private_copy(inbox);
+        self.dev
+            .engine
+            .submit(self.id, cmd, outlen, wr_id, &chan.inner)
+    }
+
+    fn general_async(
+        &self,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<()> {
+        self.dev.check_alive("async general command")?;
+        admission::admit(inbox, CmdClass::General)?;
+        let chan = self.async_channel(outlen, channel)?;
+        let cmd = self.private_copy(inbox);
+        self.dev
+            .engine
+            .submit(self.id, cmd, outlen, wr_id, &chan.inner)
+    }
+
     fn umem_reg(&self, addr: usize, len: usize, access: u32) -> Result<(Handle, u32)> {
+        self.dev.check_alive("UMEM registration")?;
         if access & !UMEM_ACCESS_ALLOWED != 0 {
             return Err(einval(format!(
                 "UMEM access flags {access:#x} include unknown bits"
@@ -495,6 +548,7 @@ impl ProviderContext for SimContext {
     }
 
     fn uar_alloc(&self, kind: UarKind) -> Result<UarAlloc> {
+        self.dev.check_alive("UAR allocation")?;
         let mut alloc = AllocUarIn::new();
         alloc.set_opcode(Opcode::AllocUar.raw());
         alloc.set_uid(self.uid);
@@ -534,6 +588,7 @@ impl ProviderContext for SimContext {
     }
 
     fn query_eqn(&self, vector: u32) -> Result<u32> {
+        self.dev.check_alive("EQ number query")?;
         self.dev
             .fw
             .with(|st| eq::eqn_of_vector(st, vector))
@@ -550,6 +605,7 @@ impl ProviderContext for SimContext {
     }
 
     fn create_event_channel(&self, omit_data: bool) -> Result<Arc<dyn EventChannel>> {
+        self.dev.check_alive("event channel")?;
         Ok(Arc::new(SimEventChannel::new(self.id, omit_data)?))
     }
 
@@ -595,6 +651,7 @@ impl SimContext {
         event_types: &[u16],
         delivery: impl FnOnce() -> Result<Delivery>,
     ) -> Result<()> {
+        self.dev.check_alive("event subscription")?;
         if self.uid == 0 {
             return Err(einval("SUBSCRIBE_EVENT needs a context with a DEVX uid"));
         }

@@ -1,0 +1,80 @@
+//! Latency of one NOP command on the emulated device: the blocking call
+//! against the same command submitted asynchronously and awaited (the
+//! firmware thread runs it, the reactor wakes the waiter), and throughput
+//! with 1, 32 and 200 commands in flight.
+//!
+//! `cargo run --release -p devx --example async_latency`
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Instant;
+
+use prm_layouts::enums::Opcode;
+use prm_layouts::{NopIn, NopOut};
+
+fn block_on<F: Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
+
+fn main() -> devx::Result<()> {
+    let ctx = devx::Device::by_name("sim0")?.open()?;
+    let comp = devx::CmdComp::new(&ctx)?;
+    let mut nop = NopIn::new();
+    nop.set_opcode(Opcode::Nop.raw());
+    let nop = nop.as_bytes().to_vec();
+    let n = 20_000u64;
+
+    let t = Instant::now();
+    for _ in 0..n {
+        ctx.general_cmd(&nop, NopOut::SIZE_BYTES)?;
+    }
+    let blocking = t.elapsed().as_secs_f64() / n as f64;
+
+    let t = Instant::now();
+    for wr_id in 0..n {
+        ctx.general_async(&nop, NopOut::SIZE_BYTES, wr_id, &comp)?;
+        block_on(comp.completion(wr_id))?;
+    }
+    let awaited = t.elapsed().as_secs_f64() / n as f64;
+    println!(
+        "NOP: blocking {:.2} us, awaited {:.2} us ({:.2}x)",
+        blocking * 1e6,
+        awaited * 1e6,
+        awaited / blocking
+    );
+
+    for depth in [1u64, 32, 200] {
+        let t = Instant::now();
+        let mut sent = 0;
+        let mut done = 0;
+        while done < n {
+            while sent < n && sent - done < depth {
+                ctx.general_async(&nop, NopOut::SIZE_BYTES, sent, &comp)?;
+                sent += 1;
+            }
+            block_on(comp.next())?.1?;
+            done += 1;
+        }
+        println!(
+            "{depth:>4} in flight: {:.0} commands/s",
+            n as f64 / t.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
