@@ -1,0 +1,101 @@
+//! Unmodified rdma-core tools (ibverbs-utils) run on the emulated device
+//! through the preload library. Each test skips, saying so, when the tools
+//! are not installed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const SKIP: &str = "ibverbs-utils not installed; apt-get install ibverbs-utils";
+
+/// The preload library cargo built next to this test's deps directory.
+fn preload_lib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps directory");
+    let lib = "libdevx_preload.so";
+    [
+        deps.join(lib),
+        deps.parent().expect("profile directory").join(lib),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .unwrap_or_else(|| panic!("{lib} not built next to {}", deps.display()))
+}
+
+/// Full path of `tool` when ibverbs-utils provides it.
+fn tool(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}
+
+/// Runs `tool args` with the library preloaded and logging on.
+fn run(tool: &Path, args: &[&str], devices: &str) -> Output {
+    Command::new(tool)
+        .args(args)
+        .env("LD_PRELOAD", preload_lib())
+        .env("DEVX_PRELOAD_DEVICES", devices)
+        .env("DEVX_PRELOAD_LOG", "1")
+        .output()
+        .expect("run the tool")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The sysfs tree directory the library logged.
+fn tree_dir(stderr: &str) -> PathBuf {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(" device(s) under "))
+        .unwrap_or_else(|| panic!("no tree line in stderr:\n{stderr}"));
+    PathBuf::from(line.rsplit(" under ").next().unwrap_or_default())
+}
+
+#[test]
+fn ibv_devices_lists_the_emulated_devices() {
+    let Some(ibv_devices) = tool("ibv_devices") else {
+        eprintln!("skipped: {SKIP}");
+        return;
+    };
+    let out = run(&ibv_devices, &[], "sim0,sim1");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ibv_devices failed:\n{stdout}\n{stderr}"
+    );
+    for name in ["sim0", "sim1"] {
+        let guid = devx::sim::sim_device(name).unwrap().identity().node_guid;
+        let guid = format!("{guid:016x}");
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.split_whitespace().eq([name, guid.as_str()])),
+            "no row for {name} ({guid}) in:\n{stdout}"
+        );
+    }
+    assert!(
+        stderr.contains("RDMA netlink refused"),
+        "libibverbs did not try netlink first:\n{stderr}"
+    );
+    // The private tree is removed when the program exits.
+    let tree = tree_dir(&stderr);
+    assert!(!tree.exists(), "{} left behind", tree.display());
+}
+
+#[test]
+fn unknown_device_names_show_no_devices() {
+    let Some(ibv_devices) = tool("ibv_devices") else {
+        eprintln!("skipped: {SKIP}");
+        return;
+    };
+    let out = run(&ibv_devices, &[], "mlx5_0");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("no emulated devices: DEVX_PRELOAD_DEVICES")
+            && stderr.contains("'mlx5_0' is not an emulated device name"),
+        "{stderr}"
+    );
+    assert!(!text(&out.stdout).contains("mlx5_0"));
+}
