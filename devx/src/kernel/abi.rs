@@ -25,16 +25,59 @@ pub const UVERBS_ATTR_F_VALID_OUTPUT: u16 = 1 << 1;
 /// Driver-namespace bit of object, method and attribute ids.
 pub const UVERBS_ID_DRIVER_NS: u16 = 0x1000;
 
-/// Core (verbs) object, method and attribute ids used here.
+/// Core (verbs) object, method and attribute ids (`ib_user_ioctl_cmds.h`,
+/// `ib_user_verbs.h`).
 pub mod verbs {
     pub const UVERBS_OBJECT_DEVICE: u16 = 0;
+    pub const UVERBS_OBJECT_ASYNC_EVENT: u16 = 16;
+
+    /// Methods of `UVERBS_OBJECT_DEVICE`.
+    pub const UVERBS_METHOD_INVOKE_WRITE: u16 = 0;
+    pub const UVERBS_METHOD_INFO_HANDLES: u16 = 1;
+    pub const UVERBS_METHOD_QUERY_PORT: u16 = 2;
     pub const UVERBS_METHOD_GET_CONTEXT: u16 = 3;
+    pub const UVERBS_METHOD_QUERY_CONTEXT: u16 = 4;
+    pub const UVERBS_METHOD_QUERY_GID_TABLE: u16 = 5;
+    pub const UVERBS_METHOD_QUERY_GID_ENTRY: u16 = 6;
+    /// Method of `UVERBS_OBJECT_ASYNC_EVENT`.
+    pub const UVERBS_METHOD_ASYNC_EVENT_ALLOC: u16 = 0;
+
+    pub const UVERBS_ATTR_CORE_IN: u16 = 0;
+    pub const UVERBS_ATTR_CORE_OUT: u16 = 1;
+    pub const UVERBS_ATTR_WRITE_CMD: u16 = 2;
+
+    pub const UVERBS_ATTR_QUERY_PORT_PORT_NUM: u16 = 0;
+    pub const UVERBS_ATTR_QUERY_PORT_RESP: u16 = 1;
+
     pub const UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS: u16 = 0;
     pub const UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT: u16 = 1;
+    /// Same ids for `UVERBS_METHOD_QUERY_CONTEXT`.
+    pub const UVERBS_ATTR_QUERY_CONTEXT_NUM_COMP_VECTORS: u16 = 0;
+    pub const UVERBS_ATTR_QUERY_CONTEXT_CORE_SUPPORT: u16 = 1;
+
+    pub const UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE: u16 = 0;
+    pub const UVERBS_ATTR_QUERY_GID_TABLE_FLAGS: u16 = 1;
+    pub const UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES: u16 = 2;
+    pub const UVERBS_ATTR_QUERY_GID_TABLE_RESP_NUM_ENTRIES: u16 = 3;
+
+    pub const UVERBS_ATTR_QUERY_GID_ENTRY_PORT: u16 = 0;
+    pub const UVERBS_ATTR_QUERY_GID_ENTRY_GID_INDEX: u16 = 1;
+    pub const UVERBS_ATTR_QUERY_GID_ENTRY_FLAGS: u16 = 2;
+    pub const UVERBS_ATTR_QUERY_GID_ENTRY_RESP_ENTRY: u16 = 3;
+
+    pub const UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE: u16 = 0;
+
     pub const UVERBS_ATTR_UHW_IN: u16 = 0x1000;
     pub const UVERBS_ATTR_UHW_OUT: u16 = 0x1001;
-    /// `IB_USER_VERBS_CMD_GET_CONTEXT` of the legacy write() interface.
+
+    /// `IB_USER_VERBS_CMD_*` of the write() interface (and INVOKE_WRITE).
     pub const IB_USER_VERBS_CMD_GET_CONTEXT: u32 = 0;
+    pub const IB_USER_VERBS_CMD_QUERY_DEVICE: u32 = 1;
+    pub const IB_USER_VERBS_CMD_QUERY_PORT: u32 = 2;
+    /// Marks an extended command (`IB_USER_VERBS_EX_CMD_*`).
+    pub const IB_USER_VERBS_CMD_FLAG_EXTENDED: u32 = 0x8000_0000;
+    /// `IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS`.
+    pub const IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS: u64 = 1 << 0;
 }
 
 /// mlx5 driver objects.
@@ -533,7 +576,16 @@ pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
 /// Readable name of a DEVX (object, method) pair, as error messages show it.
 pub fn method_name(object_id: u16, method_id: u16) -> &'static str {
     match (object_id, method_id) {
+        (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_INVOKE_WRITE) => "INVOKE_WRITE",
+        (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_INFO_HANDLES) => "INFO_HANDLES",
+        (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_QUERY_PORT) => "QUERY_PORT",
         (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_GET_CONTEXT) => "GET_CONTEXT",
+        (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_QUERY_CONTEXT) => "QUERY_CONTEXT",
+        (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_QUERY_GID_TABLE) => "QUERY_GID_TABLE",
+        (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_QUERY_GID_ENTRY) => "QUERY_GID_ENTRY",
+        (verbs::UVERBS_OBJECT_ASYNC_EVENT, verbs::UVERBS_METHOD_ASYNC_EVENT_ALLOC) => {
+            "ASYNC_EVENT_ALLOC"
+        }
         (obj::DEVX, devx::METHOD_OTHER) => "DEVX_OTHER",
         (obj::DEVX, devx::METHOD_QUERY_UAR) => "DEVX_QUERY_UAR",
         (obj::DEVX, devx::METHOD_QUERY_EQN) => "DEVX_QUERY_EQN",

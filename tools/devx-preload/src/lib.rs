@@ -11,9 +11,12 @@
 //!
 //! See the crate's README for what is intercepted and why.
 
+pub mod abi;
+mod methods;
 pub mod paths;
 pub mod state;
 pub mod tree;
+pub mod usermem;
 pub mod uverbs;
 
 // The interposed libc symbols exist only in the shared library: a test

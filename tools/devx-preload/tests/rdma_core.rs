@@ -99,3 +99,81 @@ fn unknown_device_names_show_no_devices() {
     );
     assert!(!text(&out.stdout).contains("mlx5_0"));
 }
+
+/// The value ibv_devinfo prints after `key:` (first such line).
+fn field<'a>(out: &'a str, key: &str) -> &'a str {
+    out.lines()
+        .map(str::trim)
+        .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(':')))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no '{key}' in:\n{out}"))
+}
+
+#[test]
+fn ibv_devinfo_describes_the_emulated_device_and_port() {
+    let Some(ibv_devinfo) = tool("ibv_devinfo") else {
+        eprintln!("skipped: {SKIP}");
+        return;
+    };
+    let out = run(&ibv_devinfo, &["-v", "-d", "sim0"], "sim0");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ibv_devinfo failed:\n{stdout}\n{stderr}"
+    );
+    let sim = devx::sim::sim_device("sim0").unwrap();
+    let profile = sim.profile();
+    let ident = sim.identity();
+    let g = ident.node_guid.to_be_bytes();
+    let guid = format!(
+        "{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}",
+        g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]
+    );
+    assert_eq!(field(&stdout, "hca_id"), "sim0");
+    assert_eq!(field(&stdout, "fw_ver"), profile.fw_version);
+    assert_eq!(field(&stdout, "node_guid"), guid);
+    assert_eq!(
+        field(&stdout, "vendor_id"),
+        format!("{:#06x}", profile.vendor_id)
+    );
+    assert_eq!(
+        field(&stdout, "vendor_part_id"),
+        profile.vendor_part_id.to_string()
+    );
+    assert_eq!(
+        field(&stdout, "phys_port_cnt"),
+        profile.num_ports.to_string()
+    );
+    assert_eq!(
+        field(&stdout, "max_qp"),
+        (1u32 << profile.log_max_qp).to_string()
+    );
+    assert_eq!(
+        field(&stdout, "max_qp_wr"),
+        (1u32 << profile.log_max_qp_sz).to_string()
+    );
+    assert_eq!(
+        field(&stdout, "hca_core_clock"),
+        format!("{}kHZ", profile.device_frequency_khz)
+    );
+    assert_eq!(
+        field(&stdout, "num_comp_vectors"),
+        profile.num_comp_vectors.to_string()
+    );
+    assert_eq!(field(&stdout, "state"), "PORT_ACTIVE (4)");
+    assert_eq!(field(&stdout, "link_layer"), "Ethernet");
+    assert_eq!(
+        field(&stdout, "gid_tbl_len"),
+        profile.roce_address_table_size.to_string()
+    );
+    // The RoCE v2 link-local GID, in ibv_devinfo's inet_ntop form.
+    let ll = ident.gid_table()[1];
+    let v6 = std::net::Ipv6Addr::from(ll.gid);
+    assert!(
+        stdout.contains(&format!("{v6}, RoCE v2")),
+        "no RoCE v2 GID {v6} in:\n{stdout}"
+    );
+    // libibverbs took the ioctl write path after the INVOKE_WRITE probe.
+    assert!(stderr.contains("ucontext (devx true)"), "{stderr}");
+    assert!(!stderr.contains("not supported"), "{stderr}");
+}
