@@ -29,7 +29,30 @@ pub const UVERBS_ID_DRIVER_NS: u16 = 0x1000;
 /// `ib_user_verbs.h`).
 pub mod verbs {
     pub const UVERBS_OBJECT_DEVICE: u16 = 0;
+    pub const UVERBS_OBJECT_PD: u16 = 1;
+    pub const UVERBS_OBJECT_CQ: u16 = 3;
+    pub const UVERBS_OBJECT_MR: u16 = 7;
     pub const UVERBS_OBJECT_ASYNC_EVENT: u16 = 16;
+
+    /// `UVERBS_METHOD_PD_DESTROY` and its handle.
+    pub const UVERBS_METHOD_PD_DESTROY: u16 = 0;
+    pub const UVERBS_ATTR_DESTROY_PD_HANDLE: u16 = 0;
+    /// Methods of `UVERBS_OBJECT_CQ` and their attributes.
+    pub const UVERBS_METHOD_CQ_CREATE: u16 = 0;
+    pub const UVERBS_METHOD_CQ_DESTROY: u16 = 1;
+    pub const UVERBS_ATTR_CREATE_CQ_HANDLE: u16 = 0;
+    pub const UVERBS_ATTR_CREATE_CQ_CQE: u16 = 1;
+    pub const UVERBS_ATTR_CREATE_CQ_USER_HANDLE: u16 = 2;
+    pub const UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL: u16 = 3;
+    pub const UVERBS_ATTR_CREATE_CQ_COMP_VECTOR: u16 = 4;
+    pub const UVERBS_ATTR_CREATE_CQ_FLAGS: u16 = 5;
+    pub const UVERBS_ATTR_CREATE_CQ_RESP_CQE: u16 = 6;
+    pub const UVERBS_ATTR_CREATE_CQ_EVENT_FD: u16 = 7;
+    pub const UVERBS_ATTR_DESTROY_CQ_HANDLE: u16 = 0;
+    pub const UVERBS_ATTR_DESTROY_CQ_RESP: u16 = 1;
+    /// `UVERBS_METHOD_MR_DESTROY` and its handle.
+    pub const UVERBS_METHOD_MR_DESTROY: u16 = 1;
+    pub const UVERBS_ATTR_DESTROY_MR_HANDLE: u16 = 0;
 
     /// Methods of `UVERBS_OBJECT_DEVICE`.
     pub const UVERBS_METHOD_INVOKE_WRITE: u16 = 0;
@@ -74,6 +97,10 @@ pub mod verbs {
     pub const IB_USER_VERBS_CMD_GET_CONTEXT: u32 = 0;
     pub const IB_USER_VERBS_CMD_QUERY_DEVICE: u32 = 1;
     pub const IB_USER_VERBS_CMD_QUERY_PORT: u32 = 2;
+    pub const IB_USER_VERBS_CMD_ALLOC_PD: u32 = 3;
+    pub const IB_USER_VERBS_CMD_DEALLOC_PD: u32 = 4;
+    pub const IB_USER_VERBS_CMD_REG_MR: u32 = 9;
+    pub const IB_USER_VERBS_CMD_DEREG_MR: u32 = 13;
     /// Marks an extended command (`IB_USER_VERBS_EX_CMD_*`).
     pub const IB_USER_VERBS_CMD_FLAG_EXTENDED: u32 = 0x8000_0000;
     /// `IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS`.
@@ -583,6 +610,10 @@ pub fn method_name(object_id: u16, method_id: u16) -> &'static str {
         (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_QUERY_CONTEXT) => "QUERY_CONTEXT",
         (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_QUERY_GID_TABLE) => "QUERY_GID_TABLE",
         (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_QUERY_GID_ENTRY) => "QUERY_GID_ENTRY",
+        (verbs::UVERBS_OBJECT_PD, verbs::UVERBS_METHOD_PD_DESTROY) => "PD_DESTROY",
+        (verbs::UVERBS_OBJECT_MR, verbs::UVERBS_METHOD_MR_DESTROY) => "MR_DESTROY",
+        (verbs::UVERBS_OBJECT_CQ, verbs::UVERBS_METHOD_CQ_CREATE) => "CQ_CREATE",
+        (verbs::UVERBS_OBJECT_CQ, verbs::UVERBS_METHOD_CQ_DESTROY) => "CQ_DESTROY",
         (verbs::UVERBS_OBJECT_ASYNC_EVENT, verbs::UVERBS_METHOD_ASYNC_EVENT_ALLOC) => {
             "ASYNC_EVENT_ALLOC"
         }

@@ -161,6 +161,61 @@ pub struct Mlx5QueryDeviceResp {
     pub reserved: u16,
 }
 
+/// `struct ib_uverbs_reg_mr` (the core request, response pointer first).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct RegMr {
+    pub response: u64,
+    pub start: u64,
+    pub length: u64,
+    pub hca_va: u64,
+    pub pd_handle: u32,
+    pub access_flags: u32,
+}
+
+/// `struct ib_uverbs_reg_mr_resp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct RegMrResp {
+    pub mr_handle: u32,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+/// `struct mlx5_ib_create_cq` (driver part of CQ creation).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Mlx5CreateCq {
+    pub buf_addr: u64,
+    pub db_addr: u64,
+    pub cqe_size: u32,
+    pub cqe_comp_en: u8,
+    pub cqe_comp_res_format: u8,
+    pub flags: u16,
+    pub uar_page_index: u16,
+    pub reserved0: u16,
+    pub reserved1: u32,
+}
+
+/// `MLX5_IB_CREATE_CQ_FLAGS_*`.
+pub mod create_cq_flags {
+    pub const CQE_128B_PAD: u16 = 1 << 0;
+    pub const UAR_PAGE_INDEX: u16 = 1 << 1;
+    pub const REAL_TIME_TS: u16 = 1 << 2;
+}
+
+/// `struct mlx5_ib_create_cq_resp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Mlx5CreateCqResp {
+    pub cqn: u32,
+    pub reserved: u32,
+}
+
+/// `IB_UVERBS_ACCESS_OPTIONAL_RANGE`: access bits a kernel that does not
+/// know them ignores.
+pub const ACCESS_OPTIONAL_RANGE: u32 = (((1 << 29) << 1) - 1) & !((1 << 20) - 1);
+
 /// `enum ib_uverbs_gid_type`.
 pub mod gid_type {
     pub const IB: u32 = 0;
@@ -226,6 +281,11 @@ mod tests {
         assert_eq!(std::mem::size_of::<Mlx5QueryDeviceResp>(), 104);
         assert_eq!(std::mem::offset_of!(ExQueryDeviceResp, hca_core_clock), 216);
         assert_eq!(std::mem::offset_of!(QueryPortRespEx, port_cap_flags2), 40);
+        assert_eq!(std::mem::size_of::<RegMr>(), 40);
+        assert_eq!(std::mem::size_of::<RegMrResp>(), 12);
+        assert_eq!(std::mem::size_of::<Mlx5CreateCq>(), 32);
+        assert_eq!(std::mem::offset_of!(Mlx5CreateCq, flags), 22);
+        assert_eq!(ACCESS_OPTIONAL_RANGE, 0x3ff0_0000);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use devx::kernel::abi::{
 };
 use devx::{Provider, UarAlloc, UarKind, UarPage};
 use prm_layouts::enums::HcaCapType;
+use prm_layouts::{CreateCqIn, CreateCqOut, Opcode};
 use verbs::{AtomicCap, LinkLayer};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -37,8 +38,64 @@ pub struct Ucontext {
 struct Objects {
     next_handle: u32,
     next_mmap_index: u64,
-    uars: HashMap<u32, UarObj>,
+    table: HashMap<u32, Object>,
 }
+
+/// A uverbs object of the file, by its IDR handle.
+enum Object {
+    Uar(UarObj),
+    Pd(verbs::Pd),
+    Mr {
+        mr: verbs::Mr<ProgramMemory>,
+        pd_handle: u32,
+    },
+    /// A CQ over the program's ring and doorbell record (fields drop in
+    /// order: the CQ before the memory it uses).
+    Cq {
+        obj: devx::Obj,
+        ring: devx::Umem<ProgramMemory>,
+        dbr: devx::Umem<ProgramMemory>,
+    },
+}
+
+impl Object {
+    /// Teardown order on close: users before what they use.
+    fn rank(&self) -> u8 {
+        match self {
+            Object::Mr { .. } | Object::Cq { .. } => 0,
+            Object::Pd(_) => 1,
+            Object::Uar(_) => 2,
+        }
+    }
+}
+
+impl Objects {
+    fn insert(&mut self, obj: Object) -> u32 {
+        let h = self.next_handle;
+        self.next_handle += 1;
+        self.table.insert(h, obj);
+        h
+    }
+}
+
+/// Memory of the program registered with `ibv_reg_mr`: the device reads
+/// and writes it, as it does any registered memory of a real process.
+pub struct ProgramMemory {
+    addr: usize,
+    len: usize,
+}
+
+// SAFETY: the range belongs to the program, which gave it to the device with
+// ibv_reg_mr and keeps it mapped until ibv_dereg_mr, as with the kernel; no
+// Rust reference to those bytes exists anywhere.
+unsafe impl devx::StableMemory for ProgramMemory {
+    fn range(&self) -> (*const u8, usize) {
+        (self.addr as *const u8, self.len)
+    }
+}
+
+// SAFETY: as above; the library itself never borrows the range.
+unsafe impl devx::ExclusiveMemory for ProgramMemory {}
 
 struct UarObj {
     alloc: UarAlloc,
@@ -52,20 +109,22 @@ impl Ucontext {
 
     /// The UAR page mapped at file offset `off`.
     pub fn page_at(&self, off: u64) -> Option<Arc<dyn UarPage>> {
-        self.objects()
-            .uars
-            .values()
-            .find(|u| u.mmap_offset == off)
-            .map(|u| Arc::clone(&u.alloc.page))
+        self.objects().table.values().find_map(|o| match o {
+            Object::Uar(u) if u.mmap_offset == off => Some(Arc::clone(&u.alloc.page)),
+            _ => None,
+        })
     }
 }
 
 impl Drop for Ucontext {
     fn drop(&mut self) {
         // Closing the file destroys what is left, as the kernel does.
-        let uars: Vec<UarObj> = self.objects().uars.drain().map(|(_, u)| u).collect();
-        for u in uars {
-            let _ = self.verbs.devx().provider().uar_free(u.alloc.handle);
+        let mut left: Vec<Object> = self.objects().table.drain().map(|(_, o)| o).collect();
+        left.sort_by_key(Object::rank);
+        for o in left {
+            if let Object::Uar(u) = o {
+                let _ = self.verbs.devx().provider().uar_free(u.alloc.handle);
+            }
         }
     }
 }
@@ -103,6 +162,10 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
             | (obj::DEVX, devx_ids::METHOD_QUERY_EQN)
             | (obj::UAR, uar_ids::METHOD_ALLOC)
             | (obj::UAR, uar_ids::METHOD_DESTROY)
+            | (ids::UVERBS_OBJECT_PD, ids::UVERBS_METHOD_PD_DESTROY)
+            | (ids::UVERBS_OBJECT_MR, ids::UVERBS_METHOD_MR_DESTROY)
+            | (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_CREATE)
+            | (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_DESTROY)
     );
     if !known {
         state::log(|| {
@@ -131,6 +194,10 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         (obj::DEVX, devx_ids::METHOD_OTHER) => devx_other(&ctx, req),
         (obj::DEVX, devx_ids::METHOD_QUERY_EQN) => devx_query_eqn(&ctx, req),
         (obj::UAR, uar_ids::METHOD_ALLOC) => uar_alloc(&ctx, req),
+        (ids::UVERBS_OBJECT_PD, ids::UVERBS_METHOD_PD_DESTROY) => destroy_pd(&ctx, req),
+        (ids::UVERBS_OBJECT_MR, ids::UVERBS_METHOD_MR_DESTROY) => destroy_mr(&ctx, req),
+        (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_CREATE) => create_cq(&ctx, req),
+        (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_DESTROY) => destroy_cq(&ctx, req),
         _ => uar_destroy(&ctx, req),
     }
 }
@@ -183,10 +250,7 @@ fn get_context(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         resp,
         devx: ureq.flags & MLX5_IB_ALLOC_UCTX_DEVX != 0,
         num_comp_vectors,
-        objects: Mutex::new(Objects {
-            next_handle: 1,
-            ..Objects::default()
-        }),
+        objects: Mutex::new(Objects::default()),
     }));
     Ok(())
 }
@@ -316,15 +380,27 @@ fn invoke_write(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         .const_in(ids::UVERBS_ATTR_WRITE_CMD)?
         .ok_or(libc::EINVAL)?;
     let core_in = req.input(ids::UVERBS_ATTR_CORE_IN)?.unwrap_or_default();
-    let legacy_query_device = u64::from(ids::IB_USER_VERBS_CMD_QUERY_DEVICE);
-    let ex_query_device =
-        u64::from(ids::IB_USER_VERBS_CMD_FLAG_EXTENDED | ids::IB_USER_VERBS_CMD_QUERY_DEVICE);
-    let legacy_query_port = u64::from(ids::IB_USER_VERBS_CMD_QUERY_PORT);
-    // Core request sizes: the response pointer (and the port number).
-    let need_in = match cmd {
-        c if c == legacy_query_device => 8,
-        c if c == ex_query_device => std::mem::size_of::<ExQueryDevice>(),
-        c if c == legacy_query_port => 16,
+    // The write commands served, with their core request sizes.
+    #[derive(PartialEq)]
+    enum W {
+        QueryDevice,
+        ExQueryDevice,
+        QueryPort,
+        AllocPd,
+        RegMr,
+    }
+    let ext = u64::from(ids::IB_USER_VERBS_CMD_FLAG_EXTENDED);
+    let (w, need_in) = match cmd {
+        c if c == u64::from(ids::IB_USER_VERBS_CMD_QUERY_DEVICE) => (W::QueryDevice, 8),
+        c if c == ext | u64::from(ids::IB_USER_VERBS_CMD_QUERY_DEVICE) => {
+            (W::ExQueryDevice, std::mem::size_of::<ExQueryDevice>())
+        }
+        // Response pointer, port number, reserved.
+        c if c == u64::from(ids::IB_USER_VERBS_CMD_QUERY_PORT) => (W::QueryPort, 16),
+        c if c == u64::from(ids::IB_USER_VERBS_CMD_ALLOC_PD) => (W::AllocPd, 8),
+        c if c == u64::from(ids::IB_USER_VERBS_CMD_REG_MR) => {
+            (W::RegMr, std::mem::size_of::<uabi::RegMr>())
+        }
         _ => {
             state::log(|| format!("INVOKE_WRITE: command {cmd:#x} not supported"));
             return Err(libc::EOPNOTSUPP);
@@ -334,42 +410,47 @@ fn invoke_write(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         return Err(libc::ENOSPC);
     }
     let ctx = file.ucontext().ok_or(libc::EINVAL)?;
-    if cmd == legacy_query_device {
-        let resp = query_device_resp(&ctx.verbs)?;
-        require_out(
-            req,
-            ids::UVERBS_ATTR_CORE_OUT,
-            std::mem::size_of::<QueryDeviceResp>(),
-        )?;
-        req.output(ids::UVERBS_ATTR_CORE_OUT, resp.base.as_bytes())
-    } else if cmd == ex_query_device {
-        let input = ExQueryDevice::read_from_prefix(&core_in)
-            .map(|(i, _)| i)
-            .map_err(|_| libc::EINVAL)?;
-        if input.comp_mask != 0 || input.reserved != 0 {
-            return Err(libc::EINVAL);
+    match w {
+        W::QueryDevice => {
+            let resp = query_device_resp(&ctx.verbs)?;
+            require_out(
+                req,
+                ids::UVERBS_ATTR_CORE_OUT,
+                std::mem::size_of::<QueryDeviceResp>(),
+            )?;
+            req.output(ids::UVERBS_ATTR_CORE_OUT, resp.base.as_bytes())
         }
-        let mut resp = query_device_resp(&ctx.verbs)?;
-        let min = std::mem::offset_of!(ExQueryDeviceResp, odp_general_caps);
-        let len = require_out(req, ids::UVERBS_ATTR_CORE_OUT, min)?;
-        resp.response_length = len.min(std::mem::size_of::<ExQueryDeviceResp>()) as u32;
-        req.output(ids::UVERBS_ATTR_CORE_OUT, resp.as_bytes())?;
-        if let Some(n) = req.out_len(ids::UVERBS_ATTR_UHW_OUT) {
-            let drv = Mlx5QueryDeviceResp {
-                response_length: n.min(std::mem::size_of::<Mlx5QueryDeviceResp>()) as u32,
-                ..Default::default()
-            };
-            req.output(ids::UVERBS_ATTR_UHW_OUT, drv.as_bytes())?;
+        W::ExQueryDevice => {
+            let input = ExQueryDevice::read_from_prefix(&core_in)
+                .map(|(i, _)| i)
+                .map_err(|_| libc::EINVAL)?;
+            if input.comp_mask != 0 || input.reserved != 0 {
+                return Err(libc::EINVAL);
+            }
+            let mut resp = query_device_resp(&ctx.verbs)?;
+            let min = std::mem::offset_of!(ExQueryDeviceResp, odp_general_caps);
+            let len = require_out(req, ids::UVERBS_ATTR_CORE_OUT, min)?;
+            resp.response_length = len.min(std::mem::size_of::<ExQueryDeviceResp>()) as u32;
+            req.output(ids::UVERBS_ATTR_CORE_OUT, resp.as_bytes())?;
+            if let Some(n) = req.out_len(ids::UVERBS_ATTR_UHW_OUT) {
+                let drv = Mlx5QueryDeviceResp {
+                    response_length: n.min(std::mem::size_of::<Mlx5QueryDeviceResp>()) as u32,
+                    ..Default::default()
+                };
+                req.output(ids::UVERBS_ATTR_UHW_OUT, drv.as_bytes())?;
+            }
+            Ok(())
         }
-        Ok(())
-    } else {
-        let port = core_in[8];
-        let resp = query_port_resp(&ctx.verbs, port)?;
-        require_out(req, ids::UVERBS_ATTR_CORE_OUT, uabi::QUERY_PORT_RESP_LEN)?;
-        req.output(
-            ids::UVERBS_ATTR_CORE_OUT,
-            &resp.as_bytes()[..uabi::QUERY_PORT_RESP_LEN],
-        )
+        W::QueryPort => {
+            let resp = query_port_resp(&ctx.verbs, core_in[8])?;
+            require_out(req, ids::UVERBS_ATTR_CORE_OUT, uabi::QUERY_PORT_RESP_LEN)?;
+            req.output(
+                ids::UVERBS_ATTR_CORE_OUT,
+                &resp.as_bytes()[..uabi::QUERY_PORT_RESP_LEN],
+            )
+        }
+        W::AllocPd => alloc_pd(&ctx, req),
+        W::RegMr => reg_mr(&ctx, req, &core_in),
     }
 }
 
@@ -720,17 +801,12 @@ fn uar_alloc(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     let page_id = alloc.page_id;
     let (handle, offset) = {
         let mut o = ctx.objects();
-        let handle = o.next_handle;
-        o.next_handle += 1;
         let offset = uabi::dyn_mmap_offset(o.next_mmap_index, page_size().trailing_zeros());
         o.next_mmap_index += 1;
-        o.uars.insert(
-            handle,
-            UarObj {
-                alloc,
-                mmap_offset: offset,
-            },
-        );
+        let handle = o.insert(Object::Uar(UarObj {
+            alloc,
+            mmap_offset: offset,
+        }));
         (handle, offset)
     };
     req.output(uar_ids::MMAP_OFFSET, &offset.to_ne_bytes())?;
@@ -743,13 +819,243 @@ fn uar_alloc(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
 fn uar_destroy(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     req.known(&[uar_ids::HANDLE])?;
     let handle = req.need(uar_ids::HANDLE)?.data;
-    let handle = u32::try_from(handle).map_err(|_| libc::ENOENT)?;
-    let uar = ctx.objects().uars.remove(&handle).ok_or(libc::ENOENT)?;
+    let Object::Uar(uar) = take(ctx, handle, |o| matches!(o, Object::Uar(_)))? else {
+        return Err(libc::EINVAL);
+    };
     ctx.verbs
         .devx()
         .provider()
         .uar_free(uar.alloc.handle)
         .map_err(|e| e.errno())
+}
+
+/// Removes the object an IDR DESTROY attribute names: ENOENT when there is
+/// none, EINVAL when it is of another type.
+fn take(ctx: &Ucontext, handle: u64, kind: impl Fn(&Object) -> bool) -> Result<Object, Errno> {
+    let handle = u32::try_from(handle).map_err(|_| libc::ENOENT)?;
+    let mut o = ctx.objects();
+    match o.table.get(&handle) {
+        None => Err(libc::ENOENT),
+        Some(obj) if !kind(obj) => Err(libc::EINVAL),
+        Some(_) => o.table.remove(&handle).ok_or(libc::ENOENT),
+    }
+}
+
+// ---------------------------------------------------------------- PD, MR
+
+/// ALLOC_PD: the PD handle, and mlx5's `pdn` in the driver response.
+fn alloc_pd(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
+    require_out(req, ids::UVERBS_ATTR_CORE_OUT, 4)?;
+    let pd = verbs::Pd::alloc(&ctx.verbs).map_err(|e| errno_of(&e))?;
+    let pdn = pd.pdn();
+    let handle = ctx.objects().insert(Object::Pd(pd));
+    req.output(ids::UVERBS_ATTR_CORE_OUT, &handle.to_ne_bytes())?;
+    req.output(ids::UVERBS_ATTR_UHW_OUT, &pdn.to_ne_bytes())
+}
+
+/// PD_DESTROY: EBUSY while a memory region uses the PD.
+fn destroy_pd(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
+    req.known(&[ids::UVERBS_ATTR_DESTROY_PD_HANDLE])?;
+    let handle = req.need(ids::UVERBS_ATTR_DESTROY_PD_HANDLE)?.data;
+    let in_use = ctx
+        .objects()
+        .table
+        .values()
+        .any(|o| matches!(o, Object::Mr { pd_handle, .. } if u64::from(*pd_handle) == handle));
+    if in_use {
+        return Err(libc::EBUSY);
+    }
+    let Object::Pd(pd) = take(ctx, handle, |o| matches!(o, Object::Pd(_)))? else {
+        return Err(libc::EINVAL);
+    };
+    pd.dealloc().map_err(|e| errno_of(&e.error))
+}
+
+/// REG_MR: a UMEM over the program's range and an mkey over it.
+fn reg_mr(ctx: &Ucontext, req: &mut Request, core_in: &[u8]) -> Result<(), Errno> {
+    let cmd = uabi::RegMr::read_from_prefix(core_in)
+        .map(|(c, _)| c)
+        .map_err(|_| libc::EINVAL)?;
+    require_out(
+        req,
+        ids::UVERBS_ATTR_CORE_OUT,
+        std::mem::size_of::<uabi::RegMrResp>(),
+    )?;
+    if cmd.length == 0 || (cmd.start ^ cmd.hca_va) & (page_size() as u64 - 1) != 0 {
+        return Err(libc::EINVAL);
+    }
+    if cmd.hca_va != cmd.start {
+        state::log(|| "reg_mr with an I/O virtual address other than the buffer's".into());
+        return Err(libc::EOPNOTSUPP);
+    }
+    let access = verbs::AccessFlags::from_bits(cmd.access_flags & !uabi::ACCESS_OPTIONAL_RANGE)
+        .ok_or(libc::EINVAL)?;
+    let pd = match ctx.objects().table.get(&cmd.pd_handle) {
+        Some(Object::Pd(pd)) => pd.clone(),
+        _ => return Err(libc::EINVAL),
+    };
+    let memory = ProgramMemory {
+        addr: usize::try_from(cmd.start).map_err(|_| libc::EINVAL)?,
+        len: usize::try_from(cmd.length).map_err(|_| libc::EINVAL)?,
+    };
+    let mr = verbs::Mr::register(&pd, memory, access).map_err(|e| errno_of(&e))?;
+    let (lkey, rkey) = (mr.lkey(), mr.rkey());
+    let mr_handle = ctx.objects().insert(Object::Mr {
+        mr,
+        pd_handle: cmd.pd_handle,
+    });
+    let resp = uabi::RegMrResp {
+        mr_handle,
+        lkey,
+        rkey,
+    };
+    req.output(ids::UVERBS_ATTR_CORE_OUT, resp.as_bytes())
+}
+
+fn destroy_mr(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
+    req.known(&[ids::UVERBS_ATTR_DESTROY_MR_HANDLE])?;
+    let handle = req.need(ids::UVERBS_ATTR_DESTROY_MR_HANDLE)?.data;
+    let Object::Mr { mr, .. } = take(ctx, handle, |o| matches!(o, Object::Mr { .. }))? else {
+        return Err(libc::EINVAL);
+    };
+    mr.deregister().map(drop).map_err(|e| errno_of(&e.error))
+}
+
+// ---------------------------------------------------------------- CQ
+
+/// A required u32 PTR_IN (inline).
+fn u32_in(req: &Request, id: u16) -> Result<u32, Errno> {
+    let b = req.input(id)?.ok_or(libc::EINVAL)?;
+    let b: [u8; 4] = b.as_slice().try_into().map_err(|_| libc::EINVAL)?;
+    Ok(u32::from_ne_bytes(b))
+}
+
+/// CQ_CREATE: `mlx5_ib_create_cq`'s user path. The ring and doorbell
+/// record live in the program's memory (registered as UMEMs of the
+/// context); the CQ context names the UAR page the program allocated.
+fn create_cq(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
+    use uabi::create_cq_flags as flags;
+    req.known(&[
+        ids::UVERBS_ATTR_CREATE_CQ_HANDLE,
+        ids::UVERBS_ATTR_CREATE_CQ_CQE,
+        ids::UVERBS_ATTR_CREATE_CQ_USER_HANDLE,
+        ids::UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL,
+        ids::UVERBS_ATTR_CREATE_CQ_COMP_VECTOR,
+        ids::UVERBS_ATTR_CREATE_CQ_FLAGS,
+        ids::UVERBS_ATTR_CREATE_CQ_RESP_CQE,
+        ids::UVERBS_ATTR_CREATE_CQ_EVENT_FD,
+        ids::UVERBS_ATTR_UHW_IN,
+        ids::UVERBS_ATTR_UHW_OUT,
+    ])?;
+    req.need(ids::UVERBS_ATTR_CREATE_CQ_HANDLE)?;
+    req.need(ids::UVERBS_ATTR_CREATE_CQ_USER_HANDLE)?;
+    let cqe = u32_in(req, ids::UVERBS_ATTR_CREATE_CQ_CQE)?;
+    let vector = u32_in(req, ids::UVERBS_ATTR_CREATE_CQ_COMP_VECTOR)?;
+    if req.out_len(ids::UVERBS_ATTR_CREATE_CQ_RESP_CQE) != Some(4) {
+        return Err(libc::EINVAL);
+    }
+    // IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION | IB_UVERBS_CQ_FLAGS_IGNORE_OVERRUN.
+    req.flags_in(ids::UVERBS_ATTR_CREATE_CQ_FLAGS, 0x3)?;
+    if req.attr(ids::UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL).is_some() {
+        state::log(|| "create_cq: completion channels are not served yet".into());
+        return Err(libc::EOPNOTSUPP);
+    }
+    if vector >= ctx.num_comp_vectors {
+        return Err(libc::EINVAL);
+    }
+    let blob = req.input(ids::UVERBS_ATTR_UHW_IN)?.unwrap_or_default();
+    if blob.len() < std::mem::offset_of!(uabi::Mlx5CreateCq, flags) {
+        return Err(libc::EINVAL);
+    }
+    let mut padded = [0u8; std::mem::size_of::<uabi::Mlx5CreateCq>()];
+    let n = blob.len().min(padded.len());
+    padded[..n].copy_from_slice(&blob[..n]);
+    let ucmd = uabi::Mlx5CreateCq::read_from_bytes(&padded).map_err(|_| libc::EINVAL)?;
+    let known = flags::CQE_128B_PAD | flags::UAR_PAGE_INDEX | flags::REAL_TIME_TS;
+    if ucmd.flags & !known != 0
+        || (ucmd.cqe_size != 64 && ucmd.cqe_size != 128)
+        || ucmd.reserved0 != 0
+        || ucmd.reserved1 != 0
+    {
+        return Err(libc::EINVAL);
+    }
+    if ucmd.cqe_comp_en != 0 || ucmd.flags & (flags::CQE_128B_PAD | flags::REAL_TIME_TS) != 0 {
+        state::log(|| "create_cq: CQE compression, padding and real-time stamps not served".into());
+        return Err(libc::EOPNOTSUPP);
+    }
+    // Dynamic-UAR contexts must name the UAR page.
+    if ucmd.flags & flags::UAR_PAGE_INDEX == 0 {
+        return Err(libc::EINVAL);
+    }
+    let log_max = ctx.verbs.caps().log_max_cq_sz();
+    let max = pow2(log_max);
+    if cqe > max {
+        return Err(libc::EINVAL);
+    }
+    let entries = (cqe + 1).checked_next_power_of_two().ok_or(libc::EINVAL)?;
+    if entries > max {
+        return Err(libc::EINVAL);
+    }
+    let ring_len = entries as usize * ucmd.cqe_size as usize;
+    let devx_ctx = ctx.verbs.devx();
+    let rw = devx::access::LOCAL_WRITE | devx::access::REMOTE_WRITE | devx::access::REMOTE_READ;
+    let program = |addr: u64, len: usize| -> Result<ProgramMemory, Errno> {
+        Ok(ProgramMemory {
+            addr: usize::try_from(addr).map_err(|_| libc::EFAULT)?,
+            len,
+        })
+    };
+    let ring = devx::Umem::register(devx_ctx, program(ucmd.buf_addr, ring_len)?, rw)
+        .map_err(|e| e.errno())?;
+    // The doorbell record: two big-endian 32-bit words.
+    let dbr =
+        devx::Umem::register(devx_ctx, program(ucmd.db_addr, 8)?, rw).map_err(|e| e.errno())?;
+    let eqn = devx_ctx.query_eqn(vector).map_err(|e| e.errno())?;
+
+    let mut inbox = CreateCqIn::new();
+    inbox.set_opcode(Opcode::CreateCq.raw());
+    let cqc = inbox.cq_context_mut();
+    cqc.set_log_cq_size(entries.trailing_zeros() as u8);
+    cqc.set_uar_page(u32::from(ucmd.uar_page_index));
+    cqc.set_c_eqn(eqn as u8);
+    cqc.set_cqe_sz(u8::from(ucmd.cqe_size == 128));
+    cqc.set_dbr_umem_valid(1);
+    cqc.set_dbr_umem_id(dbr.id());
+    cqc.set_dbr_addr(0);
+    inbox.set_cq_umem_id(ring.id());
+    inbox.set_cq_umem_offset(0);
+    inbox.set_cq_umem_valid(1);
+    let obj = devx_ctx
+        .create(inbox.as_bytes(), CreateCqOut::SIZE_BYTES)
+        .map_err(|e| e.errno())?;
+    let cqn = obj.id();
+    let handle = ctx.objects().insert(Object::Cq { obj, ring, dbr });
+    req.output(
+        ids::UVERBS_ATTR_CREATE_CQ_RESP_CQE,
+        &(entries - 1).to_ne_bytes(),
+    )?;
+    let resp = uabi::Mlx5CreateCqResp { cqn, reserved: 0 };
+    req.output(ids::UVERBS_ATTR_UHW_OUT, resp.as_bytes())?;
+    req.set_data(ids::UVERBS_ATTR_CREATE_CQ_HANDLE, u64::from(handle));
+    state::log(|| format!("create_cq: cqn {cqn:#x}, {entries} entries, handle {handle}"));
+    Ok(())
+}
+
+/// CQ_DESTROY: the event counts (no events are delivered yet: zero).
+fn destroy_cq(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
+    req.known(&[
+        ids::UVERBS_ATTR_DESTROY_CQ_HANDLE,
+        ids::UVERBS_ATTR_DESTROY_CQ_RESP,
+    ])?;
+    let handle = req.need(ids::UVERBS_ATTR_DESTROY_CQ_HANDLE)?.data;
+    require_out(req, ids::UVERBS_ATTR_DESTROY_CQ_RESP, 8).map_err(|_| libc::EINVAL)?;
+    let Object::Cq { obj, ring, dbr } = take(ctx, handle, |o| matches!(o, Object::Cq { .. }))?
+    else {
+        return Err(libc::EINVAL);
+    };
+    obj.destroy().map_err(|e| e.error.errno())?;
+    drop((ring, dbr));
+    req.output(ids::UVERBS_ATTR_DESTROY_CQ_RESP, &[0u8; 8])
 }
 
 #[cfg(test)]
@@ -863,7 +1169,7 @@ mod tests {
             )],
         );
         assert_eq!(run(&file, &mut probe), Err(libc::ENOSPC));
-        let mut unknown = IoctlCmd::new(1, 0, [IoctlAttr::new_obj(0)]);
+        let mut unknown = IoctlCmd::new(ids::UVERBS_OBJECT_PD, 5, [IoctlAttr::new_obj(0)]);
         assert_eq!(run(&file, &mut unknown), Err(libc::EPROTONOSUPPORT));
         // SAFETY: a null argument is never dereferenced for an unknown request.
         let r = unsafe { file.ioctl(0x5401, std::ptr::null_mut()) };
@@ -1020,7 +1326,6 @@ mod tests {
         );
         assert_eq!(run(&file, &mut cmd), Ok(0));
         let handle = cmd.attrs[0].data;
-        assert_ne!(handle, 0);
         assert_eq!(length as usize, page_size());
         assert_eq!(
             offset,
@@ -1068,5 +1373,182 @@ mod tests {
         );
         assert_eq!(run(&file, &mut destroy), Ok(0));
         assert_eq!(run(&file, &mut destroy), Err(libc::ENOENT));
+    }
+
+    /// ALLOC_PD through INVOKE_WRITE: (pd handle, pdn).
+    fn alloc_pd_cmd(file: &UverbsFile) -> Result<(u32, u32), Errno> {
+        let core_in = [0u8; 8];
+        let (mut handle, mut pdn) = (0u32, 0u32);
+        let mut cmd = IoctlCmd::new(
+            ids::UVERBS_OBJECT_DEVICE,
+            ids::UVERBS_METHOD_INVOKE_WRITE,
+            [
+                IoctlAttr::u64_in(
+                    ids::UVERBS_ATTR_WRITE_CMD,
+                    u64::from(ids::IB_USER_VERBS_CMD_ALLOC_PD),
+                ),
+                IoctlAttr::ptr_in(ids::UVERBS_ATTR_CORE_IN, &core_in),
+                IoctlAttr::ptr_out(
+                    ids::UVERBS_ATTR_CORE_OUT,
+                    (&mut handle as *mut u32).cast(),
+                    4,
+                ),
+                IoctlAttr::ptr_out(ids::UVERBS_ATTR_UHW_OUT, (&mut pdn as *mut u32).cast(), 4),
+            ],
+        );
+        run(file, &mut cmd).map(|_| (handle, pdn))
+    }
+
+    fn destroy(file: &UverbsFile, object: u16, method: u16, handle: u32) -> Result<i32, Errno> {
+        let mut cmd = IoctlCmd::new(object, method, [IoctlAttr::obj(0, u64::from(handle))]);
+        run(file, &mut cmd)
+    }
+
+    #[test]
+    fn pd_and_mr_live_in_the_emulator_and_die_in_order() {
+        let (file, _) = open_context();
+        let (pd, pdn) = alloc_pd_cmd(&file).unwrap();
+        assert_ne!(pdn, 0);
+        // The program's buffer, kept alive past the registration.
+        let buf: &'static mut [u8] = Box::leak(vec![0u8; 8192].into_boxed_slice());
+        let reg = uabi::RegMr {
+            response: 0,
+            start: buf.as_ptr() as u64,
+            length: buf.len() as u64,
+            hca_va: buf.as_ptr() as u64,
+            pd_handle: pd,
+            access_flags: (verbs::AccessFlags::LOCAL_WRITE | verbs::AccessFlags::REMOTE_READ)
+                .bits(),
+        };
+        let mut resp = uabi::RegMrResp::default();
+        let mut cmd = IoctlCmd::new(
+            ids::UVERBS_OBJECT_DEVICE,
+            ids::UVERBS_METHOD_INVOKE_WRITE,
+            [
+                IoctlAttr::u64_in(
+                    ids::UVERBS_ATTR_WRITE_CMD,
+                    u64::from(ids::IB_USER_VERBS_CMD_REG_MR),
+                ),
+                IoctlAttr::ptr_in(ids::UVERBS_ATTR_CORE_IN, reg.as_bytes()),
+                IoctlAttr::ptr_out(
+                    ids::UVERBS_ATTR_CORE_OUT,
+                    (&mut resp as *mut uabi::RegMrResp).cast(),
+                    12,
+                ),
+            ],
+        );
+        assert_eq!(run(&file, &mut cmd), Ok(0));
+        assert_ne!(resp.lkey, 0);
+        assert_eq!(resp.lkey, resp.rkey);
+        let sim = devx::sim::sim_device("sim0").unwrap();
+        assert!(sim.count(devx::sim::ObjKind::Mkey) >= 1);
+
+        // Remote write without local write is refused, as ib_check_mr_access does.
+        let mut bad = reg;
+        bad.access_flags = verbs::AccessFlags::REMOTE_WRITE.bits();
+        cmd.attrs[1] = IoctlAttr::ptr_in(ids::UVERBS_ATTR_CORE_IN, bad.as_bytes());
+        assert_eq!(run(&file, &mut cmd), Err(libc::EINVAL));
+        // A PD handle that is no PD.
+        bad = reg;
+        bad.pd_handle = resp.mr_handle;
+        cmd.attrs[1] = IoctlAttr::ptr_in(ids::UVERBS_ATTR_CORE_IN, bad.as_bytes());
+        assert_eq!(run(&file, &mut cmd), Err(libc::EINVAL));
+
+        let (pd_obj, pd_destroy) = (ids::UVERBS_OBJECT_PD, ids::UVERBS_METHOD_PD_DESTROY);
+        let (mr_obj, mr_destroy) = (ids::UVERBS_OBJECT_MR, ids::UVERBS_METHOD_MR_DESTROY);
+        assert_eq!(destroy(&file, pd_obj, pd_destroy, pd), Err(libc::EBUSY));
+        assert_eq!(destroy(&file, mr_obj, mr_destroy, pd), Err(libc::EINVAL));
+        assert_eq!(destroy(&file, mr_obj, mr_destroy, resp.mr_handle), Ok(0));
+        assert_eq!(
+            destroy(&file, mr_obj, mr_destroy, resp.mr_handle),
+            Err(libc::ENOENT)
+        );
+        assert_eq!(destroy(&file, pd_obj, pd_destroy, pd), Ok(0));
+    }
+
+    #[test]
+    fn cq_over_program_memory_reports_its_size_and_number() {
+        let (file, _) = open_context();
+        let mut page_id = 0u32;
+        let (mut offset, mut length) = (0u64, 0u32);
+        let mut uar = IoctlCmd::new(
+            obj::UAR,
+            uar_ids::METHOD_ALLOC,
+            [
+                IoctlAttr::new_obj(uar_ids::HANDLE),
+                IoctlAttr::u64_in(uar_ids::TYPE, 0),
+                IoctlAttr::ptr_out(uar_ids::MMAP_OFFSET, (&mut offset as *mut u64).cast(), 8),
+                IoctlAttr::ptr_out(uar_ids::MMAP_LENGTH, (&mut length as *mut u32).cast(), 4),
+                IoctlAttr::ptr_out(uar_ids::PAGE_ID, (&mut page_id as *mut u32).cast(), 4),
+            ],
+        );
+        assert_eq!(run(&file, &mut uar), Ok(0));
+        let ring: &'static mut [u8] = Box::leak(vec![0u8; 128 * 64].into_boxed_slice());
+        let dbr: &'static mut [u8] = Box::leak(vec![0u8; 8].into_boxed_slice());
+        let ucmd = uabi::Mlx5CreateCq {
+            buf_addr: ring.as_ptr() as u64,
+            db_addr: dbr.as_ptr() as u64,
+            cqe_size: 64,
+            flags: uabi::create_cq_flags::UAR_PAGE_INDEX,
+            uar_page_index: page_id as u16,
+            ..Default::default()
+        };
+        let (mut cqe, mut resp) = (0u32, uabi::Mlx5CreateCqResp::default());
+        let mut cmd = IoctlCmd::new(
+            ids::UVERBS_OBJECT_CQ,
+            ids::UVERBS_METHOD_CQ_CREATE,
+            [
+                IoctlAttr::new_obj(ids::UVERBS_ATTR_CREATE_CQ_HANDLE),
+                IoctlAttr::u32_in(ids::UVERBS_ATTR_CREATE_CQ_CQE, 127),
+                IoctlAttr::u64_in(ids::UVERBS_ATTR_CREATE_CQ_USER_HANDLE, 7),
+                IoctlAttr::u32_in(ids::UVERBS_ATTR_CREATE_CQ_COMP_VECTOR, 0),
+                IoctlAttr::ptr_out(
+                    ids::UVERBS_ATTR_CREATE_CQ_RESP_CQE,
+                    (&mut cqe as *mut u32).cast(),
+                    4,
+                ),
+                IoctlAttr::ptr_in(ids::UVERBS_ATTR_UHW_IN, ucmd.as_bytes()),
+                IoctlAttr::ptr_out(
+                    ids::UVERBS_ATTR_UHW_OUT,
+                    (&mut resp as *mut uabi::Mlx5CreateCqResp).cast(),
+                    8,
+                ),
+            ],
+        );
+        assert_eq!(run(&file, &mut cmd), Ok(0));
+        assert_eq!(cqe, 127);
+        let handle = cmd.attrs[0].data as u32;
+        let ctx = file.ucontext().unwrap();
+        let mut q = prm_layouts::QueryCqIn::new();
+        q.set_opcode(Opcode::QueryCq.raw());
+        q.set_cqn(resp.cqn);
+        let objects = ctx.objects();
+        let Some(Object::Cq { obj, .. }) = objects.table.get(&handle) else {
+            panic!("no CQ under handle {handle}");
+        };
+        let out = obj
+            .query(q.as_bytes(), prm_layouts::QueryCqOut::SIZE_BYTES)
+            .unwrap();
+        let out = prm_layouts::QueryCqOut::from_slice(&out).unwrap();
+        assert_eq!(out.cq_context().log_cq_size(), 7);
+        assert_eq!(out.cq_context().uar_page(), page_id);
+        drop(objects);
+
+        // A vector the device does not have.
+        cmd.attrs[3] = IoctlAttr::u32_in(ids::UVERBS_ATTR_CREATE_CQ_COMP_VECTOR, 1000);
+        cmd.attrs[0] = IoctlAttr::new_obj(ids::UVERBS_ATTR_CREATE_CQ_HANDLE);
+        assert_eq!(run(&file, &mut cmd), Err(libc::EINVAL));
+
+        let mut counts = [0u8; 8];
+        let mut d = IoctlCmd::new(
+            ids::UVERBS_OBJECT_CQ,
+            ids::UVERBS_METHOD_CQ_DESTROY,
+            [
+                IoctlAttr::obj(ids::UVERBS_ATTR_DESTROY_CQ_HANDLE, u64::from(handle)),
+                IoctlAttr::ptr_out(ids::UVERBS_ATTR_DESTROY_CQ_RESP, counts.as_mut_ptr(), 8),
+            ],
+        );
+        assert_eq!(run(&file, &mut d), Ok(0));
+        assert_eq!(run(&file, &mut d), Err(libc::ENOENT));
     }
 }

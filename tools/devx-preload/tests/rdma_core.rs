@@ -177,3 +177,66 @@ fn ibv_devinfo_describes_the_emulated_device_and_port() {
     assert!(stderr.contains("ucontext (devx true)"), "{stderr}");
     assert!(!stderr.contains("not supported"), "{stderr}");
 }
+
+const SKIP_DEV: &str =
+    "libibverbs-dev or a C compiler not installed; apt-get install libibverbs-dev gcc";
+
+/// Builds `tests/c/<name>.c` against the system's libibverbs, or None when
+/// the headers or a compiler are missing.
+fn build_c(name: &str) -> Option<PathBuf> {
+    if !Path::new("/usr/include/infiniband/verbs.h").is_file() {
+        return None;
+    }
+    let cc = tool("cc").or_else(|| tool("gcc"))?;
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(format!("{name}.c"));
+    let exe = std::env::temp_dir().join(format!("devx-preload-{name}-{}", std::process::id()));
+    let out = Command::new(cc)
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .expect("run the C compiler");
+    assert!(
+        out.status.success(),
+        "{} does not build:\n{}",
+        src.display(),
+        text(&out.stderr)
+    );
+    Some(exe)
+}
+
+#[test]
+fn c_program_creates_pd_mr_and_cq_on_the_emulated_device() {
+    let Some(exe) = build_c("verbs_objects") else {
+        eprintln!("skipped: {SKIP_DEV}");
+        return;
+    };
+    let out = run(&exe, &[], "sim0");
+    let _ = std::fs::remove_file(&exe);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "verbs_objects failed:\n{stdout}\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.first(), Some(&"open sim0"), "{stdout}");
+    // The MR's keys are the emulator's mkey (index << 8 | variant).
+    let mr = lines
+        .iter()
+        .find(|l| l.starts_with("mr "))
+        .unwrap_or_else(|| panic!("no mr line:\n{stdout}"));
+    assert!(mr.ends_with("length 65536"), "{mr}");
+    assert!(!mr.contains("lkey 0x0 "), "{mr}");
+    // 64 requested: libmlx5 asks for 127, mlx5_ib rounds to 128 entries.
+    assert!(lines.contains(&"cq cqe 127"), "{stdout}");
+    assert_eq!(lines.last(), Some(&"done"), "{stdout}");
+    // The CQ is the emulated device's, over the program's ring.
+    assert!(
+        stderr.contains("create_cq: cqn ") && stderr.contains("128 entries"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("not supported"), "{stderr}");
+}
