@@ -137,7 +137,7 @@ fn open_uverbs(n: u32, flags: c_int) -> c_int {
     if fd < 0 {
         return fd;
     }
-    state::files().insert(fd, Arc::new(UverbsFile::new(n, fd)));
+    state::register(fd, Arc::new(UverbsFile::new(n, fd)));
     log(|| format!("open /dev/infiniband/uverbs{n} -> fd {fd}"));
     fd
 }
@@ -432,6 +432,50 @@ fstat_entry!(fstat, "fstat", libc::stat);
 fstat_entry!(fstat64, "fstat64", libc::stat64);
 
 /// # Safety
+/// C `statx`.
+#[no_mangle]
+pub unsafe extern "C" fn statx(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: c_uint,
+    buf: *mut libc::statx,
+) -> c_int {
+    guard(-1, || {
+        type F =
+            unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int;
+        let Some(f) = real!("statx", F) else {
+            set_errno(libc::ENOSYS);
+            return -1;
+        };
+        // SAFETY: C contract: `path` is NUL-terminated.
+        let (p, uverbs) = match unsafe { dest(path) } {
+            Dest::Pass => (PathArg::Orig(path), None),
+            Dest::Tree(c) => (PathArg::Owned(c), None),
+            Dest::Uverbs(n, c) => (PathArg::Owned(c), Some(n)),
+        };
+        // An empty path with AT_EMPTY_PATH is `dirfd` itself.
+        // SAFETY: as above.
+        let empty = !path.is_null() && unsafe { *path } == 0 && flags & libc::AT_EMPTY_PATH != 0;
+        let uverbs = uverbs.or_else(|| {
+            empty
+                .then(|| state::file(dirfd).map(|f| f.uverbs_index))
+                .flatten()
+        });
+        // SAFETY: libc's statx with the caller's arguments (or the tree path).
+        let r = unsafe { f(dirfd, p.ptr(), flags, mask, buf) };
+        if let (0, Some(n), false) = (r, uverbs, buf.is_null()) {
+            // SAFETY: libc just filled `*buf`.
+            let b = unsafe { &mut *buf };
+            b.stx_mode = (libc::S_IFCHR | 0o666) as u16;
+            b.stx_rdev_major = tree::UVERBS_MAJOR;
+            b.stx_rdev_minor = tree::UVERBS_BASE_MINOR + n;
+        }
+        r
+    })
+}
+
+/// # Safety
 /// C `access`.
 #[no_mangle]
 pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
@@ -558,7 +602,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     guard(-1, || {
         if fd >= 0 {
             // Dropping the file closes its context and objects.
-            let gone = state::files().remove(&fd);
+            let gone = state::unregister(fd);
             if gone.is_some() {
                 log(|| format!("close uverbs fd {fd}"));
             }

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use devx::kernel::MELLANOX_PCI_VENDOR;
@@ -70,6 +71,7 @@ fn init() -> State {
         error: None,
         creator,
     };
+    remove_stale_trees();
     match setup(&mut state) {
         Ok(()) => {
             log(|| {
@@ -90,6 +92,31 @@ fn init() -> State {
         }
     }
     state
+}
+
+/// Removes trees left by processes that died without running their exit
+/// handlers (killed by a signal).
+fn remove_stale_trees() {
+    let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("devx-preload-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks that the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 fn nonce() -> u64 {
@@ -170,7 +197,7 @@ extern "C" fn remove_tree() {
 }
 
 /// Uverbs files the library owns, by descriptor.
-pub fn files() -> MutexGuard<'static, HashMap<RawFd, Arc<UverbsFile>>> {
+fn files() -> MutexGuard<'static, HashMap<RawFd, Arc<UverbsFile>>> {
     static FILES: OnceLock<Mutex<HashMap<RawFd, Arc<UverbsFile>>>> = OnceLock::new();
     FILES
         .get_or_init(Default::default)
@@ -178,10 +205,84 @@ pub fn files() -> MutexGuard<'static, HashMap<RawFd, Arc<UverbsFile>>> {
         .unwrap_or_else(|e| e.into_inner())
 }
 
+/// Descriptors below this have an ownership bit, so that `write`, `close`
+/// and friends on the program's own descriptors never take a lock.
+const FAST_FDS: usize = 4096;
+static OWNED: [AtomicU64; FAST_FDS / 64] = [const { AtomicU64::new(0) }; FAST_FDS / 64];
+/// Owned descriptors at or above FAST_FDS.
+static OWNED_HIGH: AtomicUsize = AtomicUsize::new(0);
+
+fn may_own(fd: RawFd) -> bool {
+    match usize::try_from(fd) {
+        Ok(i) if i < FAST_FDS => OWNED[i / 64].load(Ordering::Acquire) & (1 << (i % 64)) != 0,
+        Ok(_) => OWNED_HIGH.load(Ordering::Acquire) != 0,
+        Err(_) => false,
+    }
+}
+
+fn mark(fd: RawFd, owned: bool) {
+    match usize::try_from(fd) {
+        Ok(i) if i < FAST_FDS => {
+            let bit = 1 << (i % 64);
+            if owned {
+                OWNED[i / 64].fetch_or(bit, Ordering::AcqRel);
+            } else {
+                OWNED[i / 64].fetch_and(!bit, Ordering::AcqRel);
+            }
+        }
+        Ok(_) if owned => {
+            OWNED_HIGH.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(_) => {
+            OWNED_HIGH.fetch_sub(1, Ordering::AcqRel);
+        }
+        Err(_) => {}
+    }
+}
+
+/// Records `file` as the uverbs file behind `fd`.
+pub fn register(fd: RawFd, file: Arc<UverbsFile>) {
+    let mut files = files();
+    if files.insert(fd, file).is_none() {
+        mark(fd, true);
+    }
+}
+
+/// Forgets `fd` (it is being closed); returns its file if it was ours.
+pub fn unregister(fd: RawFd) -> Option<Arc<UverbsFile>> {
+    if !may_own(fd) {
+        return None;
+    }
+    let gone = files().remove(&fd);
+    if gone.is_some() {
+        mark(fd, false);
+    }
+    gone
+}
+
 /// The uverbs file behind `fd`, if the library owns it.
 pub fn file(fd: RawFd) -> Option<Arc<UverbsFile>> {
-    if fd < 0 {
+    if !may_own(fd) {
         return None;
     }
     files().get(&fd).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ownership_is_tracked_below_and_above_the_bitmap() {
+        for fd in [4000, 70_000] {
+            assert!(file(fd).is_none());
+            register(fd, Arc::new(UverbsFile::new(0, fd)));
+            assert_eq!(file(fd).map(|f| f.fd), Some(fd));
+            assert!(file(fd + 1).is_none());
+            assert!(unregister(fd).is_some());
+            assert!(unregister(fd).is_none());
+            assert!(file(fd).is_none());
+        }
+        assert!(file(-1).is_none());
+    }
 }

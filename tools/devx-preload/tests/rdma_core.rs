@@ -240,3 +240,45 @@ fn c_program_creates_pd_mr_and_cq_on_the_emulated_device() {
     );
     assert!(!stderr.contains("not supported"), "{stderr}");
 }
+
+#[test]
+fn coreutils_see_the_tree_and_the_char_device() {
+    let (Some(ls), Some(stat)) = (tool("ls"), tool("stat")) else {
+        eprintln!("skipped: coreutils not installed");
+        return;
+    };
+    let out = run(
+        &ls,
+        &["/sys/class/infiniband", "/sys/class/infiniband_verbs"],
+        "sim0,sim2",
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    for name in ["sim0", "sim2", "uverbs0", "uverbs1", "abi_version"] {
+        assert!(stdout.lines().any(|l| l == name), "no {name} in:\n{stdout}");
+    }
+    // statx (coreutils) reports uverbs1 as char device 231:193.
+    let out = run(
+        &stat,
+        &["-c", "%F %t:%T", "/dev/infiniband/uverbs1"],
+        "sim0,sim2",
+    );
+    assert_eq!(text(&out.stdout).trim(), "character special file e7:c1");
+}
+
+#[test]
+fn trees_of_dead_processes_are_removed() {
+    let Some(cat) = tool("cat") else {
+        eprintln!("skipped: coreutils not installed");
+        return;
+    };
+    // A process that has exited: its pid names no process (until reused).
+    let mut child = Command::new(&cat).arg("/dev/null").spawn().expect("spawn");
+    let pid = child.id();
+    child.wait().expect("wait");
+    let stale = std::env::temp_dir().join(format!("devx-preload-{pid}-1"));
+    std::fs::create_dir_all(stale.join("class")).unwrap();
+    let out = run(&cat, &["/sys/class/infiniband/sim0/node_type"], "sim0");
+    assert_eq!(text(&out.stdout).trim(), "1: CA");
+    assert!(!stale.exists(), "{} left behind", stale.display());
+}
