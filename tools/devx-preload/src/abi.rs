@@ -251,6 +251,23 @@ pub mod link_layer {
 pub const ACTIVE_WIDTH_4X: u8 = 2;
 pub const ACTIVE_SPEED_EDR: u8 = 32;
 
+/// `MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_ECE`.
+pub const UCONTEXT_RESP_MASK_ECE: u32 = 1 << 2;
+/// `MLX5_ADAPTER_PAGE_SHIFT`: the 4 KiB UAR of `uar_4k` devices.
+pub const MLX5_ADAPTER_PAGE_SHIFT: u32 = 12;
+/// The cache line the kernel reports (`cache_line_size()` on x86-64 and arm64).
+pub const CACHE_LINE_SIZE: u32 = 64;
+/// `MLX5_MAX_CQ_COUNT` and `MLX5_MAX_CQ_PERIOD`: widths of the CQ context's
+/// moderation fields.
+pub const MLX5_MAX_CQ_COUNT: u16 = u16::MAX;
+pub const MLX5_MAX_CQ_PERIOD: u16 = (1 << 12) - 1;
+/// `IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION | IB_UVERBS_CQ_FLAGS_IGNORE_OVERRUN`.
+pub const CREATE_CQ_FLAGS_KNOWN: u64 = (1 << 0) | (1 << 1);
+/// Offset of `port_num` in `struct ib_uverbs_query_port` (after the
+/// response pointer), and the struct's size.
+pub const QUERY_PORT_PORT_NUM_OFFSET: usize = 8;
+pub const QUERY_PORT_LEN: usize = 16;
+
 /// `MLX5_USER_CMDS_SUPP_UHW_QUERY_DEVICE` and `_CREATE_AH`.
 pub const MLX5_USER_CMDS_SUPP_UHW_QUERY_DEVICE: u8 = 1 << 0;
 pub const MLX5_USER_CMDS_SUPP_UHW_CREATE_AH: u8 = 1 << 1;

@@ -129,10 +129,6 @@ impl Drop for Ucontext {
     }
 }
 
-fn errno_of(e: &verbs::Error) -> Errno {
-    e.errno()
-}
-
 /// Runs the method `req` names.
 pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
     let (o, m) = (req.hdr.object_id, req.hdr.method_id);
@@ -225,7 +221,7 @@ fn get_context(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
     let ctx = dev
         .open()
         .map_err(|e| e.errno())
-        .and_then(|d| verbs::Context::from_devx(d).map_err(|e| errno_of(&e)))?;
+        .and_then(|d| verbs::Context::from_devx(d).map_err(|e| e.errno()))?;
     let out_len = req.out_len(ids::UVERBS_ATTR_UHW_OUT).unwrap_or(0);
     let resp = ucontext_resp(&ctx, &ureq, shown, out_len)?;
     req.output(ids::UVERBS_ATTR_UHW_OUT, &resp.to_bytes())?;
@@ -297,7 +293,7 @@ fn ucontext_resp(
     let eth_min_inline = if roce {
         let eth = ctx
             .query_caps(HcaCapType::EthernetOffloads, true)
-            .map_err(|e| errno_of(&e))?;
+            .map_err(|e| e.errno())?;
         // MLX5_CAP_INLINE_MODE_L2 (0) needs the L2 header inline
         // (MLX5_INLINE_MODE_L2 = 1), NOT_REQUIRED (2) nothing (NONE = 0); the
         // answer is that mode plus one. VPORT_CONTEXT (1) is answered as L2,
@@ -311,16 +307,20 @@ fn ucontext_resp(
     };
     let mut comp_mask = 0;
     if c.ece_support() != 0 {
-        comp_mask |= 1 << 2; // MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_ECE
+        comp_mask |= uabi::UCONTEXT_RESP_MASK_ECE;
     }
     let uar_4k = req.lib_caps & MLX5_LIB_CAP_4K_UAR != 0 && c.uar_4k() != 0;
     let page_shift = page_size().trailing_zeros();
-    let log_uar_size = if uar_4k { 12 } else { page_shift };
+    let log_uar_size = if uar_4k {
+        uabi::MLX5_ADAPTER_PAGE_SHIFT
+    } else {
+        page_shift
+    };
     Ok(UcontextResp {
         qp_tab_size: pow2(c.log_max_qp()),
         bf_reg_size: pow2(c.log_bf_reg_size()),
         tot_bfregs: 0,
-        cache_line_size: 64,
+        cache_line_size: uabi::CACHE_LINE_SIZE,
         max_sq_desc_sz: c.max_wqe_sz_sq(),
         max_rq_desc_sz: c.max_wqe_sz_rq(),
         max_send_wqebb: pow2(c.log_max_qp_sz()),
@@ -395,8 +395,9 @@ fn invoke_write(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         c if c == ext | u64::from(ids::IB_USER_VERBS_CMD_QUERY_DEVICE) => {
             (W::ExQueryDevice, std::mem::size_of::<ExQueryDevice>())
         }
-        // Response pointer, port number, reserved.
-        c if c == u64::from(ids::IB_USER_VERBS_CMD_QUERY_PORT) => (W::QueryPort, 16),
+        c if c == u64::from(ids::IB_USER_VERBS_CMD_QUERY_PORT) => {
+            (W::QueryPort, uabi::QUERY_PORT_LEN)
+        }
         c if c == u64::from(ids::IB_USER_VERBS_CMD_ALLOC_PD) => (W::AllocPd, 8),
         c if c == u64::from(ids::IB_USER_VERBS_CMD_REG_MR) => {
             (W::RegMr, std::mem::size_of::<uabi::RegMr>())
@@ -442,7 +443,7 @@ fn invoke_write(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
             Ok(())
         }
         W::QueryPort => {
-            let resp = query_port_resp(&ctx.verbs, core_in[8])?;
+            let resp = query_port_resp(&ctx.verbs, core_in[uabi::QUERY_PORT_PORT_NUM_OFFSET])?;
             require_out(req, ids::UVERBS_ATTR_CORE_OUT, uabi::QUERY_PORT_RESP_LEN)?;
             req.output(
                 ids::UVERBS_ATTR_CORE_OUT,
@@ -475,7 +476,7 @@ fn fw_ver_u64(text: &str) -> u64 {
 
 /// `ib_device_attr` as mlx5_ib fills it, in uverbs' extended layout.
 fn query_device_resp(ctx: &verbs::Context) -> Result<ExQueryDeviceResp, Errno> {
-    let a = ctx.query_device().map_err(|e| errno_of(&e))?;
+    let a = ctx.query_device().map_err(|e| e.errno())?;
     let f = a.cap_flags;
     let mut flags = device_cap::CHANGE_PHY_PORT
         | device_cap::PORT_ACTIVE_EVENT
@@ -547,8 +548,7 @@ fn query_device_resp(ctx: &verbs::Context) -> Result<ExQueryDeviceResp, Errno> {
         reserved: [0; 4],
     };
     let (count, period) = if f.cq_moderation {
-        // MLX5_MAX_CQ_COUNT and MLX5_MAX_CQ_PERIOD: the cq_context field widths.
-        (u16::MAX, (1 << 12) - 1)
+        (uabi::MLX5_MAX_CQ_COUNT, uabi::MLX5_MAX_CQ_PERIOD)
     } else {
         (0, 0)
     };
@@ -564,7 +564,7 @@ fn query_device_resp(ctx: &verbs::Context) -> Result<ExQueryDeviceResp, Errno> {
 }
 
 fn query_port_resp(ctx: &verbs::Context, port: u8) -> Result<QueryPortRespEx, Errno> {
-    let p = ctx.query_port(port).map_err(|e| errno_of(&e))?;
+    let p = ctx.query_port(port).map_err(|e| e.errno())?;
     let roce = p.link_layer == LinkLayer::Ethernet;
     let mut cap = p.port_cap_flags;
     if roce {
@@ -612,12 +612,12 @@ fn query_port(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
 
 /// One GID table entry, or ENODATA for an empty one, EINVAL past the table.
 fn gid_entry(ctx: &verbs::Context, port: u8, index: u32) -> Result<GidEntry, Errno> {
-    let p = ctx.query_port(port).map_err(|e| errno_of(&e))?;
+    let p = ctx.query_port(port).map_err(|e| e.errno())?;
     if index >= p.gid_tbl_len {
         return Err(libc::EINVAL);
     }
     let idx = u16::try_from(index).map_err(|_| libc::EINVAL)?;
-    let e = ctx.query_gid(port, idx).map_err(|e| errno_of(&e))?;
+    let e = ctx.query_gid(port, idx).map_err(|e| e.errno())?;
     if e.gid.is_zero() {
         return Err(libc::ENODATA);
     }
@@ -686,7 +686,7 @@ fn query_gid_table(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
         let len = ctx
             .verbs
             .query_port(port)
-            .map_err(|e| errno_of(&e))?
+            .map_err(|e| e.errno())?
             .gid_tbl_len;
         for index in 0..len {
             match gid_entry(&ctx.verbs, port, index) {
@@ -846,7 +846,7 @@ fn take(ctx: &Ucontext, handle: u64, kind: impl Fn(&Object) -> bool) -> Result<O
 /// ALLOC_PD: the PD handle, and mlx5's `pdn` in the driver response.
 fn alloc_pd(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     require_out(req, ids::UVERBS_ATTR_CORE_OUT, 4)?;
-    let pd = verbs::Pd::alloc(&ctx.verbs).map_err(|e| errno_of(&e))?;
+    let pd = verbs::Pd::alloc(&ctx.verbs).map_err(|e| e.errno())?;
     let pdn = pd.pdn();
     let handle = ctx.objects().insert(Object::Pd(pd));
     req.output(ids::UVERBS_ATTR_CORE_OUT, &handle.to_ne_bytes())?;
@@ -868,7 +868,7 @@ fn destroy_pd(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     let Object::Pd(pd) = take(ctx, handle, |o| matches!(o, Object::Pd(_)))? else {
         return Err(libc::EINVAL);
     };
-    pd.dealloc().map_err(|e| errno_of(&e.error))
+    pd.dealloc().map_err(|e| e.error.errno())
 }
 
 /// REG_MR: a UMEM over the program's range and an mkey over it.
@@ -898,7 +898,7 @@ fn reg_mr(ctx: &Ucontext, req: &mut Request, core_in: &[u8]) -> Result<(), Errno
         addr: usize::try_from(cmd.start).map_err(|_| libc::EINVAL)?,
         len: usize::try_from(cmd.length).map_err(|_| libc::EINVAL)?,
     };
-    let mr = verbs::Mr::register(&pd, memory, access).map_err(|e| errno_of(&e))?;
+    let mr = verbs::Mr::register(&pd, memory, access).map_err(|e| e.errno())?;
     let (lkey, rkey) = (mr.lkey(), mr.rkey());
     let mr_handle = ctx.objects().insert(Object::Mr {
         mr,
@@ -918,7 +918,7 @@ fn destroy_mr(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     let Object::Mr { mr, .. } = take(ctx, handle, |o| matches!(o, Object::Mr { .. }))? else {
         return Err(libc::EINVAL);
     };
-    mr.deregister().map(drop).map_err(|e| errno_of(&e.error))
+    mr.deregister().map(drop).map_err(|e| e.error.errno())
 }
 
 // ---------------------------------------------------------------- CQ
@@ -954,8 +954,10 @@ fn create_cq(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     if req.out_len(ids::UVERBS_ATTR_CREATE_CQ_RESP_CQE) != Some(4) {
         return Err(libc::EINVAL);
     }
-    // IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION | IB_UVERBS_CQ_FLAGS_IGNORE_OVERRUN.
-    req.flags_in(ids::UVERBS_ATTR_CREATE_CQ_FLAGS, 0x3)?;
+    req.flags_in(
+        ids::UVERBS_ATTR_CREATE_CQ_FLAGS,
+        uabi::CREATE_CQ_FLAGS_KNOWN,
+    )?;
     if req.attr(ids::UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL).is_some() {
         state::log(|| "create_cq: completion channels are not served yet".into());
         return Err(libc::EOPNOTSUPP);

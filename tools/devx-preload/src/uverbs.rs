@@ -294,6 +294,7 @@ impl UverbsFile {
         let base = page.base();
         let mut maps = mappings();
         maps.entry(base as usize).or_insert((page, 0)).1 += 1;
+        MAPPED.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(base)
     }
 }
@@ -311,6 +312,10 @@ pub fn page_size() -> usize {
 /// the page keeps its memory valid while it is mapped.
 type Mappings = HashMap<usize, (Arc<dyn UarPage>, usize)>;
 
+/// Pages mapped right now: `munmap` of the program's own memory skips the
+/// lock while none is.
+static MAPPED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 fn mappings() -> MutexGuard<'static, Mappings> {
     static MAPS: OnceLock<Mutex<Mappings>> = OnceLock::new();
     MAPS.get_or_init(Default::default)
@@ -321,6 +326,9 @@ fn mappings() -> MutexGuard<'static, Mappings> {
 /// `munmap` of a page the library mapped: true when it was ours.
 pub fn unmap(addr: *mut u8, len: usize) -> bool {
     let _ = len;
+    if MAPPED.load(std::sync::atomic::Ordering::Acquire) == 0 {
+        return false;
+    }
     let mut maps = mappings();
     let key = addr as usize;
     let Some(entry) = maps.get_mut(&key) else {
@@ -330,6 +338,7 @@ pub fn unmap(addr: *mut u8, len: usize) -> bool {
     if entry.1 == 0 {
         maps.remove(&key);
     }
+    MAPPED.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     true
 }
 
