@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use devx::kernel::abi::{
-    devx as devx_ids, obj, uar as uar_ids, verbs as ids, AllocUcontextReq, UcontextResp,
-    ALLOC_UCONTEXT_REQ_LEN, ALLOC_UCONTEXT_RESP_LEN, MLX5_IB_ALLOC_UCTX_DEVX, MLX5_LIB_CAP_4K_UAR,
-    MLX5_LIB_CAP_DYN_UAR,
+    devx as devx_ids, devx_obj as obj_ids, obj, uar as uar_ids, umem as umem_ids, verbs as ids,
+    AllocUcontextReq, UcontextResp, ALLOC_UCONTEXT_REQ_LEN, ALLOC_UCONTEXT_RESP_LEN,
+    MLX5_IB_ALLOC_UCTX_DEVX, MLX5_LIB_CAP_4K_UAR, MLX5_LIB_CAP_DYN_UAR,
 };
 use devx::{Provider, UarAlloc, UarKind, UarPage};
 use prm_layouts::enums::HcaCapType;
@@ -49,6 +49,10 @@ enum Object {
         mr: verbs::Mr<ProgramMemory>,
         pd_handle: u32,
     },
+    /// A DEVX object (DEVX_OBJ_CREATE); dropping it destroys it.
+    Devx(devx::Obj),
+    /// A DEVX UMEM over the program's memory.
+    Umem(devx::Umem<ProgramMemory>),
     /// A CQ over the program's ring and doorbell record (fields drop in
     /// order: the CQ before the memory it uses).
     Cq {
@@ -62,8 +66,8 @@ impl Object {
     /// Teardown order on close: users before what they use.
     fn rank(&self) -> u8 {
         match self {
-            Object::Mr { .. } | Object::Cq { .. } => 0,
-            Object::Pd(_) => 1,
+            Object::Devx(_) | Object::Mr { .. } | Object::Cq { .. } => 0,
+            Object::Pd(_) | Object::Umem(_) => 1,
             Object::Uar(_) => 2,
         }
     }
@@ -119,9 +123,10 @@ impl Ucontext {
 impl Drop for Ucontext {
     fn drop(&mut self) {
         // Closing the file destroys what is left, as the kernel does.
-        let mut left: Vec<Object> = self.objects().table.drain().map(|(_, o)| o).collect();
-        left.sort_by_key(Object::rank);
-        for o in left {
+        let mut left: Vec<(u32, Object)> = self.objects().table.drain().collect();
+        // Users first, newest first within a kind.
+        left.sort_by_key(|(h, o)| (o.rank(), std::cmp::Reverse(*h)));
+        for (_, o) in left {
             if let Object::Uar(u) = o {
                 let _ = self.verbs.devx().provider().uar_free(u.alloc.handle);
             }
@@ -162,6 +167,12 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
             | (ids::UVERBS_OBJECT_MR, ids::UVERBS_METHOD_MR_DESTROY)
             | (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_CREATE)
             | (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_DESTROY)
+            | (obj::DEVX_OBJ, obj_ids::METHOD_CREATE)
+            | (obj::DEVX_OBJ, obj_ids::METHOD_DESTROY)
+            | (obj::DEVX_OBJ, obj_ids::METHOD_QUERY)
+            | (obj::DEVX_OBJ, obj_ids::METHOD_MODIFY)
+            | (obj::DEVX_UMEM, umem_ids::METHOD_REG)
+            | (obj::DEVX_UMEM, umem_ids::METHOD_DEREG)
     );
     if !known {
         state::log(|| {
@@ -194,6 +205,12 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         (ids::UVERBS_OBJECT_MR, ids::UVERBS_METHOD_MR_DESTROY) => destroy_mr(&ctx, req),
         (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_CREATE) => create_cq(&ctx, req),
         (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_DESTROY) => destroy_cq(&ctx, req),
+        (obj::DEVX_OBJ, obj_ids::METHOD_CREATE) => devx_obj_create(&ctx, req),
+        (obj::DEVX_OBJ, obj_ids::METHOD_DESTROY) => devx_obj_destroy(&ctx, req),
+        (obj::DEVX_OBJ, obj_ids::METHOD_QUERY) => devx_obj_query_modify(&ctx, req, false),
+        (obj::DEVX_OBJ, obj_ids::METHOD_MODIFY) => devx_obj_query_modify(&ctx, req, true),
+        (obj::DEVX_UMEM, umem_ids::METHOD_REG) => umem_reg(&ctx, req),
+        (obj::DEVX_UMEM, umem_ids::METHOD_DEREG) => umem_dereg(&ctx, req),
         _ => uar_destroy(&ctx, req),
     }
 }
@@ -841,6 +858,166 @@ fn take(ctx: &Ucontext, handle: u64, kind: impl Fn(&Object) -> bool) -> Result<O
     }
 }
 
+/// A destroy the device refused: the handle stays valid, as in the kernel.
+fn put_back(ctx: &Ucontext, handle: u64, obj: Object, errno: Errno) -> Errno {
+    if let Ok(h) = u32::try_from(handle) {
+        ctx.objects().table.insert(h, obj);
+    }
+    errno
+}
+
+// ---------------------------------------------------------------- DEVX objects
+
+/// The outbox of a command the firmware refused: status and syndrome, as
+/// the kernel copies it back with EREMOTEIO.
+fn failed_outbox(e: &devx::Error, len: usize) -> Option<Vec<u8>> {
+    let devx::Error::Firmware {
+        status, syndrome, ..
+    } = e
+    else {
+        return None;
+    };
+    let mut hdr = prm_layouts::GeneralObjOutCmdHdr::new();
+    hdr.set_status(*status);
+    hdr.set_syndrome(*syndrome);
+    let mut out = vec![0u8; len];
+    let n = len.min(hdr.as_bytes().len());
+    out[..n].copy_from_slice(&hdr.as_bytes()[..n]);
+    Some(out)
+}
+
+/// Answers a devx failure: EREMOTEIO with the outbox when firmware refused.
+fn devx_failure(req: &mut Request, out_id: u16, e: &devx::Error) -> Errno {
+    let len = req.out_len(out_id).unwrap_or(0);
+    if let Some(out) = failed_outbox(e, len) {
+        if req.output(out_id, &out).is_err() {
+            return libc::EFAULT;
+        }
+    }
+    e.errno()
+}
+
+/// Refuses DEVX methods on a context opened without the DEVX flag.
+fn need_devx(ctx: &Ucontext) -> Result<(), Errno> {
+    if ctx.devx {
+        Ok(())
+    } else {
+        Err(libc::EINVAL)
+    }
+}
+
+fn devx_obj_create(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
+    req.known(&[obj_ids::HANDLE, obj_ids::CMD_IN, obj_ids::CMD_OUT])?;
+    need_devx(ctx)?;
+    req.need(obj_ids::HANDLE)?;
+    let inbox = req.input(obj_ids::CMD_IN)?.ok_or(libc::EINVAL)?;
+    let out_len = req.out_len(obj_ids::CMD_OUT).ok_or(libc::EINVAL)?;
+    if inbox.len() < 16 || out_len < 16 {
+        return Err(libc::EINVAL);
+    }
+    match ctx.verbs.devx().create(&inbox, out_len) {
+        Ok(o) => {
+            req.output(obj_ids::CMD_OUT, o.out())?;
+            let handle = ctx.objects().insert(Object::Devx(o));
+            req.set_data(obj_ids::HANDLE, u64::from(handle));
+            Ok(())
+        }
+        Err(e) => Err(devx_failure(req, obj_ids::CMD_OUT, &e)),
+    }
+}
+
+fn devx_obj_destroy(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
+    req.known(&[obj_ids::HANDLE])?;
+    let handle = req.need(obj_ids::HANDLE)?.data;
+    let Object::Devx(o) = take(ctx, handle, |o| matches!(o, Object::Devx(_)))? else {
+        return Err(libc::EINVAL);
+    };
+    o.destroy()
+        .map_err(|e| put_back(ctx, handle, Object::Devx(*e.obj), e.error.errno()))
+}
+
+/// OBJ_QUERY / OBJ_MODIFY: on a DEVX object or a verbs CQ of this file.
+fn devx_obj_query_modify(ctx: &Ucontext, req: &mut Request, modify: bool) -> Result<(), Errno> {
+    req.known(&[obj_ids::HANDLE, obj_ids::CMD_IN, obj_ids::CMD_OUT])?;
+    need_devx(ctx)?;
+    let handle = req.need(obj_ids::HANDLE)?.data;
+    let inbox = req.input(obj_ids::CMD_IN)?.ok_or(libc::EINVAL)?;
+    let out_len = req.out_len(obj_ids::CMD_OUT).ok_or(libc::EINVAL)?;
+    if inbox.len() < 16 || out_len < 16 {
+        return Err(libc::EINVAL);
+    }
+    let handle = u32::try_from(handle).map_err(|_| libc::ENOENT)?;
+    let mut out = vec![0u8; out_len];
+    let r = {
+        let objects = ctx.objects();
+        let o = match objects.table.get(&handle) {
+            Some(Object::Devx(o)) | Some(Object::Cq { obj: o, .. }) => o,
+            Some(_) => return Err(libc::EINVAL),
+            None => return Err(libc::ENOENT),
+        };
+        if modify {
+            o.modify_into(&inbox, &mut out)
+        } else {
+            o.query_into(&inbox, &mut out)
+        }
+    };
+    match r {
+        Ok(()) => req.output(obj_ids::CMD_OUT, &out),
+        Err(e) if e.errno() == libc::EREMOTEIO => {
+            req.output(obj_ids::CMD_OUT, &out)?;
+            Err(libc::EREMOTEIO)
+        }
+        Err(e) => Err(e.errno()),
+    }
+}
+
+/// DEVX_UMEM_REG: the program's range as a UMEM of the context.
+fn umem_reg(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
+    req.known(&[
+        umem_ids::HANDLE,
+        umem_ids::ADDR,
+        umem_ids::LEN,
+        umem_ids::ACCESS,
+        umem_ids::OUT_ID,
+        umem_ids::PGSZ_BITMAP,
+        umem_ids::DMABUF_FD,
+    ])?;
+    need_devx(ctx)?;
+    req.need(umem_ids::HANDLE)?;
+    if req.attr(umem_ids::DMABUF_FD).is_some() {
+        state::log(|| "umem_reg: dma-buf UMEMs are not served".into());
+        return Err(libc::EOPNOTSUPP);
+    }
+    let addr = req.const_in(umem_ids::ADDR)?.ok_or(libc::EINVAL)?;
+    let len = req.const_in(umem_ids::LEN)?.ok_or(libc::EINVAL)?;
+    let access = req.flags_in(umem_ids::ACCESS, u64::from(devx::access::ALL))? as u32;
+    if req.out_len(umem_ids::OUT_ID) != Some(4) {
+        return Err(libc::EINVAL);
+    }
+    let memory = ProgramMemory {
+        addr: usize::try_from(addr).map_err(|_| libc::EINVAL)?,
+        len: usize::try_from(len).map_err(|_| libc::EINVAL)?,
+    };
+    let umem = devx::Umem::register(ctx.verbs.devx(), memory, access).map_err(|e| e.errno())?;
+    let id = umem.id();
+    let handle = ctx.objects().insert(Object::Umem(umem));
+    req.output(umem_ids::OUT_ID, &id.to_ne_bytes())?;
+    req.set_data(umem_ids::HANDLE, u64::from(handle));
+    Ok(())
+}
+
+/// DEVX_UMEM_DEREG: refused (handle kept) while an object uses the UMEM.
+fn umem_dereg(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
+    req.known(&[umem_ids::HANDLE])?;
+    let handle = req.need(umem_ids::HANDLE)?.data;
+    let Object::Umem(u) = take(ctx, handle, |o| matches!(o, Object::Umem(_)))? else {
+        return Err(libc::EINVAL);
+    };
+    u.deregister()
+        .map(drop)
+        .map_err(|(u, e)| put_back(ctx, handle, Object::Umem(u), e.errno()))
+}
+
 // ---------------------------------------------------------------- PD, MR
 
 /// ALLOC_PD: the PD handle, and mlx5's `pdn` in the driver response.
@@ -868,7 +1045,8 @@ fn destroy_pd(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     let Object::Pd(pd) = take(ctx, handle, |o| matches!(o, Object::Pd(_)))? else {
         return Err(libc::EINVAL);
     };
-    pd.dealloc().map_err(|e| e.error.errno())
+    pd.dealloc()
+        .map_err(|e| put_back(ctx, handle, Object::Pd(*e.object), e.error.errno()))
 }
 
 /// REG_MR: a UMEM over the program's range and an mkey over it.
@@ -915,10 +1093,14 @@ fn reg_mr(ctx: &Ucontext, req: &mut Request, core_in: &[u8]) -> Result<(), Errno
 fn destroy_mr(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     req.known(&[ids::UVERBS_ATTR_DESTROY_MR_HANDLE])?;
     let handle = req.need(ids::UVERBS_ATTR_DESTROY_MR_HANDLE)?.data;
-    let Object::Mr { mr, .. } = take(ctx, handle, |o| matches!(o, Object::Mr { .. }))? else {
+    let Object::Mr { mr, pd_handle } = take(ctx, handle, |o| matches!(o, Object::Mr { .. }))?
+    else {
         return Err(libc::EINVAL);
     };
-    mr.deregister().map(drop).map_err(|e| e.error.errno())
+    mr.deregister().map(drop).map_err(|e| {
+        let mr = *e.object;
+        put_back(ctx, handle, Object::Mr { mr, pd_handle }, e.error.errno())
+    })
 }
 
 // ---------------------------------------------------------------- CQ
@@ -1055,8 +1237,14 @@ fn destroy_cq(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     else {
         return Err(libc::EINVAL);
     };
-    obj.destroy().map_err(|e| e.error.errno())?;
-    drop((ring, dbr));
+    if let Err(e) = obj.destroy() {
+        let cq = Object::Cq {
+            obj: *e.obj,
+            ring,
+            dbr,
+        };
+        return Err(put_back(ctx, handle, cq, e.error.errno()));
+    }
     req.output(ids::UVERBS_ATTR_DESTROY_CQ_RESP, &[0u8; 8])
 }
 
@@ -1091,7 +1279,7 @@ mod tests {
         assert_eq!(fw_ver_u64("22.36.1010"), (22 << 32) | (36 << 16) | 1010);
     }
 
-    use devx::kernel::abi::{IoctlAttr, IoctlCmd};
+    use devx::kernel::abi::{IoctlAttr, IoctlCmd, UVERBS_ID_DRIVER_NS};
 
     fn run<const N: usize>(file: &UverbsFile, cmd: &mut IoctlCmd<N>) -> Result<i32, Errno> {
         file.ioctl_at(cmd as *mut IoctlCmd<N> as usize as u64)
@@ -1099,8 +1287,12 @@ mod tests {
 
     /// A uverbs file on sim0 with its ucontext, and the mlx5 response.
     fn open_context() -> (UverbsFile, UcontextResp) {
+        open_context_with(AllocUcontextReq::devx())
+    }
+
+    fn open_context_with(ureq: AllocUcontextReq) -> (UverbsFile, UcontextResp) {
         let file = UverbsFile::new(0, -1);
-        let req = AllocUcontextReq::devx().to_bytes();
+        let req = ureq.to_bytes();
         let mut resp = [0u8; ALLOC_UCONTEXT_RESP_LEN];
         let mut vectors = 0u32;
         let mut cmd = IoctlCmd::new(
@@ -1401,8 +1593,15 @@ mod tests {
         run(file, &mut cmd).map(|_| (handle, pdn))
     }
 
+    /// A destroy method whose only attribute is the handle (id 0 for core
+    /// objects, 0x1000 for mlx5 ones).
     fn destroy(file: &UverbsFile, object: u16, method: u16, handle: u32) -> Result<i32, Errno> {
-        let mut cmd = IoctlCmd::new(object, method, [IoctlAttr::obj(0, u64::from(handle))]);
+        let id = if object & UVERBS_ID_DRIVER_NS != 0 {
+            UVERBS_ID_DRIVER_NS
+        } else {
+            0
+        };
+        let mut cmd = IoctlCmd::new(object, method, [IoctlAttr::obj(id, u64::from(handle))]);
         run(file, &mut cmd)
     }
 
@@ -1552,5 +1751,92 @@ mod tests {
         );
         assert_eq!(run(&file, &mut d), Ok(0));
         assert_eq!(run(&file, &mut d), Err(libc::ENOENT));
+    }
+
+    fn devx_create(file: &UverbsFile, inbox: &[u8], out: &mut [u8]) -> Result<u64, Errno> {
+        let mut cmd = IoctlCmd::new(
+            obj::DEVX_OBJ,
+            obj_ids::METHOD_CREATE,
+            [
+                IoctlAttr::new_obj(obj_ids::HANDLE),
+                IoctlAttr::ptr_in(obj_ids::CMD_IN, inbox),
+                IoctlAttr::ptr_out(obj_ids::CMD_OUT, out.as_mut_ptr(), out.len()),
+            ],
+        );
+        run(file, &mut cmd).map(|_| cmd.attrs[0].data)
+    }
+
+    #[test]
+    fn devx_objects_and_umems_follow_the_kernels_rules() {
+        use prm_layouts::{AllocPdIn, AllocPdOut};
+        let (file, _) = open_context();
+        let mut pd_in = AllocPdIn::new();
+        pd_in.set_opcode(Opcode::AllocPd.raw());
+        let mut out = vec![0u8; AllocPdOut::SIZE_BYTES];
+        let pd = devx_create(&file, pd_in.as_bytes(), &mut out).unwrap();
+        assert_eq!(out[0], 0);
+        assert_ne!(AllocPdOut::from_slice(&out).unwrap().pd(), 0);
+
+        // Refused in firmware: EREMOTEIO, outbox with the status.
+        let eqn = file.ucontext().unwrap().verbs.devx().query_eqn(0).unwrap();
+        let mut cq_in = CreateCqIn::new();
+        cq_in.set_opcode(Opcode::CreateCq.raw());
+        cq_in.cq_context_mut().set_c_eqn(eqn as u8);
+        let mut out = vec![0u8; CreateCqOut::SIZE_BYTES];
+        assert_eq!(
+            devx_create(&file, cq_in.as_bytes(), &mut out),
+            Err(libc::EREMOTEIO)
+        );
+        assert_ne!(out[0], 0, "firmware status");
+
+        let buf: &'static mut [u8] = Box::leak(vec![0u8; 4096].into_boxed_slice());
+        let mut umem_id = 0u32;
+        let mut reg = IoctlCmd::new(
+            obj::DEVX_UMEM,
+            umem_ids::METHOD_REG,
+            [
+                IoctlAttr::new_obj(umem_ids::HANDLE),
+                IoctlAttr::u64_in(umem_ids::ADDR, buf.as_ptr() as u64),
+                IoctlAttr::u64_in(umem_ids::LEN, buf.len() as u64),
+                IoctlAttr::u32_in(umem_ids::ACCESS, devx::access::LOCAL_WRITE),
+                IoctlAttr::ptr_out(umem_ids::OUT_ID, (&mut umem_id as *mut u32).cast(), 4),
+            ],
+        );
+        assert_eq!(run(&file, &mut reg), Ok(0));
+        assert_ne!(umem_id, 0);
+        let umem = reg.attrs[0].data as u32;
+        // Remote write without local write is refused before the device.
+        reg.attrs[0] = IoctlAttr::new_obj(umem_ids::HANDLE);
+        reg.attrs[3] = IoctlAttr::u32_in(umem_ids::ACCESS, devx::access::REMOTE_WRITE);
+        assert_eq!(run(&file, &mut reg), Err(libc::EINVAL));
+
+        let (dx, um) = (obj::DEVX_OBJ, obj::DEVX_UMEM);
+        assert_eq!(
+            destroy(&file, dx, obj_ids::METHOD_DESTROY, umem),
+            Err(libc::EINVAL)
+        );
+        assert_eq!(destroy(&file, um, umem_ids::METHOD_DEREG, umem), Ok(0));
+        assert_eq!(
+            destroy(&file, dx, obj_ids::METHOD_DESTROY, pd as u32),
+            Ok(0)
+        );
+        assert_eq!(
+            destroy(&file, dx, obj_ids::METHOD_DESTROY, pd as u32),
+            Err(libc::ENOENT)
+        );
+    }
+
+    #[test]
+    fn devx_methods_need_a_devx_context() {
+        let mut plain = AllocUcontextReq::devx();
+        plain.flags = 0;
+        let (file, _) = open_context_with(plain);
+        let mut pd_in = prm_layouts::AllocPdIn::new();
+        pd_in.set_opcode(Opcode::AllocPd.raw());
+        let mut out = [0u8; 16];
+        assert_eq!(
+            devx_create(&file, pd_in.as_bytes(), &mut out),
+            Err(libc::EINVAL)
+        );
     }
 }

@@ -183,9 +183,11 @@ const SKIP_DEV: &str =
 
 /// Builds `tests/c/<name>.c` against the system's libibverbs, or None when
 /// the headers or a compiler are missing.
-fn build_c(name: &str) -> Option<PathBuf> {
-    if !Path::new("/usr/include/infiniband/verbs.h").is_file() {
-        return None;
+fn build_c(name: &str, libs: &[&str]) -> Option<PathBuf> {
+    for h in ["verbs.h", "mlx5dv.h"] {
+        if !Path::new("/usr/include/infiniband").join(h).is_file() {
+            return None;
+        }
     }
     let cc = tool("cc").or_else(|| tool("gcc"))?;
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -196,7 +198,7 @@ fn build_c(name: &str) -> Option<PathBuf> {
         .args(["-O1", "-Wall", "-Werror", "-o"])
         .arg(&exe)
         .arg(&src)
-        .arg("-libverbs")
+        .args(libs)
         .output()
         .expect("run the C compiler");
     assert!(
@@ -210,7 +212,7 @@ fn build_c(name: &str) -> Option<PathBuf> {
 
 #[test]
 fn c_program_creates_pd_mr_and_cq_on_the_emulated_device() {
-    let Some(exe) = build_c("verbs_objects") else {
+    let Some(exe) = build_c("verbs_objects", &["-libverbs"]) else {
         eprintln!("skipped: {SKIP_DEV}");
         return;
     };
@@ -281,4 +283,38 @@ fn trees_of_dead_processes_are_removed() {
     let out = run(&cat, &["/sys/class/infiniband/sim0/node_type"], "sim0");
     assert_eq!(text(&out.stdout).trim(), "1: CA");
     assert!(!stale.exists(), "{} left behind", stale.display());
+}
+
+#[test]
+fn c_devx_program_runs_firmware_commands_through_libmlx5() {
+    let Some(exe) = build_c("devx_objects", &["-libverbs", "-lmlx5"]) else {
+        eprintln!("skipped: {SKIP_DEV}");
+        return;
+    };
+    let out = run(&exe, &[], "sim0");
+    let _ = std::fs::remove_file(&exe);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "devx_objects failed:\n{stdout}\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.first(), Some(&"open sim0 devx"), "{stdout}");
+    assert!(lines.contains(&"query_hca_cap status 0"), "{stdout}");
+    let eqn = devx::Device::emulated("sim0")
+        .and_then(|d| d.open())
+        .and_then(|c| c.query_eqn(0))
+        .unwrap();
+    assert!(lines.contains(&format!("eqn {eqn}").as_str()), "{stdout}");
+    // The refused CREATE_CQ: EREMOTEIO with the emulator's status and syndrome.
+    let bad = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("bad cq "))
+        .unwrap_or_else(|| panic!("no bad cq line:\n{stdout}"));
+    let words: Vec<&str> = bad.split_whitespace().collect();
+    assert_eq!(words[..2], ["errno", &libc::EREMOTEIO.to_string()]);
+    assert_ne!(words[3], "0x0", "status of a refused command: {bad}");
+    let syndrome = u32::from_str_radix(words[5].trim_start_matches("0x"), 16).unwrap();
+    assert!(devx::syndrome_name(syndrome).is_some(), "{bad}");
+    assert_eq!(lines.last(), Some(&"done"), "{stdout}");
 }
