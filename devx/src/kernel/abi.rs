@@ -26,22 +26,86 @@ pub const UVERBS_ATTR_F_VALID_OUTPUT: u16 = 1 << 1;
 /// Driver-namespace bit of object, method and attribute ids.
 pub const UVERBS_ID_DRIVER_NS: u16 = 0x1000;
 
-/// Core (verbs) object, method and attribute ids used here.
+/// Core (verbs) object, method and attribute ids (`ib_user_ioctl_cmds.h`,
+/// `ib_user_verbs.h`).
 pub mod verbs {
     pub const UVERBS_OBJECT_DEVICE: u16 = 0;
+    pub const UVERBS_OBJECT_PD: u16 = 1;
+    pub const UVERBS_OBJECT_CQ: u16 = 3;
+    pub const UVERBS_OBJECT_MR: u16 = 7;
+    pub const UVERBS_OBJECT_ASYNC_EVENT: u16 = 16;
+
+    /// `UVERBS_METHOD_PD_DESTROY` and its handle.
+    pub const UVERBS_METHOD_PD_DESTROY: u16 = 0;
+    pub const UVERBS_ATTR_DESTROY_PD_HANDLE: u16 = 0;
+    /// Methods of `UVERBS_OBJECT_CQ` and their attributes.
+    pub const UVERBS_METHOD_CQ_CREATE: u16 = 0;
+    pub const UVERBS_METHOD_CQ_DESTROY: u16 = 1;
+    pub const UVERBS_ATTR_CREATE_CQ_HANDLE: u16 = 0;
+    pub const UVERBS_ATTR_CREATE_CQ_CQE: u16 = 1;
+    pub const UVERBS_ATTR_CREATE_CQ_USER_HANDLE: u16 = 2;
+    pub const UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL: u16 = 3;
+    pub const UVERBS_ATTR_CREATE_CQ_COMP_VECTOR: u16 = 4;
+    pub const UVERBS_ATTR_CREATE_CQ_FLAGS: u16 = 5;
+    pub const UVERBS_ATTR_CREATE_CQ_RESP_CQE: u16 = 6;
+    pub const UVERBS_ATTR_CREATE_CQ_EVENT_FD: u16 = 7;
+    pub const UVERBS_ATTR_DESTROY_CQ_HANDLE: u16 = 0;
+    pub const UVERBS_ATTR_DESTROY_CQ_RESP: u16 = 1;
+    /// `UVERBS_METHOD_MR_DESTROY` and its handle.
+    pub const UVERBS_METHOD_MR_DESTROY: u16 = 1;
+    pub const UVERBS_ATTR_DESTROY_MR_HANDLE: u16 = 0;
+
+    /// Methods of `UVERBS_OBJECT_DEVICE`.
+    pub const UVERBS_METHOD_INVOKE_WRITE: u16 = 0;
+    pub const UVERBS_METHOD_INFO_HANDLES: u16 = 1;
+    pub const UVERBS_METHOD_QUERY_PORT: u16 = 2;
     pub const UVERBS_METHOD_GET_CONTEXT: u16 = 3;
+    pub const UVERBS_METHOD_QUERY_CONTEXT: u16 = 4;
+    pub const UVERBS_METHOD_QUERY_GID_TABLE: u16 = 5;
+    pub const UVERBS_METHOD_QUERY_GID_ENTRY: u16 = 6;
+    /// Method of `UVERBS_OBJECT_ASYNC_EVENT`.
+    pub const UVERBS_METHOD_ASYNC_EVENT_ALLOC: u16 = 0;
+
+    pub const UVERBS_ATTR_CORE_IN: u16 = 0;
+    pub const UVERBS_ATTR_CORE_OUT: u16 = 1;
+    pub const UVERBS_ATTR_WRITE_CMD: u16 = 2;
+
+    pub const UVERBS_ATTR_QUERY_PORT_PORT_NUM: u16 = 0;
+    pub const UVERBS_ATTR_QUERY_PORT_RESP: u16 = 1;
+
     pub const UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS: u16 = 0;
     pub const UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT: u16 = 1;
-    pub const UVERBS_ATTR_UHW_IN: u16 = 0x1000;
-    pub const UVERBS_ATTR_UHW_OUT: u16 = 0x1001;
-    /// `IB_USER_VERBS_CMD_GET_CONTEXT` of the legacy write() interface.
-    pub const IB_USER_VERBS_CMD_GET_CONTEXT: u32 = 0;
+    /// Same ids for `UVERBS_METHOD_QUERY_CONTEXT`.
+    pub const UVERBS_ATTR_QUERY_CONTEXT_NUM_COMP_VECTORS: u16 = 0;
+    pub const UVERBS_ATTR_QUERY_CONTEXT_CORE_SUPPORT: u16 = 1;
 
-    pub const UVERBS_METHOD_QUERY_GID_TABLE: u16 = 5;
     pub const UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE: u16 = 0;
     pub const UVERBS_ATTR_QUERY_GID_TABLE_FLAGS: u16 = 1;
     pub const UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES: u16 = 2;
     pub const UVERBS_ATTR_QUERY_GID_TABLE_RESP_NUM_ENTRIES: u16 = 3;
+
+    pub const UVERBS_ATTR_QUERY_GID_ENTRY_PORT: u16 = 0;
+    pub const UVERBS_ATTR_QUERY_GID_ENTRY_GID_INDEX: u16 = 1;
+    pub const UVERBS_ATTR_QUERY_GID_ENTRY_FLAGS: u16 = 2;
+    pub const UVERBS_ATTR_QUERY_GID_ENTRY_RESP_ENTRY: u16 = 3;
+
+    pub const UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE: u16 = 0;
+
+    pub const UVERBS_ATTR_UHW_IN: u16 = 0x1000;
+    pub const UVERBS_ATTR_UHW_OUT: u16 = 0x1001;
+
+    /// `IB_USER_VERBS_CMD_*` of the write() interface (and INVOKE_WRITE).
+    pub const IB_USER_VERBS_CMD_GET_CONTEXT: u32 = 0;
+    pub const IB_USER_VERBS_CMD_QUERY_DEVICE: u32 = 1;
+    pub const IB_USER_VERBS_CMD_QUERY_PORT: u32 = 2;
+    pub const IB_USER_VERBS_CMD_ALLOC_PD: u32 = 3;
+    pub const IB_USER_VERBS_CMD_DEALLOC_PD: u32 = 4;
+    pub const IB_USER_VERBS_CMD_REG_MR: u32 = 9;
+    pub const IB_USER_VERBS_CMD_DEREG_MR: u32 = 13;
+    /// Marks an extended command (`IB_USER_VERBS_EX_CMD_*`).
+    pub const IB_USER_VERBS_CMD_FLAG_EXTENDED: u32 = 0x8000_0000;
+    /// `IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS`.
+    pub const IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS: u64 = 1 << 0;
 
     /// `enum ib_uverbs_gid_type`.
     pub const IB_UVERBS_GID_TYPE_IB: u32 = 0;
@@ -49,46 +113,75 @@ pub mod verbs {
     pub const IB_UVERBS_GID_TYPE_ROCE_V2: u32 = 2;
 }
 
-/// Size of `struct ib_uverbs_gid_entry`: the GID, then gid_index, port_num,
-/// gid_type and netdev_ifindex as host-endian u32.
-pub const GID_ENTRY_LEN: usize = 32;
+/// `struct ib_uverbs_gid_entry`: one entry of the kernel's GID table, as
+/// QUERY_GID_TABLE and QUERY_GID_ENTRY answer it (host byte order).
+#[repr(C)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    zerocopy::FromBytes,
+    zerocopy::IntoBytes,
+    zerocopy::Immutable,
+    zerocopy::KnownLayout,
+)]
+pub struct UverbsGidEntry {
+    pub gid: [u8; 16],
+    pub gid_index: u32,
+    pub port_num: u32,
+    pub gid_type: u32,
+    pub netdev_ifindex: u32,
+}
+
+/// Size of `struct ib_uverbs_gid_entry`.
+pub const GID_ENTRY_LEN: usize = std::mem::size_of::<UverbsGidEntry>();
+
+impl UverbsGidEntry {
+    /// The entry as the library names it; `None` for a gid_type it does not
+    /// know.
+    pub fn decode(&self) -> Option<GidTableEntry> {
+        Some(GidTableEntry {
+            gid: self.gid,
+            index: self.gid_index,
+            port: self.port_num,
+            gid_type: match self.gid_type {
+                verbs::IB_UVERBS_GID_TYPE_IB => GidType::Ib,
+                verbs::IB_UVERBS_GID_TYPE_ROCE_V1 => GidType::RoceV1,
+                verbs::IB_UVERBS_GID_TYPE_ROCE_V2 => GidType::RoceV2,
+                _ => return None,
+            },
+            netdev_ifindex: self.netdev_ifindex,
+        })
+    }
+
+    /// The kernel's form of `e`.
+    pub fn encode(e: &GidTableEntry) -> UverbsGidEntry {
+        UverbsGidEntry {
+            gid: e.gid,
+            gid_index: e.index,
+            port_num: e.port,
+            gid_type: match e.gid_type {
+                GidType::Ib => verbs::IB_UVERBS_GID_TYPE_IB,
+                GidType::RoceV1 => verbs::IB_UVERBS_GID_TYPE_ROCE_V1,
+                GidType::RoceV2 => verbs::IB_UVERBS_GID_TYPE_ROCE_V2,
+            },
+            netdev_ifindex: e.netdev_ifindex,
+        }
+    }
+}
 
 /// Decodes one `struct ib_uverbs_gid_entry`; `None` for a gid_type this
 /// library does not know.
 pub fn gid_entry_from_bytes(b: &[u8; GID_ENTRY_LEN]) -> Option<GidTableEntry> {
-    let word = |at: usize| u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-    let mut gid = [0u8; 16];
-    gid.copy_from_slice(&b[..16]);
-    Some(GidTableEntry {
-        gid,
-        index: word(16),
-        port: word(20),
-        gid_type: match word(24) {
-            verbs::IB_UVERBS_GID_TYPE_IB => GidType::Ib,
-            verbs::IB_UVERBS_GID_TYPE_ROCE_V1 => GidType::RoceV1,
-            verbs::IB_UVERBS_GID_TYPE_ROCE_V2 => GidType::RoceV2,
-            _ => return None,
-        },
-        netdev_ifindex: word(28),
-    })
+    zerocopy::FromBytes::read_from_bytes(b.as_slice())
+        .ok()
+        .and_then(|e: UverbsGidEntry| e.decode())
 }
 
 /// The `struct ib_uverbs_gid_entry` bytes of `e`.
 pub fn gid_entry_to_bytes(e: &GidTableEntry) -> [u8; GID_ENTRY_LEN] {
-    let mut b = [0u8; GID_ENTRY_LEN];
-    b[..16].copy_from_slice(&e.gid);
-    let gid_type = match e.gid_type {
-        GidType::Ib => verbs::IB_UVERBS_GID_TYPE_IB,
-        GidType::RoceV1 => verbs::IB_UVERBS_GID_TYPE_ROCE_V1,
-        GidType::RoceV2 => verbs::IB_UVERBS_GID_TYPE_ROCE_V2,
-    };
-    for (i, v) in [e.index, e.port, gid_type, e.netdev_ifindex]
-        .into_iter()
-        .enumerate()
-    {
-        b[16 + 4 * i..20 + 4 * i].copy_from_slice(&v.to_ne_bytes());
-    }
-    b
+    zerocopy::transmute!(UverbsGidEntry::encode(e))
 }
 
 /// mlx5 driver objects.
@@ -577,8 +670,20 @@ pub(crate) fn ne64(b: &[u8], at: usize) -> u64 {
 /// Readable name of a DEVX (object, method) pair, as error messages show it.
 pub fn method_name(object_id: u16, method_id: u16) -> &'static str {
     match (object_id, method_id) {
+        (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_INVOKE_WRITE) => "INVOKE_WRITE",
+        (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_INFO_HANDLES) => "INFO_HANDLES",
+        (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_QUERY_PORT) => "QUERY_PORT",
         (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_GET_CONTEXT) => "GET_CONTEXT",
+        (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_QUERY_CONTEXT) => "QUERY_CONTEXT",
         (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_QUERY_GID_TABLE) => "QUERY_GID_TABLE",
+        (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_QUERY_GID_ENTRY) => "QUERY_GID_ENTRY",
+        (verbs::UVERBS_OBJECT_PD, verbs::UVERBS_METHOD_PD_DESTROY) => "PD_DESTROY",
+        (verbs::UVERBS_OBJECT_MR, verbs::UVERBS_METHOD_MR_DESTROY) => "MR_DESTROY",
+        (verbs::UVERBS_OBJECT_CQ, verbs::UVERBS_METHOD_CQ_CREATE) => "CQ_CREATE",
+        (verbs::UVERBS_OBJECT_CQ, verbs::UVERBS_METHOD_CQ_DESTROY) => "CQ_DESTROY",
+        (verbs::UVERBS_OBJECT_ASYNC_EVENT, verbs::UVERBS_METHOD_ASYNC_EVENT_ALLOC) => {
+            "ASYNC_EVENT_ALLOC"
+        }
         (obj::DEVX, devx::METHOD_OTHER) => "DEVX_OTHER",
         (obj::DEVX, devx::METHOD_QUERY_UAR) => "DEVX_QUERY_UAR",
         (obj::DEVX, devx::METHOD_QUERY_EQN) => "DEVX_QUERY_EQN",

@@ -1,0 +1,320 @@
+//! Unmodified rdma-core tools (ibverbs-utils) run on the emulated device
+//! through the preload library. Each test skips, saying so, when the tools
+//! are not installed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const SKIP: &str = "ibverbs-utils not installed; apt-get install ibverbs-utils";
+
+/// The preload library cargo built next to this test's deps directory.
+fn preload_lib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps directory");
+    let lib = "libdevx_preload.so";
+    [
+        deps.join(lib),
+        deps.parent().expect("profile directory").join(lib),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .unwrap_or_else(|| panic!("{lib} not built next to {}", deps.display()))
+}
+
+/// Full path of `tool` when ibverbs-utils provides it.
+fn tool(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}
+
+/// Runs `tool args` with the library preloaded and logging on.
+fn run(tool: &Path, args: &[&str], devices: &str) -> Output {
+    Command::new(tool)
+        .args(args)
+        .env("LD_PRELOAD", preload_lib())
+        .env("DEVX_PRELOAD_DEVICES", devices)
+        .env("DEVX_PRELOAD_LOG", "1")
+        .output()
+        .expect("run the tool")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The sysfs tree directory the library logged.
+fn tree_dir(stderr: &str) -> PathBuf {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(" device(s) under "))
+        .unwrap_or_else(|| panic!("no tree line in stderr:\n{stderr}"));
+    PathBuf::from(line.rsplit(" under ").next().unwrap_or_default())
+}
+
+#[test]
+fn ibv_devices_lists_the_emulated_devices() {
+    let Some(ibv_devices) = tool("ibv_devices") else {
+        eprintln!("skipped: {SKIP}");
+        return;
+    };
+    let out = run(&ibv_devices, &[], "sim0,sim1");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ibv_devices failed:\n{stdout}\n{stderr}"
+    );
+    for name in ["sim0", "sim1"] {
+        let guid = devx::sim::sim_device(name).unwrap().identity().node_guid;
+        let guid = format!("{guid:016x}");
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.split_whitespace().eq([name, guid.as_str()])),
+            "no row for {name} ({guid}) in:\n{stdout}"
+        );
+    }
+    assert!(
+        stderr.contains("RDMA netlink refused"),
+        "libibverbs did not try netlink first:\n{stderr}"
+    );
+    // The private tree is removed when the program exits.
+    let tree = tree_dir(&stderr);
+    assert!(!tree.exists(), "{} left behind", tree.display());
+}
+
+#[test]
+fn unknown_device_names_show_no_devices() {
+    let Some(ibv_devices) = tool("ibv_devices") else {
+        eprintln!("skipped: {SKIP}");
+        return;
+    };
+    let out = run(&ibv_devices, &[], "mlx5_0");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("no emulated devices: DEVX_PRELOAD_DEVICES")
+            && stderr.contains("'mlx5_0' is not an emulated device name"),
+        "{stderr}"
+    );
+    assert!(!text(&out.stdout).contains("mlx5_0"));
+}
+
+/// The value ibv_devinfo prints after `key:` (first such line).
+fn field<'a>(out: &'a str, key: &str) -> &'a str {
+    out.lines()
+        .map(str::trim)
+        .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(':')))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no '{key}' in:\n{out}"))
+}
+
+#[test]
+fn ibv_devinfo_describes_the_emulated_device_and_port() {
+    let Some(ibv_devinfo) = tool("ibv_devinfo") else {
+        eprintln!("skipped: {SKIP}");
+        return;
+    };
+    let out = run(&ibv_devinfo, &["-v", "-d", "sim0"], "sim0");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ibv_devinfo failed:\n{stdout}\n{stderr}"
+    );
+    let sim = devx::sim::sim_device("sim0").unwrap();
+    let profile = sim.profile();
+    let ident = sim.identity();
+    let g = ident.node_guid.to_be_bytes();
+    let guid = format!(
+        "{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}",
+        g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]
+    );
+    assert_eq!(field(&stdout, "hca_id"), "sim0");
+    assert_eq!(field(&stdout, "fw_ver"), profile.fw_version);
+    assert_eq!(field(&stdout, "node_guid"), guid);
+    assert_eq!(
+        field(&stdout, "vendor_id"),
+        format!("{:#06x}", profile.vendor_id)
+    );
+    assert_eq!(
+        field(&stdout, "vendor_part_id"),
+        profile.vendor_part_id.to_string()
+    );
+    assert_eq!(
+        field(&stdout, "phys_port_cnt"),
+        profile.num_ports.to_string()
+    );
+    assert_eq!(
+        field(&stdout, "max_qp"),
+        (1u32 << profile.log_max_qp).to_string()
+    );
+    assert_eq!(
+        field(&stdout, "max_qp_wr"),
+        (1u32 << profile.log_max_qp_sz).to_string()
+    );
+    assert_eq!(
+        field(&stdout, "hca_core_clock"),
+        format!("{}kHZ", profile.device_frequency_khz)
+    );
+    assert_eq!(
+        field(&stdout, "num_comp_vectors"),
+        profile.num_comp_vectors.to_string()
+    );
+    assert_eq!(field(&stdout, "state"), "PORT_ACTIVE (4)");
+    assert_eq!(field(&stdout, "link_layer"), "Ethernet");
+    assert_eq!(
+        field(&stdout, "gid_tbl_len"),
+        profile.roce_address_table_size.to_string()
+    );
+    // The RoCE v2 link-local GID, in ibv_devinfo's inet_ntop form.
+    let ll = ident.gid_table()[1];
+    let v6 = std::net::Ipv6Addr::from(ll.gid);
+    assert!(
+        stdout.contains(&format!("{v6}, RoCE v2")),
+        "no RoCE v2 GID {v6} in:\n{stdout}"
+    );
+    // libibverbs took the ioctl write path after the INVOKE_WRITE probe.
+    assert!(stderr.contains("ucontext (devx true)"), "{stderr}");
+    assert!(!stderr.contains("not supported"), "{stderr}");
+}
+
+const SKIP_DEV: &str =
+    "libibverbs-dev or a C compiler not installed; apt-get install libibverbs-dev gcc";
+
+/// Builds `tests/c/<name>.c` against the system's libibverbs, or None when
+/// the headers or a compiler are missing.
+fn build_c(name: &str, libs: &[&str]) -> Option<PathBuf> {
+    for h in ["verbs.h", "mlx5dv.h"] {
+        if !Path::new("/usr/include/infiniband").join(h).is_file() {
+            return None;
+        }
+    }
+    let cc = tool("cc").or_else(|| tool("gcc"))?;
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(format!("{name}.c"));
+    let exe = std::env::temp_dir().join(format!("devx-preload-{name}-{}", std::process::id()));
+    let out = Command::new(cc)
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(libs)
+        .output()
+        .expect("run the C compiler");
+    assert!(
+        out.status.success(),
+        "{} does not build:\n{}",
+        src.display(),
+        text(&out.stderr)
+    );
+    Some(exe)
+}
+
+#[test]
+fn c_program_creates_pd_mr_and_cq_on_the_emulated_device() {
+    let Some(exe) = build_c("verbs_objects", &["-libverbs"]) else {
+        eprintln!("skipped: {SKIP_DEV}");
+        return;
+    };
+    let out = run(&exe, &[], "sim0");
+    let _ = std::fs::remove_file(&exe);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "verbs_objects failed:\n{stdout}\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.first(), Some(&"open sim0"), "{stdout}");
+    // The MR's keys are the emulator's mkey (index << 8 | variant).
+    let mr = lines
+        .iter()
+        .find(|l| l.starts_with("mr "))
+        .unwrap_or_else(|| panic!("no mr line:\n{stdout}"));
+    assert!(mr.ends_with("length 65536"), "{mr}");
+    assert!(!mr.contains("lkey 0x0 "), "{mr}");
+    // 64 requested: libmlx5 asks for 127, mlx5_ib rounds to 128 entries.
+    assert!(lines.contains(&"cq cqe 127"), "{stdout}");
+    assert_eq!(lines.last(), Some(&"done"), "{stdout}");
+    // The CQ is the emulated device's, over the program's ring.
+    assert!(
+        stderr.contains("create_cq: cqn ") && stderr.contains("128 entries"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("not supported"), "{stderr}");
+}
+
+#[test]
+fn coreutils_see_the_tree_and_the_char_device() {
+    let (Some(ls), Some(stat)) = (tool("ls"), tool("stat")) else {
+        eprintln!("skipped: coreutils not installed");
+        return;
+    };
+    let out = run(
+        &ls,
+        &["/sys/class/infiniband", "/sys/class/infiniband_verbs"],
+        "sim0,sim2",
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    for name in ["sim0", "sim2", "uverbs0", "uverbs1", "abi_version"] {
+        assert!(stdout.lines().any(|l| l == name), "no {name} in:\n{stdout}");
+    }
+    // statx (coreutils) reports uverbs1 as char device 231:193.
+    let out = run(
+        &stat,
+        &["-c", "%F %t:%T", "/dev/infiniband/uverbs1"],
+        "sim0,sim2",
+    );
+    assert_eq!(text(&out.stdout).trim(), "character special file e7:c1");
+}
+
+#[test]
+fn trees_of_dead_processes_are_removed() {
+    let Some(cat) = tool("cat") else {
+        eprintln!("skipped: coreutils not installed");
+        return;
+    };
+    // A process that has exited: its pid names no process (until reused).
+    let mut child = Command::new(&cat).arg("/dev/null").spawn().expect("spawn");
+    let pid = child.id();
+    child.wait().expect("wait");
+    let stale = std::env::temp_dir().join(format!("devx-preload-{pid}-1"));
+    std::fs::create_dir_all(stale.join("class")).unwrap();
+    let out = run(&cat, &["/sys/class/infiniband/sim0/node_type"], "sim0");
+    assert_eq!(text(&out.stdout).trim(), "1: CA");
+    assert!(!stale.exists(), "{} left behind", stale.display());
+}
+
+#[test]
+fn c_devx_program_runs_firmware_commands_through_libmlx5() {
+    let Some(exe) = build_c("devx_objects", &["-libverbs", "-lmlx5"]) else {
+        eprintln!("skipped: {SKIP_DEV}");
+        return;
+    };
+    let out = run(&exe, &[], "sim0");
+    let _ = std::fs::remove_file(&exe);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "devx_objects failed:\n{stdout}\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.first(), Some(&"open sim0 devx"), "{stdout}");
+    assert!(lines.contains(&"query_hca_cap status 0"), "{stdout}");
+    let eqn = devx::Device::emulated("sim0")
+        .and_then(|d| d.open())
+        .and_then(|c| c.query_eqn(0))
+        .unwrap();
+    assert!(lines.contains(&format!("eqn {eqn}").as_str()), "{stdout}");
+    // The refused CREATE_CQ: EREMOTEIO with the emulator's status and syndrome.
+    let bad = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("bad cq "))
+        .unwrap_or_else(|| panic!("no bad cq line:\n{stdout}"));
+    let words: Vec<&str> = bad.split_whitespace().collect();
+    assert_eq!(words[..2], ["errno", &libc::EREMOTEIO.to_string()]);
+    assert_ne!(words[3], "0x0", "status of a refused command: {bad}");
+    let syndrome = u32::from_str_radix(words[5].trim_start_matches("0x"), 16).unwrap();
+    assert!(devx::syndrome_name(syndrome).is_some(), "{bad}");
+    assert_eq!(lines.last(), Some(&"done"), "{stdout}");
+}
