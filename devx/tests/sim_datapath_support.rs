@@ -549,6 +549,29 @@ impl Qp {
         (index, head)
     }
 
+    /// Writes raw bytes into the send ring from WQEBB counter `at` on,
+    /// following the ring's wrap (for malformed WQEs).
+    pub fn write_raw(&self, at: u16, bytes: &[u8]) {
+        let n = 1usize << self.log_sq;
+        for (i, bb) in bytes.chunks(64).enumerate() {
+            let slot = (usize::from(at) + i) & (n - 1);
+            self.write(self.sq + slot * 64, bb);
+        }
+    }
+
+    /// Stores `counter` as the RCV counter, whatever was posted.
+    pub fn set_rcv_counter(&self, counter: u16) {
+        self.set_dbr(0, counter);
+    }
+
+    /// Stores `counter` as the SND counter and rings with `head`, whatever
+    /// was written.
+    pub fn ring_raw(&mut self, counter: u16, head: u64) {
+        self.set_dbr(1, counter);
+        self.page.write64(self.bf, head);
+        self.bf ^= 0x100;
+    }
+
     /// Stores the SND counter and rings the doorbell with `head`.
     pub fn ring(&mut self, head: u64) {
         self.set_dbr(1, self.sq_pi);

@@ -30,7 +30,8 @@ pub fn to_error(st: &mut State, qpn: u32, sq_busy: bool) {
     }
 }
 
-/// Completes every posted send WQE from `ci` with WR_FLUSH_ERR.
+/// Completes every posted send WQE from `ci` with WR_FLUSH_ERR; a WQE
+/// reaching past the SND counter is the last one flushed.
 pub fn flush_sq(st: &mut State, v: &QpView, ci: &mut u16) {
     let Some(pi) = v.snd_counter() else {
         return;
@@ -40,17 +41,14 @@ pub fn flush_sq(st: &mut State, v: &QpView, ci: &mut u16) {
         let Some(len) = v.read_send_wqe(*ci, &mut wqe) else {
             return;
         };
-        let c = Completion {
-            opcode: CqeOpcode::ReqErr,
-            qpn: v.qpn,
-            send_opcode: super::requester::ctrl(&wqe[..len]).opcode(),
-            wqe_counter: super::requester::ctrl(&wqe[..len]).wqe_index(),
-            user_index: v.user_index,
-            syndrome: Some(CqeSyndrome::WrFlushErr),
-            ..Completion::default()
-        };
+        let c = super::requester::error_cqe(v, &wqe[..len], CqeSyndrome::WrFlushErr);
         cqe::push(st, v.cqn_snd, &c);
-        *ci = ci.wrapping_add(len.div_ceil(64) as u16);
+        let bbs = queue::wqebbs(len);
+        *ci = if queue::posted_whole(pi, *ci, bbs) {
+            ci.wrapping_add(bbs)
+        } else {
+            pi
+        };
     }
 }
 

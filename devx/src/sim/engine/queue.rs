@@ -10,12 +10,27 @@ use crate::sim::fw::ext::wq::wq_type;
 use crate::sim::fw::state::State;
 use prm_layouts::WqeCtrlSeg;
 
+/// A send queue basic block: WQEs are posted and counted in these.
+pub const SEND_WQE_BB: usize = 64;
 /// The largest send WQE (16 WQEBBs).
 pub const MAX_SQ_WQE: usize = 1024;
 /// The largest receive WQE this engine reads (the profile allows 512).
 pub const MAX_RQ_WQE: usize = 2048;
 /// `MLX5_INVALID_LKEY`: ends a receive scatter list early.
 pub const INVALID_LKEY: u32 = 0x100;
+
+/// The WQEBBs a send WQE of `len` bytes occupies.
+pub fn wqebbs(len: usize) -> u16 {
+    len.div_ceil(SEND_WQE_BB) as u16
+}
+
+/// True when a WQE of `bbs` WQEBBs at counter `ci` lies wholly below the
+/// SND counter `pi`. A WQE whose `ds` reaches past what the doorbell record
+/// posted is malformed: the loops that walk the queue stop at it instead
+/// of stepping over `pi` and running on round the 16-bit counter.
+pub fn posted_whole(pi: u16, ci: u16, bbs: u16) -> bool {
+    bbs <= pi.wrapping_sub(ci)
+}
 
 /// What the engine needs of one QP, copied out of its context.
 #[derive(Debug, Clone, Copy)]

@@ -248,6 +248,10 @@ fn drive_with(
         let Some(len) = v.read_send_wqe(ci, wqe) else {
             return park(st, inner, qpn, ci);
         };
+        if !queue::posted_whole(pi, ci, queue::wqebbs(len)) {
+            truncated(st, &v, &wqe[..len], pi, &mut ci);
+            continue;
+        }
         let out = execute(eng, st, inner, &v, &wqe[..len]);
         if let Outcome::Remote(at) = out {
             let msg = inner.outgoing.take();
@@ -286,12 +290,15 @@ fn gather_batch(
     pi: u16,
     wqe: &mut [u8; MAX_SQ_WQE],
 ) {
-    let mut next = ci.wrapping_add(b.wqes.len().div_ceil(64) as u16);
+    let mut next = ci.wrapping_add(queue::wqebbs(b.wqes.len()));
     while b.msgs.len() < MAX_BATCH && next != pi {
         let Some(len) = v.read_send_wqe(next, wqe) else {
             return;
         };
-        if !batchable(v.service, send_opcode(&wqe[..len])) {
+        // A WQE past the SND counter is failed by the main loop, in order.
+        if !queue::posted_whole(pi, next, queue::wqebbs(len))
+            || !batchable(v.service, send_opcode(&wqe[..len]))
+        {
             return;
         }
         match execute(eng, st, inner, v, &wqe[..len]) {
@@ -308,7 +315,7 @@ fn gather_batch(
                 if !more {
                     return;
                 }
-                next = next.wrapping_add(len.div_ceil(64) as u16);
+                next = next.wrapping_add(queue::wqebbs(len));
             }
             // Completes (or fails) only after the batch: the loop executes
             // it again then, with the same result.
@@ -337,7 +344,7 @@ fn settle(
     entry: Entry,
     ci: &mut u16,
 ) -> bool {
-    let bbs = wqe.len().div_ceil(64) as u16;
+    let bbs = queue::wqebbs(wqe.len());
     if let Outcome::Pending = out {
         return false;
     }
@@ -375,16 +382,7 @@ fn settle(
             cqe::push(st, v.cqn_snd, &c);
         }
         Outcome::Error(s) => {
-            let c = Completion {
-                opcode: CqeOpcode::ReqErr,
-                qpn: v.qpn,
-                send_opcode: ctrl(wqe).opcode(),
-                wqe_counter: ctrl(wqe).wqe_index(),
-                user_index: v.user_index,
-                syndrome: Some(s),
-                ..Completion::default()
-            };
-            cqe::push(st, v.cqn_snd, &c);
+            cqe::push(st, v.cqn_snd, &error_cqe(v, wqe, s));
             *ci = ci.wrapping_add(bbs);
             // This thread owns the send queue: the loop flushes it next.
             flush::to_error(st, v.qpn, true);
@@ -394,6 +392,28 @@ fn settle(
     }
     *ci = ci.wrapping_add(bbs);
     true
+}
+
+/// Fails a WQE whose `ds` reaches past the SND counter `pi`, as a card
+/// fails a malformed WQE: an error CQE for it, everything posted consumed,
+/// the QP to ERR (the loop then flushes whatever else is posted: nothing).
+fn truncated(st: &mut State, v: &QpView, wqe: &[u8], pi: u16, ci: &mut u16) {
+    cqe::push(st, v.cqn_snd, &error_cqe(v, wqe, CqeSyndrome::LocalQpOpErr));
+    *ci = pi;
+    flush::to_error(st, v.qpn, true);
+}
+
+/// The requester's error CQE for `wqe`.
+pub fn error_cqe(v: &QpView, wqe: &[u8], syndrome: CqeSyndrome) -> Completion {
+    Completion {
+        opcode: CqeOpcode::ReqErr,
+        qpn: v.qpn,
+        send_opcode: ctrl(wqe).opcode(),
+        wqe_counter: ctrl(wqe).wqe_index(),
+        user_index: v.user_index,
+        syndrome: Some(syndrome),
+        ..Completion::default()
+    }
 }
 
 /// The requester's CQE for a WQE that completed.
