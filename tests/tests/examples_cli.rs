@@ -1,6 +1,7 @@
 //! The verbs and devx examples as a user runs them: bad options are refused
 //! with the reason, a failed completion ends `rc_pingpong` instead of
-//! spinning, and a closed pipe ends the output quietly.
+//! spinning, a closed pipe ends the output quietly, and the network
+//! pingpongs run as server and client in two processes.
 //!
 //! The examples are the ones `cargo test --workspace` builds next to this
 //! test (`target/<profile>/examples/`); run alone, build them first with
@@ -207,4 +208,81 @@ fn devinfo_prints_its_report() {
     let r = run(c, Duration::from_secs(60));
     assert_eq!(r.code, Some(1));
     assert!(r.stderr.contains("sim0 has no port 9"), "{}", r.stderr);
+}
+
+/// Runs `name`'s server and client as two processes with their emulated
+/// devices at `server` and `client` (loopback addresses), `args` on both;
+/// both must end well and print ibv_*_pingpong's closing lines.
+fn pingpong_between_two_processes(name: &str, server: &str, client: &str, args: &[&str]) {
+    let bin = need!(name);
+    // A free TCP port for the address exchange.
+    let port = std::net::TcpListener::bind((server, 0))
+        .and_then(|l| l.local_addr())
+        .expect("a free TCP port")
+        .port()
+        .to_string();
+    let side = |addr: &str, peer: Option<&str>| {
+        let mut c = Command::new(&bin);
+        c.args(["-p", &port, "-a", addr]).args(args).args(peer);
+        c
+    };
+    let limit = Duration::from_secs(120);
+    let s = side(server, None);
+    let server_run = std::thread::spawn(move || run(s, limit));
+    let c = run(side(client, Some(server)), limit);
+    let s = server_run.join().expect("the server's runner");
+    for (who, r) in [("server", &s), ("client", &c)] {
+        assert_eq!(r.code, Some(0), "{who}: {}{}", r.stdout, r.stderr);
+        assert!(
+            r.stdout.contains("remote address: QPN"),
+            "{who}: {}",
+            r.stdout
+        );
+        assert!(r.stdout.contains("20 iters in"), "{who}: {}", r.stdout);
+    }
+    assert!(
+        s.stdout.contains(&format!("GID ::ffff:{client}")),
+        "the server saw the client's GID: {}",
+        s.stdout
+    );
+}
+
+#[test]
+fn rc_pingpong_net_runs_as_server_and_client() {
+    pingpong_between_two_processes(
+        "rc_pingpong_net",
+        "127.0.41.2",
+        "127.0.41.3",
+        &["-n", "20", "-s", "3000", "-m", "1024"],
+    );
+}
+
+#[test]
+fn ud_pingpong_net_runs_as_server_and_client() {
+    pingpong_between_two_processes(
+        "ud_pingpong_net",
+        "127.0.41.4",
+        "127.0.41.5",
+        &["-n", "20", "-s", "512"],
+    );
+}
+
+#[test]
+fn ud_pingpong_net_refuses_a_message_larger_than_the_mtu() {
+    let bin = need!("ud_pingpong_net");
+    let mut c = Command::new(&bin);
+    c.args(["-s", "2000", "-a", "127.0.41.6"]);
+    let r = run(c, Duration::from_secs(60));
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("a UD message is one packet; the path MTU is 1024"),
+        "{}",
+        r.stderr
+    );
+    let mut c = Command::new(&bin);
+    c.args(["-m", "1000"]);
+    let r = run(c, Duration::from_secs(60));
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("-m 1000: the MTU is"), "{}", r.stderr);
 }

@@ -8,228 +8,20 @@
 //! `-a` gives the device its address (`DEVX_SIM_ADDR_<dev>`), `-w file`
 //! captures what it sends and receives (`DEVX_SIM_PCAP_<dev>`).
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
-use std::time::{Duration, Instant};
+#[path = "common/net_pingpong.rs"]
+mod net_pingpong;
 
+use std::time::Instant;
+
+use net_pingpong::{Dest, Opts, GID_INDEX, RECV_WRID, SEND_WRID};
 use verbs::{
-    AccessFlags, AhAttr, Context, Cq, Gid, InitAttr, Mr, Mtu, Qp, QpCap, QpInit, QpType, RecvWr,
-    RtrAttr, RtsAttr, SendWr, Sge, Wc,
+    AccessFlags, AhAttr, Gid, InitAttr, QpCap, QpInit, QpType, RecvWr, RtrAttr, RtsAttr, SendWr,
+    Sge,
 };
 
-/// GID table index of the RoCE v2 IPv4-mapped entry.
-const GID_INDEX: u8 = 3;
-const RECV_WRID: u64 = 1;
-const SEND_WRID: u64 = 2;
-/// How long one completion may take before the run gives up.
-const WAIT: Duration = Duration::from_secs(10);
-
-struct Opts {
-    port: u16,
-    dev: String,
-    size: usize,
-    iters: u64,
-    rx_depth: u32,
-    mtu: Mtu,
-    addr: Option<String>,
-    pcap: Option<String>,
-    server: Option<String>,
-}
-
-fn usage() -> ! {
-    eprintln!(
-        "usage: rc_pingpong_net [-p tcp_port] [-d dev] [-s size] [-n iters] [-r rx_depth] \
-         [-m mtu] [-a device_address] [-w capture.pcap] [server_host]"
-    );
-    std::process::exit(2)
-}
-
-fn parse() -> Opts {
-    let mut o = Opts {
-        port: 18515,
-        dev: "sim0".into(),
-        size: 4096,
-        iters: 1000,
-        rx_depth: 500,
-        mtu: Mtu::Mtu1024,
-        addr: None,
-        pcap: None,
-        server: None,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        if !flag.starts_with('-') {
-            o.server = Some(flag);
-            continue;
-        }
-        let Some(v) = args.next() else { usage() };
-        let n = || -> u64 { v.parse().unwrap_or_else(|_| usage()) };
-        match flag.as_str() {
-            "-p" | "--port" => o.port = u16::try_from(n()).unwrap_or_else(|_| usage()),
-            "-d" | "--ib-dev" => o.dev = v.clone(),
-            "-s" | "--size" => o.size = n().max(1) as usize,
-            "-n" | "--iters" => o.iters = n().max(1),
-            "-r" | "--rx-depth" => o.rx_depth = n().clamp(1, 8192) as u32,
-            "-m" | "--mtu" => o.mtu = Mtu::at_most(n() as u32),
-            "-a" | "--addr" => o.addr = Some(v),
-            "-w" | "--pcap" => o.pcap = Some(v),
-            _ => usage(),
-        }
-    }
-    o
-}
-
-/// What one side tells the other: ibv_rc_pingpong's `LID:QPN:PSN:GID`,
-/// plus the MAC an address vector needs.
-struct Dest {
-    qpn: u32,
-    psn: u32,
-    gid: [u8; 16],
-    mac: [u8; 6],
-}
-
-impl Dest {
-    fn line(&self) -> String {
-        format!(
-            "0000:{:06x}:{:06x}:{}:{}\n",
-            self.qpn,
-            self.psn,
-            hex(&self.gid),
-            hex(&self.mac)
-        )
-    }
-
-    fn parse(s: &str) -> Result<Dest, String> {
-        let bad = || format!("bad peer address message '{}'", s.trim());
-        let f: Vec<&str> = s.trim().split(':').collect();
-        let [_, qpn, psn, gid, mac] = f[..] else {
-            return Err(bad());
-        };
-        let num = |x: &str| u32::from_str_radix(x, 16).map_err(|_| bad());
-        Ok(Dest {
-            qpn: num(qpn)?,
-            psn: num(psn)?,
-            gid: unhex(gid).ok_or_else(bad)?,
-            mac: unhex(mac).ok_or_else(bad)?,
-        })
-    }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
-    let mut out = [0u8; N];
-    if s.len() != 2 * N {
-        return None;
-    }
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
-
-/// Swaps addresses with the peer over TCP: the client connects, writes
-/// first, reads; the server accepts, reads, writes.
-fn exchange(o: &Opts, me: &Dest) -> Result<Dest, String> {
-    let io = |e: std::io::Error| format!("TCP exchange: {e}");
-    let stream = match &o.server {
-        Some(host) => TcpStream::connect((host.as_str(), o.port)).map_err(io)?,
-        None => {
-            let host = o.addr.as_deref().unwrap_or("127.0.0.1");
-            let l = TcpListener::bind((host, o.port)).map_err(io)?;
-            l.accept().map_err(io)?.0
-        }
-    };
-    stream.set_read_timeout(Some(WAIT)).map_err(io)?;
-    let mut w = stream.try_clone().map_err(io)?;
-    let mut r = BufReader::new(stream);
-    let mut line = String::new();
-    if o.server.is_some() {
-        w.write_all(me.line().as_bytes()).map_err(io)?;
-        r.read_line(&mut line).map_err(io)?;
-    } else {
-        r.read_line(&mut line).map_err(io)?;
-        w.write_all(me.line().as_bytes()).map_err(io)?;
-    }
-    Dest::parse(&line)
-}
-
-fn fill(mr: &Mr<Vec<u8>>, size: usize, iter: u64) {
-    let base = mr.addr() as *mut u8;
-    for i in 0..size {
-        let b = (i as u64).wrapping_mul(131).wrapping_add(iter) as u8;
-        // SAFETY: the send half of the registered buffer; no send is in
-        // flight from it while it is refilled.
-        unsafe { base.add(i).write(b) };
-    }
-}
-
-fn check(mr: &Mr<Vec<u8>>, size: usize, iter: u64) -> Result<(), String> {
-    let base = mr.addr() as *const u8;
-    for i in 0..size {
-        let want = (i as u64).wrapping_mul(131).wrapping_add(iter) as u8;
-        // SAFETY: the receive half, completed (its CQE was polled).
-        let got = unsafe { base.add(size + i).read_volatile() };
-        if got != want {
-            return Err(format!(
-                "iteration {iter}, byte {i}: {got:#x}, expected {want:#x}"
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn wait_one(cq: &mut Cq, wr_id: u64) -> Result<(), String> {
-    let mut wc = [Wc::default(); 1];
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if cq.poll(&mut wc) == 1 {
-            let w = wc[0];
-            if !w.is_ok() {
-                return Err(format!("{w}"));
-            }
-            if w.wr_id != wr_id {
-                return Err(format!("wr_id {}, expected {wr_id}", w.wr_id));
-            }
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("no completion for wr_id {wr_id} within {WAIT:?}"));
-        }
-        std::hint::spin_loop();
-    }
-}
-
-fn connect(qp: &Qp, o: &Opts, my_psn: u32, peer: &Dest) -> verbs::Result<()> {
-    let path = AhAttr::roce(1, Gid(peer.gid), GID_INDEX, Some(peer.mac));
-    qp.to_rtr(&RtrAttr::new(o.mtu, peer.qpn, peer.psn, path).min_rnr_timer(12))?;
-    qp.to_rts(&RtsAttr::new(my_psn).timeout(14).retry_cnt(7).rnr_retry(7))
-}
-
-fn run() -> Result<(), String> {
-    let o = parse();
-    // Before the device is first opened: it reads its address then.
-    if let Some(a) = &o.addr {
-        std::env::set_var(format!("DEVX_SIM_ADDR_{}", o.dev), a);
-    }
-    if let Some(p) = &o.pcap {
-        std::env::set_var(format!("DEVX_SIM_PCAP_{}", o.dev), p);
-    }
+fn run(o: Opts) -> Result<(), String> {
     let err = |e: verbs::Error| e.to_string();
-    let sim = devx::sim::sim_device(&o.dev).map_err(|e| e.to_string())?;
-    if let Some(e) = sim.net_error() {
-        return Err(e.to_string());
-    }
-    let Some(local) = sim.net_addr() else {
-        return Err(format!(
-            "{} has no network address: pass -a ADDRESS or set DEVX_SIM_ADDR_{}",
-            o.dev, o.dev
-        ));
-    };
-    let dev = devx::Device::emulated(&o.dev).map_err(|e| e.to_string())?;
-    let ctx = Context::open(&dev).map_err(err)?;
+    let (ctx, mac, local) = net_pingpong::open(&o)?;
     let pd = ctx.alloc_pd().map_err(err)?;
     let mut cq = ctx.create_cq(o.rx_depth + 1).map_err(err)?;
     let cap = QpCap {
@@ -242,6 +34,7 @@ fn run() -> Result<(), String> {
     let mut qp = pd
         .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap))
         .map_err(err)?;
+    // The send half first, the receive half after it.
     let mr = pd
         .reg_mr(vec![0u8; 2 * o.size], AccessFlags::LOCAL_WRITE)
         .map_err(err)?;
@@ -250,7 +43,7 @@ fn run() -> Result<(), String> {
         qpn: qp.qpn(),
         psn: std::process::id() & 0xff_ffff,
         gid: gid.0,
-        mac: sim.identity().mac,
+        mac,
     };
     println!(
         "  local address:  QPN {:#08x}, PSN {:#08x}, GID {}, UDP {local}",
@@ -265,48 +58,45 @@ fn run() -> Result<(), String> {
     for _ in 0..o.rx_depth {
         qp.post_recv(&RecvWr::new(RECV_WRID, &recv)).map_err(err)?;
     }
-    let peer = exchange(&o, &me)?;
+    let peer = net_pingpong::exchange(&o, &me)?;
     println!(
         "  remote address: QPN {:#08x}, PSN {:#08x}, GID {}",
         peer.qpn,
         peer.psn,
         Gid(peer.gid).to_ipv6()
     );
-    connect(&qp, &o, me.psn, &peer).map_err(err)?;
+    let path = AhAttr::roce(1, Gid(peer.gid), GID_INDEX, Some(peer.mac));
+    qp.to_rtr(&RtrAttr::new(o.mtu, peer.qpn, peer.psn, path).min_rnr_timer(12))
+        .map_err(err)?;
+    qp.to_rts(&RtsAttr::new(me.psn).timeout(14).retry_cnt(7).rnr_retry(7))
+        .map_err(err)?;
     let send = [Sge::from_mr(&mr, 0, o.size as u32)];
-    let client = o.server.is_some();
     let start = Instant::now();
     for iter in 0..o.iters {
-        if client {
-            fill(&mr, o.size, iter);
+        if o.client() {
+            net_pingpong::fill(&mr, 0, o.size, iter)?;
             qp.post_send(&SendWr::send(SEND_WRID, &send)).map_err(err)?;
-            wait_one(&mut cq, SEND_WRID)?;
+            net_pingpong::wait_one(&mut cq, SEND_WRID)?;
         }
-        wait_one(&mut cq, RECV_WRID)?;
-        check(&mr, o.size, iter)?;
+        net_pingpong::wait_one(&mut cq, RECV_WRID)?;
+        net_pingpong::check(&mr, o.size, o.size, iter)?;
         qp.post_recv(&RecvWr::new(RECV_WRID, &recv)).map_err(err)?;
-        if !client {
-            fill(&mr, o.size, iter);
+        if !o.client() {
+            net_pingpong::fill(&mr, 0, o.size, iter)?;
             qp.post_send(&SendWr::send(SEND_WRID, &send)).map_err(err)?;
-            wait_one(&mut cq, SEND_WRID)?;
+            net_pingpong::wait_one(&mut cq, SEND_WRID)?;
         }
     }
-    let secs = start.elapsed().as_secs_f64();
-    let bytes = o.size as u64 * o.iters * 2;
-    println!(
-        "{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec",
-        bytes as f64 * 8.0 / secs / 1e6
-    );
-    println!(
-        "{} iters in {secs:.2} seconds = {:.2} usec/iter",
-        o.iters,
-        secs * 1e6 / o.iters as f64
-    );
+    net_pingpong::report(o.size as u64 * o.iters * 2, o.iters, start);
     Ok(())
 }
 
 fn main() {
-    if let Err(e) = run() {
+    let o = Opts::parse("rc_pingpong_net", 4096).unwrap_or_else(|e| {
+        eprintln!("rc_pingpong_net: {e}");
+        std::process::exit(2)
+    });
+    if let Err(e) = run(o) {
         eprintln!("rc_pingpong_net: {e}");
         std::process::exit(1);
     }

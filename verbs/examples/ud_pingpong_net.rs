@@ -1,0 +1,132 @@
+//! ibv_ud_pingpong between two processes: each opens an emulated ConnectX
+//! with a network address, they swap QPN, PSN, GID and MAC over TCP, then
+//! bounce UD datagrams over RoCEv2 through an address handle; every
+//! datagram arrives behind its 40-byte GRH, from the peer's QPN, and every
+//! byte is checked.
+//!
+//! server: cargo run -p verbs --example ud_pingpong_net -- -a 127.0.0.2
+//! client: cargo run -p verbs --example ud_pingpong_net -- -a 127.0.0.3 127.0.0.2
+//!
+//! `-s` is bounded by the path MTU (`-m`, 1024 by default), as for
+//! ibv_ud_pingpong: a UD message is one packet.
+
+#[path = "common/net_pingpong.rs"]
+mod net_pingpong;
+
+use std::time::Instant;
+
+use net_pingpong::{Dest, Opts, GID_INDEX, RECV_WRID, SEND_WRID};
+use verbs::{
+    AccessFlags, Ah, AhAttr, Gid, InitAttr, QpCap, QpInit, QpType, RecvWr, RtrAttr, RtsAttr,
+    SendWr, Sge,
+};
+
+/// The global routing header in front of every received datagram.
+const GRH: usize = 40;
+/// ibv_ud_pingpong's Q_Key.
+const QKEY: u32 = 0x1111_1111;
+
+fn run(o: Opts) -> Result<(), String> {
+    if o.size > o.mtu.bytes() as usize {
+        return Err(format!(
+            "-s {}: a UD message is one packet; the path MTU is {}",
+            o.size,
+            o.mtu.bytes()
+        ));
+    }
+    let err = |e: verbs::Error| e.to_string();
+    let (ctx, mac, local) = net_pingpong::open(&o)?;
+    let pd = ctx.alloc_pd().map_err(err)?;
+    let mut cq = ctx.create_cq(o.rx_depth + 1).map_err(err)?;
+    let cap = QpCap {
+        max_send_wr: 1,
+        max_recv_wr: o.rx_depth,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let mut qp = pd
+        .create_qp(&QpInit::new(QpType::Ud, &cq, &cq).cap(cap))
+        .map_err(err)?;
+    // The send half, then the receive half with room for the GRH.
+    let mr = pd
+        .reg_mr(vec![0u8; 2 * o.size + GRH], AccessFlags::LOCAL_WRITE)
+        .map_err(err)?;
+    qp.to_init(&InitAttr::new(1).qkey(QKEY)).map_err(err)?;
+    qp.to_rtr(&RtrAttr::ud()).map_err(err)?;
+    let psn = std::process::id() & 0xff_ffff;
+    qp.to_rts(&RtsAttr::new(psn)).map_err(err)?;
+    let recv = [Sge::from_mr(&mr, o.size, (o.size + GRH) as u32)];
+    for _ in 0..o.rx_depth {
+        qp.post_recv(&RecvWr::new(RECV_WRID, &recv)).map_err(err)?;
+    }
+    let gid = ctx.query_gid(1, u16::from(GID_INDEX)).map_err(err)?.gid;
+    let me = Dest {
+        qpn: qp.qpn(),
+        psn,
+        gid: gid.0,
+        mac,
+    };
+    println!(
+        "  local address:  QPN {:#08x}, PSN {:#08x}, GID {}, UDP {local}",
+        me.qpn,
+        me.psn,
+        gid.to_ipv6()
+    );
+    let peer = net_pingpong::exchange(&o, &me)?;
+    println!(
+        "  remote address: QPN {:#08x}, PSN {:#08x}, GID {}",
+        peer.qpn,
+        peer.psn,
+        Gid(peer.gid).to_ipv6()
+    );
+    let ah = Ah::create(
+        &pd,
+        &AhAttr::roce(1, Gid(peer.gid), GID_INDEX, Some(peer.mac)),
+    )
+    .map_err(err)?;
+    let send = [Sge::from_mr(&mr, 0, o.size as u32)];
+    let received = |wc: verbs::Wc, iter: u64| -> Result<(), String> {
+        if wc.src_qp != peer.qpn || wc.byte_len as usize != GRH + o.size {
+            return Err(format!(
+                "iteration {iter}: {} bytes from QPN {:#x}, expected {} from {:#x}",
+                wc.byte_len,
+                wc.src_qp,
+                GRH + o.size,
+                peer.qpn
+            ));
+        }
+        net_pingpong::check(&mr, o.size + GRH, o.size, iter)
+    };
+    let start = Instant::now();
+    for iter in 0..o.iters {
+        if o.client() {
+            net_pingpong::fill(&mr, 0, o.size, iter)?;
+            qp.post_send(&SendWr::send(SEND_WRID, &send).ud(&ah, peer.qpn, QKEY))
+                .map_err(err)?;
+            net_pingpong::wait_one(&mut cq, SEND_WRID)?;
+        }
+        let wc = net_pingpong::wait_one(&mut cq, RECV_WRID)?;
+        received(wc, iter)?;
+        qp.post_recv(&RecvWr::new(RECV_WRID, &recv)).map_err(err)?;
+        if !o.client() {
+            net_pingpong::fill(&mr, 0, o.size, iter)?;
+            qp.post_send(&SendWr::send(SEND_WRID, &send).ud(&ah, peer.qpn, QKEY))
+                .map_err(err)?;
+            net_pingpong::wait_one(&mut cq, SEND_WRID)?;
+        }
+    }
+    net_pingpong::report(o.size as u64 * o.iters * 2, o.iters, start);
+    Ok(())
+}
+
+fn main() {
+    let o = Opts::parse("ud_pingpong_net", 1024).unwrap_or_else(|e| {
+        eprintln!("ud_pingpong_net: {e}");
+        std::process::exit(2)
+    });
+    if let Err(e) = run(o) {
+        eprintln!("ud_pingpong_net: {e}");
+        std::process::exit(1);
+    }
+}
