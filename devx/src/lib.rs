@@ -26,7 +26,7 @@ pub use cmd_comp::CmdComp;
 pub use context::Context;
 pub use device::Device;
 pub use error::{Error, FwReport, Result};
-pub use events::{event_type, Events};
+pub use events::{event_type, port_change, Events};
 pub use live::{live_objects, LiveObject};
 pub use obj::{DestroyFailed, Obj};
 pub use provider::{

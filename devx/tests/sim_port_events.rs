@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use devx::event_type;
-use devx::sim::kernel::events::port_change;
+use devx::port_change;
 use prm_layouts::enums::Opcode;
 use prm_layouts::*;
 

@@ -1,12 +1,20 @@
 //! The embedded emulated ConnectX ("sim" provider).
 //!
-//! Three layers, kept apart:
+//! Layers, each using only the ones below it:
 //! * [`kernel`]: what the kernel's DEVX code does per context (uid, handle
 //!   table, admission, binding, inbox edits, UMEM probing, teardown, async
-//!   completion channels, UAR pages);
+//!   completion channels, event channels, UAR pages);
+//! * [`engine`]: the data path, executing posted WQEs when a doorbell
+//!   reaches its [`DoorbellSink`];
 //! * [`fw`]: the firmware command processor over per-device object tables,
-//!   answering every inbox with a PRM status and a [`syndrome`];
-//! * [`profile`]: the ConnectX-6 Dx capability profile every limit comes from.
+//!   answering every inbox with a PRM status and a [`syndrome`], and the
+//!   device's event hub that firmware and data path raise events into;
+//! * [`wire`], [`profile`], [`identity`], [`syndrome`]: the RoCEv2 wire
+//!   format and port, the ConnectX-6 Dx capability profile every limit
+//!   comes from, the port identity, and the syndrome table.
+//!
+//! `kernel` uses `engine` and `fw`, `engine` uses `fw` and `wire`; nothing
+//! in `fw` or `engine` reaches up (a unit test below checks the sources).
 //!
 //! Devices are process-wide: `sim0` always exists, `simN` is created on
 //! first request and lives until the process ends.
@@ -26,11 +34,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::error::{Error, Result};
 use crate::provider::{DeviceInfo, Provider, ProviderContext};
 
+pub use engine::DoorbellSink;
 pub use fw::kind::ObjKind;
 pub use identity::Identity;
 pub use kernel::async_cmd::SimCmdChannel;
 pub use kernel::events::SimEventChannel;
-pub use kernel::uar::{DoorbellSink, SimUarPage};
+pub use kernel::uar::SimUarPage;
 pub use kernel::SimContext;
 pub use profile::Profile;
 
@@ -239,7 +248,7 @@ impl SimDevice {
     /// PORT_CHANGE event gets one (sub type DOWN or ACTIVE). Setting the
     /// state it already has raises nothing.
     pub fn set_link(&self, up: bool) {
-        use kernel::events::{port_change, port_change_eqe};
+        use fw::events::{port_change, port_change_eqe};
         self.shared.fw.with_mut(|st| {
             if st.link_up == up {
                 return;
@@ -367,6 +376,53 @@ pub fn devices() -> Vec<Arc<dyn Provider>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `.rs` file under `dir` (the tree is a few levels deep).
+    fn sources(dir: &std::path::Path, depth: u32, out: &mut Vec<std::path::PathBuf>) {
+        assert!(depth < 8, "{}: nested too deep", dir.display());
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                sources(&path, depth + 1, out);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// The layering in the module docs: `fw` and `engine` never name a
+    /// layer above them.
+    #[test]
+    fn layers_point_one_way() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/sim");
+        let rules: [(&str, &[&str]); 2] = [
+            (
+                "fw",
+                &[
+                    "sim::kernel",
+                    "super::kernel",
+                    "sim::engine",
+                    "super::engine",
+                ],
+            ),
+            ("engine", &["sim::kernel", "super::kernel"]),
+        ];
+        let mut bad = Vec::new();
+        for (layer, banned) in rules {
+            let mut files = Vec::new();
+            sources(&root.join(layer), 0, &mut files);
+            assert!(!files.is_empty(), "no sources under sim/{layer}");
+            for f in files {
+                let text = std::fs::read_to_string(&f).unwrap();
+                for (n, line) in text.lines().enumerate() {
+                    if let Some(b) = banned.iter().find(|b| line.contains(*b)) {
+                        bad.push(format!("{}:{}: names {b}", f.display(), n + 1));
+                    }
+                }
+            }
+        }
+        assert!(bad.is_empty(), "layer rule broken:\n{}", bad.join("\n"));
+    }
 
     #[test]
     fn names() {

@@ -35,9 +35,16 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use super::fw::Firmware;
-use super::kernel::uar::DoorbellSink;
 use msg::Reply;
 use requester::{Batch, Entry, Step};
+
+/// Receives every doorbell written to an emulated UAR page: the engine,
+/// or a test's stand-in installed with `SimDevice::set_doorbell_sink`. The
+/// kernel layer's UAR pages deliver to it.
+pub trait DoorbellSink: Send + Sync {
+    /// `value` was stored at `offset` of UAR page `page_id` (bytes as in memory).
+    fn doorbell(&self, page_id: u32, offset: usize, value: u64);
+}
 
 /// BlueFlame / doorbell registers of a UAR page (prm-guide §5.6).
 const BF_REGS: std::ops::Range<usize> = 0x800..0x1000;

@@ -4,8 +4,8 @@
 //! and raises a completion EQE to the channels subscribed for it.
 
 use crate::sim::fw::cq::{arm_state, Arm};
+use crate::sim::fw::events::{self, cq_key};
 use crate::sim::fw::state::State;
-use crate::sim::kernel::events::{self, cq_key};
 
 /// Offset of the CQ arm doorbell in a UAR page.
 pub const CQ_ARM_DOORBELL: usize = 0x20;

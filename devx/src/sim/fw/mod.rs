@@ -12,6 +12,7 @@ pub mod cmd;
 pub mod cq;
 pub mod dispatch;
 pub mod eq;
+pub mod events;
 pub mod ext;
 pub mod general;
 pub mod kind;

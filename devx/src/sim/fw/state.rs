@@ -68,7 +68,7 @@ pub struct State {
     pub epoch: u64,
     /// Event subscriptions (the kernel's EQ dispatch), here so that the
     /// data path can raise events while it holds the device lock.
-    pub events: crate::sim::kernel::events::EventHub,
+    pub events: super::events::EventHub,
     /// The physical link of the port (`SimDevice::set_link`); up at start.
     pub link_up: bool,
 }

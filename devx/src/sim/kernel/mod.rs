@@ -37,8 +37,9 @@ use super::fw::state::State;
 use super::fw::{eq, umem};
 use super::profile::PORT_TYPE_ETHERNET;
 use super::DeviceShared;
+use crate::sim::fw::events::Delivery;
 use async_cmd::SimCmdChannel;
-use events::{Delivery, SimEventChannel};
+use events::SimEventChannel;
 use handles::{Handles, Named};
 use uar::SimUarPage;
 

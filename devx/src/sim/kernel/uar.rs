@@ -6,13 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::provider::{UarKind, UarPage};
-use crate::sim::engine::Engine;
-
-/// Receives every doorbell written to an emulated UAR page.
-pub trait DoorbellSink: Send + Sync {
-    /// `value` was stored at `offset` of UAR page `page_id` (bytes as in memory).
-    fn doorbell(&self, page_id: u32, offset: usize, value: u64);
-}
+use crate::sim::engine::{DoorbellSink, Engine};
 
 /// A device's doorbell sink slot, shared by all its UAR pages.
 pub type DoorbellSlot = Arc<SinkSlot>;
