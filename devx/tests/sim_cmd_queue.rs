@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use devx::sim::kernel::async_cmd::CMD_QUEUE_SLOTS;
+use devx::sim::CMD_QUEUE_SLOTS;
 use devx::sim::{sim_device_with_profile, Profile};
 use devx::ProviderContext;
 use prm_layouts::enums::Opcode;
@@ -135,8 +135,7 @@ fn futures_resolve_by_wr_id_and_next_takes_the_rest() {
     let ctx = sim_ctx();
     let comp = devx::CmdComp::new(&ctx).unwrap();
     // As many as the channel's 1 MiB output cap holds.
-    let n =
-        (devx::sim::kernel::async_cmd::MAX_OUTSTANDING_BYTES / QueryHcaCapOut::SIZE_BYTES) as u64;
+    let n = (devx::sim::MAX_OUTSTANDING_BYTES / QueryHcaCapOut::SIZE_BYTES) as u64;
     for wr_id in 0..n {
         ctx.general_async(&query_caps(), QueryHcaCapOut::SIZE_BYTES, wr_id, &comp)
             .unwrap();

@@ -1,15 +1,15 @@
 //! The embedded emulated ConnectX ("sim" provider).
 //!
 //! Layers, each using only the ones below it:
-//! * [`kernel`]: what the kernel's DEVX code does per context (uid, handle
+//! * `kernel`: what the kernel's DEVX code does per context (uid, handle
 //!   table, admission, binding, inbox edits, UMEM probing, teardown, async
 //!   completion channels, event channels, UAR pages);
-//! * [`engine`]: the data path, executing posted WQEs when a doorbell
+//! * `engine`: the data path, executing posted WQEs when a doorbell
 //!   reaches its [`DoorbellSink`];
-//! * [`fw`]: the firmware command processor over per-device object tables,
+//! * `fw`: the firmware command processor over per-device object tables,
 //!   answering every inbox with a PRM status and a [`syndrome`], and the
 //!   device's event hub that firmware and data path raise events into;
-//! * [`wire`], [`profile`], [`identity`], [`syndrome`]: the RoCEv2 wire
+//! * [`wire`], `profile`, `identity`, [`syndrome`]: the RoCEv2 wire
 //!   format and port, the ConnectX-6 Dx capability profile every limit
 //!   comes from, the port identity, and the syndrome table.
 //!
@@ -19,11 +19,11 @@
 //! Devices are process-wide: `sim0` always exists, `simN` is created on
 //! first request and lives until the process ends.
 
-pub mod engine;
-pub mod fw;
-pub mod identity;
-pub mod kernel;
-pub mod profile;
+pub(crate) mod engine;
+pub(crate) mod fw;
+mod identity;
+pub(crate) mod kernel;
+mod profile;
 pub mod syndrome;
 pub mod wire;
 
@@ -36,10 +36,8 @@ use crate::provider::{DeviceInfo, Provider, ProviderContext};
 
 pub use engine::DoorbellSink;
 pub use fw::kind::ObjKind;
-pub use identity::Identity;
-pub use kernel::async_cmd::SimCmdChannel;
-pub use kernel::events::SimEventChannel;
-pub use kernel::uar::SimUarPage;
+pub use identity::{GidEntry, Identity};
+pub use kernel::async_cmd::{CMD_QUEUE_SLOTS, MAX_OUTSTANDING_BYTES};
 pub use kernel::SimContext;
 pub use profile::Profile;
 
@@ -274,7 +272,7 @@ impl SimDevice {
     }
 
     /// The UDP address of the device's network port, if it has one
-    /// (see [`wire::config`]).
+    /// (configured as the [`wire`] module says).
     pub fn net_addr(&self) -> Option<std::net::SocketAddr> {
         self.shared.dp.port().map(|p| p.local_addr())
     }
@@ -289,9 +287,22 @@ impl SimDevice {
         self.shared.dp.port().map(|p| p.counters())
     }
 
-    /// The firmware, for the data-path engine and white-box tests.
-    pub fn firmware(&self) -> &Arc<fw::Firmware> {
+    /// The firmware, for the data-path engine and the live-object listing.
+    pub(crate) fn firmware(&self) -> &Arc<fw::Firmware> {
         &self.shared.fw
+    }
+
+    /// Runs one command mailbox straight on the firmware, without the
+    /// kernel layer's admission, uid stamping or handle checks: for probing
+    /// the firmware's own checks (fuzzing). `out` gets the firmware's
+    /// answer; a failure is [`Error::Firmware`] with the status and
+    /// syndrome the firmware answered, even when `out` is too short to
+    /// carry them. Objects created this way belong to no context.
+    pub fn execute_firmware(&self, inbox: &[u8], out: &mut [u8]) -> Result<()> {
+        self.shared
+            .fw
+            .execute(inbox, out)
+            .map_err(|e| kernel::with_outbox(inbox, e))
     }
 }
 

@@ -15,18 +15,18 @@
 //! * All raw memory access is in [`dma`]; every range is checked against an
 //!   MKEY and its registered UMEM in [`keys`] before it is touched.
 
-pub mod cache;
-pub mod cqe;
-pub mod dma;
-pub mod flush;
-pub mod keys;
-pub mod msg;
-pub mod net;
-pub mod notify;
-pub mod queue;
-pub mod requester;
-pub mod responder;
-pub mod umr;
+pub(crate) mod cache;
+pub(crate) mod cqe;
+pub(crate) mod dma;
+pub(crate) mod flush;
+pub(crate) mod keys;
+pub(crate) mod msg;
+pub(crate) mod net;
+pub(crate) mod notify;
+pub(crate) mod queue;
+pub(crate) mod requester;
+pub(crate) mod responder;
+pub(crate) mod umr;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -61,15 +61,15 @@ fn held_key(page: u32, qpn: u32) -> u64 {
 
 /// A QP waiting for the responder to post a receive.
 #[derive(Debug, Clone, Copy)]
-pub struct RnrWait {
-    pub qpn: u32,
+pub(crate) struct RnrWait {
+    pub(crate) qpn: u32,
     /// Timer retries left (rnr_retry; 7 = unlimited).
-    pub left: u8,
-    pub delay: Duration,
+    pub(crate) left: u8,
+    pub(crate) delay: Duration,
 }
 
 /// Where a destination GID lives.
-pub enum Peer {
+pub(crate) enum Peer {
     Local,
     /// Another device: its index in [`Inner::remote`] (an index, so that
     /// resolving a peer per WQE costs no reference count traffic).
@@ -80,26 +80,26 @@ pub enum Peer {
 
 /// The engine's bookkeeping; locked only while the device lock is held.
 #[derive(Default)]
-pub struct Inner {
+pub(crate) struct Inner {
     /// QPs whose send queue a thread is executing right now.
-    pub busy: Vec<u32>,
-    pub rnr: Vec<RnrWait>,
+    pub(crate) busy: Vec<u32>,
+    pub(crate) rnr: Vec<RnrWait>,
     /// Reused message buffer.
-    pub scratch: Vec<u8>,
+    pub(crate) scratch: Vec<u8>,
     /// Message buffers of settled batches, for the next ones.
-    pub spare: Vec<Vec<u8>>,
+    pub(crate) spare: Vec<Vec<u8>>,
     /// The message of the last [`requester`] WQE bound for another device.
-    pub outgoing: Option<msg::Msg>,
+    pub(crate) outgoing: Option<msg::Msg>,
     /// Reused batch storage.
-    pub batch: Option<Batch>,
+    pub(crate) batch: Option<Batch>,
     /// Reused receive WQE buffer.
-    pub recv: Vec<u8>,
+    pub(crate) recv: Vec<u8>,
     /// Reused send WQE buffer.
-    pub wqe: Option<Box<[u8; queue::MAX_SQ_WQE]>>,
+    pub(crate) wqe: Option<Box<[u8; queue::MAX_SQ_WQE]>>,
     /// Linked-list SRQ heads: srqn → (WQEs consumed, next WQE index).
-    pub srq_heads: HashMap<u32, (u32, u32)>,
+    pub(crate) srq_heads: HashMap<u32, (u32, u32)>,
     /// QP views and key checks resolved in the current firmware epoch.
-    pub cache: cache::Cache,
+    pub(crate) cache: cache::Cache,
     /// Resolved remote GIDs; entries are never removed, so an index stays
     /// valid.
     peers: Vec<([u8; 16], Arc<Engine>)>,
@@ -107,18 +107,18 @@ pub struct Inner {
     /// the same destination again and again.
     last_peer: Option<([u8; 16], usize)>,
     /// Transport state of QPs talking through the network port.
-    pub net: net::NetState,
+    pub(crate) net: net::NetState,
 }
 
 impl Inner {
     /// The engine of resolved peer `i` (see [`Peer::Remote`]).
-    pub fn remote(&self, i: usize) -> Option<&Arc<Engine>> {
+    pub(crate) fn remote(&self, i: usize) -> Option<&Arc<Engine>> {
         self.peers.get(i).map(|(_, e)| e)
     }
 }
 
 /// One device's data-path engine.
-pub struct Engine {
+pub(crate) struct Engine {
     index: u32,
     fw: Arc<Firmware>,
     gids: [[u8; 16]; 4],
@@ -137,7 +137,7 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(index: u32, fw: Arc<Firmware>) -> Arc<Engine> {
+    pub(crate) fn new(index: u32, fw: Arc<Firmware>) -> Arc<Engine> {
         let gids = fw.with(|st| st.ident.gid_table().map(|e| e.gid));
         Arc::new_cyclic(|me| Engine {
             index,
@@ -158,7 +158,7 @@ impl Engine {
     }
 
     /// GID table entry `index` of this device (entry 0 for an empty index).
-    pub fn gid(&self, index: u8) -> [u8; 16] {
+    pub(crate) fn gid(&self, index: u8) -> [u8; 16] {
         self.gids
             .get(usize::from(index))
             .copied()
@@ -284,7 +284,7 @@ impl Engine {
     }
 
     /// Holds doorbells back (remembered in order) or executes them again.
-    pub fn pause(&self, paused: bool) {
+    pub(crate) fn pause(&self, paused: bool) {
         self.paused.store(paused, Ordering::Release);
         if !paused {
             self.run();
@@ -293,7 +293,7 @@ impl Engine {
 
     /// Executes the doorbells held while paused, and retries RNR waits and
     /// QPs that need flushing, now, whether paused or not.
-    pub fn run(&self) {
+    pub(crate) fn run(&self) {
         let held = {
             let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
             self.last_held.store(NO_HELD, Ordering::Release);
@@ -321,7 +321,7 @@ impl Engine {
     }
 
     /// Doorbells held while paused.
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.held.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }

@@ -19,44 +19,44 @@ use crate::eventfd::EventFdRef;
 use crate::provider::{DevxEvent, Handle};
 
 /// EQE types (`MLX5_EVENT_TYPE_*`, prm-guide §6.3).
-pub mod ty {
-    pub const COMP: u16 = 0x00;
-    pub const PATH_MIG: u16 = 0x01;
-    pub const COMM_EST: u16 = 0x02;
-    pub const SQ_DRAINED: u16 = 0x03;
-    pub const CQ_ERROR: u16 = 0x04;
-    pub const WQ_CATAS_ERROR: u16 = 0x05;
-    pub const PATH_MIG_FAILED: u16 = 0x07;
-    pub const PORT_CHANGE: u16 = 0x09;
-    pub const WQ_INVAL_REQ_ERROR: u16 = 0x10;
-    pub const WQ_ACCESS_ERROR: u16 = 0x11;
-    pub const SRQ_CATAS_ERROR: u16 = 0x12;
-    pub const SRQ_LAST_WQE: u16 = 0x13;
-    pub const SRQ_RQ_LIMIT: u16 = 0x14;
-    pub const XRQ_ERROR: u16 = 0x18;
-    pub const DCT_DRAINED: u16 = 0x1c;
-    pub const DCT_KEY_VIOLATION: u16 = 0x1d;
+pub(crate) mod ty {
+    pub(crate) const COMP: u16 = 0x00;
+    pub(crate) const PATH_MIG: u16 = 0x01;
+    pub(crate) const COMM_EST: u16 = 0x02;
+    pub(crate) const SQ_DRAINED: u16 = 0x03;
+    pub(crate) const CQ_ERROR: u16 = 0x04;
+    pub(crate) const WQ_CATAS_ERROR: u16 = 0x05;
+    pub(crate) const PATH_MIG_FAILED: u16 = 0x07;
+    pub(crate) const PORT_CHANGE: u16 = 0x09;
+    pub(crate) const WQ_INVAL_REQ_ERROR: u16 = 0x10;
+    pub(crate) const WQ_ACCESS_ERROR: u16 = 0x11;
+    pub(crate) const SRQ_CATAS_ERROR: u16 = 0x12;
+    pub(crate) const SRQ_LAST_WQE: u16 = 0x13;
+    pub(crate) const SRQ_RQ_LIMIT: u16 = 0x14;
+    pub(crate) const XRQ_ERROR: u16 = 0x18;
+    pub(crate) const DCT_DRAINED: u16 = 0x1c;
+    pub(crate) const DCT_KEY_VIOLATION: u16 = 0x1d;
 }
 
 /// `cq_err.syndrome` of an overrun (`MLX5_CQ_ERROR_SYNDROME_CQ_OVERRUN`).
-pub const CQ_ERR_SYNDROME_OVERRUN: u8 = 0x01;
+pub(crate) const CQ_ERR_SYNDROME_OVERRUN: u8 = 0x01;
 
 /// Events a channel holds unread before it drops one and reports EOVERFLOW
 /// (the kernel's allocation failure, made deterministic).
-pub const MAX_QUEUED_EVENTS: usize = 1 << 16;
+pub(crate) const MAX_QUEUED_EVENTS: usize = 1 << 16;
 
 /// A completion EQE naming CQ `cqn`.
-pub fn comp_eqe(cqn: u32) -> [u8; 64] {
+pub(crate) fn comp_eqe(cqn: u32) -> [u8; 64] {
     let mut e = Eqe::new();
     e.set_event_type(ty::COMP as u8);
     e.event_data_mut().comp_mut().set_cq_number(cqn);
     e.0
 }
 
-pub use crate::events::port_change;
+pub(crate) use crate::events::port_change;
 
 /// A port change EQE (`mlx5_eqe_port_state`) for `port`.
-pub fn port_change_eqe(port: u8, sub_type: u8) -> [u8; 64] {
+pub(crate) fn port_change_eqe(port: u8, sub_type: u8) -> [u8; 64] {
     let mut e = Eqe::new();
     e.set_event_type(ty::PORT_CHANGE as u8);
     e.set_event_sub_type(sub_type);
@@ -67,7 +67,7 @@ pub fn port_change_eqe(port: u8, sub_type: u8) -> [u8; 64] {
 }
 
 /// A CQ error EQE (`mlx5_eqe_cq_err`).
-pub fn cq_error_eqe(cqn: u32, syndrome: u8) -> [u8; 64] {
+pub(crate) fn cq_error_eqe(cqn: u32, syndrome: u8) -> [u8; 64] {
     let mut e = Eqe::new();
     e.set_event_type(ty::CQ_ERROR as u8);
     let d = e.event_data_mut().cq_error_mut();
@@ -110,16 +110,6 @@ impl EvChanInner {
             cv: Condvar::new(),
             efd,
         })
-    }
-
-    /// True when events carry only their cookie.
-    pub(crate) fn omits_data(&self) -> bool {
-        self.omit_data
-    }
-
-    /// Events queued and not yet read.
-    pub(crate) fn queued(&self) -> usize {
-        lock(&self.q).events.len()
     }
 
     /// The eventfd that polls readable while events are queued.
@@ -204,7 +194,7 @@ struct Sub {
 /// firmware state so the data path can raise events under the device lock;
 /// channels have their own lock and never take the device lock.
 #[derive(Default)]
-pub struct EventHub {
+pub(crate) struct EventHub {
     subs: Vec<Sub>,
     next: u64,
 }
@@ -242,24 +232,9 @@ impl EventHub {
         self.subs.retain(|s| s.ctx != ctx);
     }
 
-    /// Subscriptions alive (channel still open).
-    pub fn subscriptions(&self) -> usize {
-        self.subs
-            .iter()
-            .filter(|s| s.chan.strong_count() > 0)
-            .count()
-    }
-
-    /// True when some channel listens for `event_type` of `target`.
-    pub fn wants(&self, target: Option<ObjKey>, event_type: u16) -> bool {
-        self.subs.iter().any(|s| {
-            s.target == target && s.types.contains(&event_type) && s.chan.strong_count() > 0
-        })
-    }
-
     /// Delivers `eqe` (by its event type) to every channel subscribed to it
     /// for `target` (`None`: an unaffiliated event).
-    pub fn raise(&self, target: Option<ObjKey>, eqe: &[u8; 64]) {
+    pub(crate) fn raise(&self, target: Option<ObjKey>, eqe: &[u8; 64]) {
         let t = u16::from(Eqe::from_slice(eqe).map_or(0, |e| e.event_type()));
         for s in &self.subs {
             if s.target != target || !s.types.contains(&t) {
@@ -279,7 +254,7 @@ impl EventHub {
 }
 
 /// The key a CQ's subscriptions are filed under (CREATE_CQ, cqn).
-pub fn cq_key(cqn: u32) -> ObjKey {
+pub(crate) fn cq_key(cqn: u32) -> ObjKey {
     ObjKey {
         creator: Opcode::CreateCq.raw().into(),
         number: cqn & 0x00ff_ffff,
@@ -287,7 +262,7 @@ pub fn cq_key(cqn: u32) -> ObjKey {
 }
 
 /// The key a QP's subscriptions are filed under (CREATE_QP, qpn).
-pub fn qp_key(qpn: u32) -> ObjKey {
+pub(crate) fn qp_key(qpn: u32) -> ObjKey {
     ObjKey {
         creator: u32::from(prm_layouts::enums::Opcode::CreateQp.raw()),
         number: qpn & 0x00ff_ffff,
@@ -298,7 +273,7 @@ pub fn qp_key(qpn: u32) -> ObjKey {
 const QUEUE_TYPE_QP: u8 = 0;
 
 /// A QP event EQE (`mlx5_eqe_qp_srq`) naming QP `qpn`.
-pub fn qp_event_eqe(event_type: u16, qpn: u32) -> [u8; 64] {
+pub(crate) fn qp_event_eqe(event_type: u16, qpn: u32) -> [u8; 64] {
     let mut e = Eqe::new();
     e.set_event_type(event_type as u8);
     let d = e.event_data_mut().qp_srq_mut();

@@ -109,7 +109,7 @@ impl ChanInner {
 }
 
 /// A completion channel of the emulated device.
-pub struct SimCmdChannel {
+pub(crate) struct SimCmdChannel {
     pub(crate) inner: Arc<ChanInner>,
 }
 
@@ -130,11 +130,6 @@ impl SimCmdChannel {
                 efd,
             }),
         })
-    }
-
-    /// Commands submitted and not yet completed.
-    pub fn pending(&self) -> usize {
-        lock(&self.inner.q).pending
     }
 }
 

@@ -12,7 +12,7 @@ use crate::provider::{DevxEvent, EventChannel};
 use crate::sim::fw::events::{ty, EvChanInner};
 
 /// At most this many event numbers per subscription (the kernel's limit).
-pub const MAX_EVENTS_PER_SUBSCRIBE: usize = 16;
+pub(crate) const MAX_EVENTS_PER_SUBSCRIBE: usize = 16;
 
 /// Affiliated events the kernel accepts without firmware `event_cap`
 /// (devx.c `is_legacy_obj_event_num`); the emulated profile has no event_cap.
@@ -38,7 +38,7 @@ fn legacy_affiliated(t: u16) -> bool {
 }
 
 /// The kernel's checks on a SUBSCRIBE_EVENT type list (EINVAL on failure).
-pub fn check_event_types(event_types: &[u16], affiliated: bool) -> Result<()> {
+pub(crate) fn check_event_types(event_types: &[u16], affiliated: bool) -> Result<()> {
     if event_types.is_empty() || event_types.len() > MAX_EVENTS_PER_SUBSCRIBE {
         return Err(Error::os(
             format!(
@@ -70,7 +70,7 @@ pub fn check_event_types(event_types: &[u16], affiliated: bool) -> Result<()> {
 }
 
 /// A DEVX event channel of the emulated device.
-pub struct SimEventChannel {
+pub(crate) struct SimEventChannel {
     pub(crate) inner: Arc<EvChanInner>,
 }
 
@@ -79,16 +79,6 @@ impl SimEventChannel {
         Ok(SimEventChannel {
             inner: Arc::new(EvChanInner::new(ctx_id, omit_data)?),
         })
-    }
-
-    /// True when events carry only their cookie.
-    pub fn omits_data(&self) -> bool {
-        self.inner.omits_data()
-    }
-
-    /// Events queued and not yet read.
-    pub fn queued(&self) -> usize {
-        self.inner.queued()
     }
 }
 
