@@ -10,6 +10,7 @@ mod deferred;
 pub mod device;
 mod devmem;
 pub mod error;
+#[cfg(any(feature = "emulator", feature = "fake-kernel"))]
 mod eventfd;
 pub mod events;
 pub mod fixture;
@@ -18,6 +19,7 @@ pub mod live;
 pub mod obj;
 pub mod provider;
 pub mod reactor;
+#[cfg(feature = "emulator")]
 pub mod sim;
 pub mod uar;
 pub mod umem;
@@ -34,6 +36,7 @@ pub use provider::{
     Handle, Provider, ProviderContext, UarAlloc, UarKind, UarPage,
 };
 /// Names the emulated device's syndromes (`sim::syndrome::name`).
+#[cfg(feature = "emulator")]
 pub use sim::syndrome::name as syndrome_name;
 pub use uar::{BlueFlame, Uar};
 pub use umem::{access, ExclusiveMemory, SharedMemory, StableMemory, Umem};

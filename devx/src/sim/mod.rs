@@ -23,6 +23,7 @@ pub(crate) mod engine;
 pub(crate) mod fw;
 mod identity;
 pub(crate) mod kernel;
+mod live;
 mod profile;
 pub mod syndrome;
 pub mod wire;
@@ -287,11 +288,6 @@ impl SimDevice {
         self.shared.dp.port().map(|p| p.counters())
     }
 
-    /// The firmware, for the data-path engine and the live-object listing.
-    pub(crate) fn firmware(&self) -> &Arc<fw::Firmware> {
-        &self.shared.fw
-    }
-
     /// Runs one command mailbox straight on the firmware, without the
     /// kernel layer's admission, uid stamping or handle checks: for probing
     /// the firmware's own checks (fuzzing). `out` gets the firmware's
@@ -313,6 +309,10 @@ impl Provider for SimDevice {
 
     fn open(&self) -> Result<Arc<dyn ProviderContext>> {
         Ok(self.open_sim()?)
+    }
+
+    fn live_objects(&self) -> Result<Vec<crate::live::LiveObject>> {
+        Ok(self.shared.fw.with(live::list))
     }
 }
 
