@@ -12,7 +12,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use devx::sim::CMD_QUEUE_SLOTS;
-use devx::sim::{sim_device_with_profile, Profile};
+use devx::sim::{Profile, SimDevice};
 use devx::ProviderContext;
 use prm_layouts::enums::Opcode;
 use prm_layouts::*;
@@ -38,12 +38,12 @@ fn block_on<F: Future>(f: F) -> F::Output {
 }
 
 /// A device whose QUERY_CQ holds its queue slot for a minute.
-fn slow_cq_queries(index: u32) -> Env {
+fn slow_cq_queries() -> Env {
     let p = Profile {
         cmd_latency: vec![(Opcode::QueryCq.raw(), Duration::from_secs(60))],
         ..Profile::default()
     };
-    Env::on(sim_device_with_profile(&format!("sim{index}"), p).unwrap())
+    Env::on(SimDevice::new(p))
 }
 
 fn query_cq(cqn: u32) -> Vec<u8> {
@@ -61,7 +61,7 @@ fn query_caps() -> Vec<u8> {
 
 #[test]
 fn completions_come_in_finish_order() {
-    let mut env = slow_cq_queries(521);
+    let mut env = slow_cq_queries();
     let (cq_h, cqn) = env.cq(5);
     let ch = env.ctx.create_cmd_channel().unwrap();
     env.ctx
@@ -91,7 +91,7 @@ fn completions_come_in_finish_order() {
 
 #[test]
 fn commands_beyond_the_queue_slots_wait_for_one() {
-    let mut env = slow_cq_queries(522);
+    let mut env = slow_cq_queries();
     let (cq_h, cqn) = env.cq(5);
     let ch = env.ctx.create_cmd_channel().unwrap();
     let extra = 8;

@@ -16,8 +16,25 @@
 //! `kernel` uses `engine` and `fw`, `engine` uses `fw` and `wire`; nothing
 //! in `fw` or `engine` reaches up (a unit test below checks the sources).
 //!
-//! Devices are process-wide: `sim0` always exists, `simN` is created on
-//! first request and lives until the process ends.
+//! Named devices are process-wide: `sim0` always exists, `simN` is created
+//! on first request and lives until the process ends; they reach each other
+//! over an in-process link, and the CLI and tools find them by name. A test
+//! that wants a device of its own makes one with [`SimDevice::new`]: it is
+//! private to its owner and goes away with it.
+//!
+//! ```
+//! use devx::sim::{ObjKind, Profile, SimDevice};
+//! # fn main() -> devx::Result<()> {
+//! let sim = SimDevice::new(Profile::connectx6_dx());
+//! let ctx = sim.device().open()?;
+//! let mut pd = prm_layouts::AllocPdIn::new();
+//! pd.set_opcode(prm_layouts::Opcode::AllocPd.raw());
+//! let pd = ctx.create(pd.as_bytes(), prm_layouts::AllocPdOut::SIZE_BYTES)?;
+//! assert_eq!(sim.count(ObjKind::Pd), 1);
+//! drop((pd, ctx));
+//! assert_eq!(sim.live_objects(), 0);
+//! # Ok(()) }
+//! ```
 
 pub(crate) mod engine;
 pub(crate) mod fw;
@@ -29,9 +46,10 @@ pub mod syndrome;
 pub mod wire;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::provider::{DeviceInfo, Provider, ProviderContext};
 
@@ -59,6 +77,15 @@ pub(crate) struct DeviceShared {
     pub(crate) fatal: std::sync::atomic::AtomicBool,
 }
 
+/// The last reference is gone (only privately owned devices get here):
+/// their threads end before the memory they use goes.
+impl Drop for DeviceShared {
+    fn drop(&mut self) {
+        self.engine.shutdown();
+        self.dp.stop();
+    }
+}
+
 impl DeviceShared {
     /// Fails `what` fast once the device hit a fatal error.
     pub(crate) fn check_alive(&self, what: &str) -> Result<()> {
@@ -82,11 +109,51 @@ pub struct SimDevice {
 }
 
 impl SimDevice {
-    fn new(index: u32, profile: Profile) -> SimDevice {
+    /// A private emulated device that the caller owns: it has no name in
+    /// the process-wide registry (so `Device::by_name` and `Device::list` do
+    /// not find it and tests running in parallel never share it), no
+    /// network port, and no in-process link to other devices; its QPs talk
+    /// to QPs of the same device. Open contexts through
+    /// [`SimDevice::device`].
+    ///
+    /// The device lives as long as its owner, a [`Device`] made from it, or
+    /// one of its contexts: dropping the owner first leaves the contexts
+    /// working. Once the last of them is gone its objects, memory and
+    /// threads (`sim<index>-fw` for asynchronous commands, `sim<index>-rnr`
+    /// for RNR retries) are gone too.
+    pub fn new(profile: Profile) -> Arc<SimDevice> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        // Above every `simN`, so its MAC, GUID and GIDs are its own.
+        let index = MAX_DEVICE_INDEX + 1 + k;
+        Arc::new(SimDevice::create(
+            index,
+            format!("owned-sim{k}"),
+            profile,
+            false,
+        ))
+    }
+
+    /// A [`Device`] over this emulated device, to open [`crate::Context`]s.
+    pub fn device(self: &Arc<Self>) -> Device {
+        Device::from_provider(Arc::clone(self) as Arc<dyn Provider>)
+    }
+
+    /// `simN`, for the registry.
+    fn named(index: u32, profile: Profile) -> SimDevice {
+        SimDevice::create(index, format!("sim{index}"), profile, true)
+    }
+
+    /// A device named `name`; `named` devices (`simN`) get their network
+    /// port from the configuration and reach each other in-process.
+    fn create(index: u32, name: String, profile: Profile, named: bool) -> SimDevice {
         let mut ident = Identity::new(index);
-        let name = format!("sim{index}");
         // A device with a network address is known by it (its RoCE GIDs).
-        let port = wire::NetPort::for_device(&name);
+        let port = if named {
+            wire::NetPort::for_device(&name)
+        } else {
+            Ok(None)
+        };
         if let Ok(Some(p)) = &port {
             if let std::net::IpAddr::V4(a) = p.local_addr().ip() {
                 ident.ipv4 = a.octets();
@@ -96,7 +163,14 @@ impl SimDevice {
             name: name.clone(),
             provider: "sim".into(),
             emulated: true,
-            location: format!("embedded emulated device, {}", profile.model),
+            location: if named {
+                format!("embedded emulated device, {}", profile.model)
+            } else {
+                format!(
+                    "embedded emulated device (privately owned), {}",
+                    profile.model
+                )
+            },
             node_guid: ident.node_guid,
             fw_version: profile.fw_version.into(),
             vendor_id: profile.vendor_id,
@@ -105,10 +179,11 @@ impl SimDevice {
         };
         let fw = Arc::new(fw::Firmware::new(profile.clone(), ident));
         let engine = Arc::new(kernel::async_cmd::AsyncEngine::new(
+            format!("sim{index}-fw"),
             Arc::clone(&fw),
             profile.cmd_latency.clone(),
         ));
-        let dp = engine::Engine::new(index, Arc::clone(&fw));
+        let dp = engine::Engine::new(index, Arc::clone(&fw), named);
         let net_error = match port {
             Ok(Some(p)) => dp
                 .attach_port(&name, p)
@@ -138,6 +213,7 @@ impl SimDevice {
         &self.shared.info.name
     }
 
+    /// N of `simN`; above [`MAX_DEVICE_INDEX`] for a privately owned device.
     pub fn index(&self) -> u32 {
         self.index
     }
@@ -320,7 +396,7 @@ fn registry() -> &'static Mutex<BTreeMap<u32, Arc<SimDevice>>> {
     static REGISTRY: OnceLock<Mutex<BTreeMap<u32, Arc<SimDevice>>>> = OnceLock::new();
     REGISTRY.get_or_init(|| {
         let mut m = BTreeMap::new();
-        m.insert(0, Arc::new(SimDevice::new(0, Profile::connectx6_dx())));
+        m.insert(0, Arc::new(SimDevice::named(0, Profile::connectx6_dx())));
         Mutex::new(m)
     })
 }
@@ -352,7 +428,7 @@ pub fn sim_device(name: &str) -> Result<Arc<SimDevice>> {
     let n = parse_name(name)?;
     let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
     Ok(Arc::clone(reg.entry(n).or_insert_with(|| {
-        Arc::new(SimDevice::new(n, Profile::connectx6_dx()))
+        Arc::new(SimDevice::named(n, Profile::connectx6_dx()))
     })))
 }
 
@@ -366,7 +442,7 @@ pub fn sim_device_with_profile(name: &str, profile: Profile) -> Result<Arc<SimDe
             "emulated device {name} already exists"
         )));
     }
-    let d = Arc::new(SimDevice::new(n, profile));
+    let d = Arc::new(SimDevice::named(n, profile));
     reg.insert(n, Arc::clone(&d));
     Ok(d)
 }

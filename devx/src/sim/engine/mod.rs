@@ -131,13 +131,20 @@ pub(crate) struct Engine {
     /// case, is then dropped without taking the lock.
     last_held: AtomicU64,
     timer: AtomicBool,
+    /// The RNR timer thread last started.
+    timer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The device is gone: no timer runs or starts.
+    stopped: AtomicBool,
+    /// Other devices of the process are reached over the in-process link
+    /// (the named `simN` devices); a privately owned device reaches none.
+    linked: bool,
     me: Weak<Engine>,
     /// The network port, when the device has an address ([`net`]).
     net: OnceLock<Arc<crate::sim::wire::NetPort>>,
 }
 
 impl Engine {
-    pub(crate) fn new(index: u32, fw: Arc<Firmware>) -> Arc<Engine> {
+    pub(crate) fn new(index: u32, fw: Arc<Firmware>, linked: bool) -> Arc<Engine> {
         let gids = fw.with(|st| st.ident.gid_table().map(|e| e.gid));
         Arc::new_cyclic(|me| Engine {
             index,
@@ -148,6 +155,9 @@ impl Engine {
             held: Mutex::new(Vec::new()),
             last_held: AtomicU64::new(NO_HELD),
             timer: AtomicBool::new(false),
+            timer_thread: Mutex::new(None),
+            stopped: AtomicBool::new(false),
+            linked,
             me: me.clone(),
             net: OnceLock::new(),
         })
@@ -179,6 +189,9 @@ impl Engine {
         if let Some(i) = inner.peers.iter().position(|(g, _)| g == gid) {
             inner.last_peer = Some((*gid, i));
             return Some(Peer::Remote(i));
+        }
+        if !self.linked {
+            return self.net_peer(gid);
         }
         // The registry lock is never held while a device lock is taken, so
         // taking it here (under this device's lock) cannot deadlock.
@@ -233,7 +246,7 @@ impl Engine {
 
     /// Starts the RNR retry timer thread unless it runs already.
     fn start_timer(&self, _inner: &Inner) {
-        if self.timer.swap(true, Ordering::AcqRel) {
+        if self.stopped.load(Ordering::Acquire) || self.timer.swap(true, Ordering::AcqRel) {
             return;
         }
         let Some(me) = self.me.upgrade() else {
@@ -243,14 +256,34 @@ impl Engine {
         let spawned = std::thread::Builder::new()
             .name(format!("sim{}-rnr", self.index))
             .spawn(move || me.timer_loop());
-        if spawned.is_err() {
-            self.timer.store(false, Ordering::Release);
+        match spawned {
+            Ok(h) => *self.timer_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h),
+            Err(_) => self.timer.store(false, Ordering::Release),
+        }
+    }
+
+    /// Ends the RNR timer (the device is gone) and waits for it.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        let handle = self
+            .timer_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
         }
     }
 
     /// Retries RNR-blocked QPs until none is left waiting.
     fn timer_loop(&self) {
         loop {
+            if self.stopped.load(Ordering::Acquire) {
+                self.timer.store(false, Ordering::Release);
+                return;
+            }
             let waits: Vec<RnrWait> = self.fw.with(|_| self.lock_inner().rnr.clone());
             if waits.is_empty() {
                 // Decide under the locks, so a wait added meanwhile either
