@@ -1,7 +1,7 @@
 //! The mlx5 DEVX object API: devices, contexts, firmware objects with RAII
 //! destroy, general and asynchronous commands, UMEM and UAR, behind one
-//! provider seam served by the kernel, the embedded emulated device, or
-//! recorded fixtures.
+//! provider seam served by the kernel, the embedded emulated device (the
+//! `emulator` feature, on by default), or recorded fixtures.
 
 pub mod admission;
 pub mod cmd_comp;

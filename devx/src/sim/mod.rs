@@ -402,7 +402,7 @@ fn registry() -> &'static Mutex<BTreeMap<u32, Arc<SimDevice>>> {
 }
 
 /// The index N of a `simN` name.
-pub fn parse_name(name: &str) -> Result<u32> {
+pub(crate) fn parse_name(name: &str) -> Result<u32> {
     let bad = || {
         Error::argument(format!(
             "'{name}' is not an emulated device name (sim0, sim1, … sim{MAX_DEVICE_INDEX})"
