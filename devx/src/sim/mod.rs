@@ -302,7 +302,7 @@ impl SimDevice {
 
     /// Async commands holding a firmware command queue slot (started, their
     /// completion not posted yet); never more than
-    /// [`kernel::async_cmd::CMD_QUEUE_SLOTS`].
+    /// [`CMD_QUEUE_SLOTS`].
     pub fn async_in_flight(&self) -> usize {
         self.shared.engine.in_flight()
     }
