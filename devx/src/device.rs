@@ -41,10 +41,9 @@ impl Device {
     /// Every device the caller can open: real mlx5 devices first, then the
     /// emulated ones (`sim0` always exists).
     pub fn list() -> Vec<Device> {
-        let mut out: Vec<Device> = crate::kernel::discover_providers()
-            .into_iter()
-            .map(Device::from_provider)
-            .collect();
+        #[allow(unused_mut)] // Nothing is added without the emulator.
+        let mut out = Device::list_real();
+        #[cfg(feature = "emulator")]
         out.extend(crate::sim::devices().into_iter().map(Device::from_provider));
         out
     }
@@ -57,9 +56,16 @@ impl Device {
             .collect()
     }
 
-    /// The emulated device `simN`, created on first request.
+    /// The emulated device `simN`, created on first request. Without the
+    /// `emulator` feature there is none: an error says so.
     pub fn emulated(name: &str) -> Result<Device> {
-        crate::sim::device(name).map(Device::from_provider)
+        #[cfg(feature = "emulator")]
+        return crate::sim::device(name).map(Device::from_provider);
+        #[cfg(not(feature = "emulator"))]
+        return Err(Error::unsupported(
+            format!("emulated device {name}"),
+            NO_EMULATOR,
+        ));
     }
 
     /// Finds a device by name: a real one, or `simN` (created on request).
@@ -74,17 +80,30 @@ impl Device {
             return Device::emulated(name);
         }
         let known: Vec<String> = Device::list().into_iter().map(|d| d.info.name).collect();
+        let emulated = if cfg!(feature = "emulator") {
+            "emulated devices are sim0, sim1, …"
+        } else {
+            NO_EMULATOR
+        };
         Err(Error::argument(format!(
-            "no device named '{name}' (known: {}; emulated devices are sim0, sim1, …)",
+            "no device named '{name}' (known: {}; {emulated})",
             known.join(", ")
         )))
     }
 
     /// The first real mlx5 device, else `sim0`. The flag says which.
+    /// Without the `emulator` feature and with no mlx5 device, an error says
+    /// there is none.
     pub fn default_device() -> Result<(Device, bool)> {
         match Device::list_real().into_iter().next() {
             Some(d) => Ok((d, false)),
+            #[cfg(feature = "emulator")]
             None => Ok((Device::emulated("sim0")?, true)),
+            #[cfg(not(feature = "emulator"))]
+            None => Err(Error::Provider {
+                provider: "kernel".into(),
+                message: NO_EMULATOR.into(),
+            }),
         }
     }
 
@@ -110,6 +129,9 @@ impl Device {
         Ok(Context::new(self.clone(), inner))
     }
 }
+
+/// Why there is no emulated device in a build without the emulator.
+const NO_EMULATOR: &str = "no device; the emulated device needs the `emulator` feature";
 
 fn is_sim_name(name: &str) -> bool {
     name.strip_prefix("sim")

@@ -31,6 +31,13 @@ pub mod event_type {
     pub const SRQ_LAST_WQE: u16 = 0x13;
 }
 
+/// Sub types of a [`event_type::PORT_CHANGE`] event
+/// (`MLX5_PORT_CHANGE_SUBTYPE_*`).
+pub mod port_change {
+    pub const DOWN: u8 = 1;
+    pub const ACTIVE: u8 = 4;
+}
+
 // EQE fields, read by name so a channel that delivers a truncated EQE gives
 // `None` instead of a wrong value.
 const EVENT_TYPE: &FieldMeta = Eqe::META.named("event_type");

@@ -1,7 +1,7 @@
 //! The mlx5 DEVX object API: devices, contexts, firmware objects with RAII
 //! destroy, general and asynchronous commands, UMEM and UAR, behind one
-//! provider seam served by the kernel, the embedded emulated device, or
-//! recorded fixtures.
+//! provider seam served by the kernel, the embedded emulated device (the
+//! `emulator` feature, on by default), or recorded fixtures.
 
 pub mod admission;
 pub mod cmd_comp;
@@ -10,6 +10,7 @@ mod deferred;
 pub mod device;
 mod devmem;
 pub mod error;
+#[cfg(any(feature = "emulator", feature = "fake-kernel"))]
 mod eventfd;
 pub mod events;
 pub mod fixture;
@@ -18,6 +19,7 @@ pub mod live;
 pub mod obj;
 pub mod provider;
 pub mod reactor;
+#[cfg(feature = "emulator")]
 pub mod sim;
 pub mod uar;
 pub mod umem;
@@ -26,7 +28,7 @@ pub use cmd_comp::CmdComp;
 pub use context::Context;
 pub use device::Device;
 pub use error::{Error, FwReport, Result};
-pub use events::{event_type, Events};
+pub use events::{event_type, port_change, Events};
 pub use live::{live_objects, LiveObject};
 pub use obj::{DestroyFailed, Obj};
 pub use provider::{
@@ -34,6 +36,7 @@ pub use provider::{
     Handle, Provider, ProviderContext, UarAlloc, UarKind, UarPage,
 };
 /// Names the emulated device's syndromes (`sim::syndrome::name`).
+#[cfg(feature = "emulator")]
 pub use sim::syndrome::name as syndrome_name;
 pub use uar::{BlueFlame, Uar};
 pub use umem::{access, ExclusiveMemory, SharedMemory, StableMemory, Umem};

@@ -6,7 +6,8 @@ use std::any::Any;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::live::LiveObject;
 
 /// A provider's name for an object it created (the kernel's IDR handle, the
 /// emulator's table key). Not the PRM object number.
@@ -35,6 +36,15 @@ pub trait Provider: Send + Sync {
     fn info(&self) -> DeviceInfo;
     /// A new context with its own DEVX uid.
     fn open(&self) -> Result<Arc<dyn ProviderContext>>;
+    /// Every live firmware object of the device, all users together (see
+    /// [`crate::live_objects`]). Only the emulated device can tell; the
+    /// kernel tracks them in RDMA netlink, which this library does not read.
+    fn live_objects(&self) -> Result<Vec<LiveObject>> {
+        Err(Error::unsupported(
+            format!("listing the live objects of {}", self.info().name),
+            "the kernel tracks them in RDMA netlink (`rdma res`), which this library does not read",
+        ))
+    }
 }
 
 /// Kind of UAR page to allocate (mlx5 `MLX5DV_UAR_ALLOC_TYPE_*`).

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use devx::sim::kernel::async_cmd::CMD_QUEUE_SLOTS;
-use devx::sim::{sim_device_with_profile, Profile};
+use devx::sim::CMD_QUEUE_SLOTS;
+use devx::sim::{Profile, SimDevice};
 use devx::ProviderContext;
 use prm_layouts::enums::Opcode;
 use prm_layouts::*;
@@ -38,12 +38,12 @@ fn block_on<F: Future>(f: F) -> F::Output {
 }
 
 /// A device whose QUERY_CQ holds its queue slot for a minute.
-fn slow_cq_queries(index: u32) -> Env {
+fn slow_cq_queries() -> Env {
     let p = Profile {
         cmd_latency: vec![(Opcode::QueryCq.raw(), Duration::from_secs(60))],
         ..Profile::default()
     };
-    Env::on(sim_device_with_profile(&format!("sim{index}"), p).unwrap())
+    Env::on(SimDevice::new(p))
 }
 
 fn query_cq(cqn: u32) -> Vec<u8> {
@@ -61,7 +61,7 @@ fn query_caps() -> Vec<u8> {
 
 #[test]
 fn completions_come_in_finish_order() {
-    let mut env = slow_cq_queries(521);
+    let mut env = slow_cq_queries();
     let (cq_h, cqn) = env.cq(5);
     let ch = env.ctx.create_cmd_channel().unwrap();
     env.ctx
@@ -91,7 +91,7 @@ fn completions_come_in_finish_order() {
 
 #[test]
 fn commands_beyond_the_queue_slots_wait_for_one() {
-    let mut env = slow_cq_queries(522);
+    let mut env = slow_cq_queries();
     let (cq_h, cqn) = env.cq(5);
     let ch = env.ctx.create_cmd_channel().unwrap();
     let extra = 8;
@@ -135,8 +135,7 @@ fn futures_resolve_by_wr_id_and_next_takes_the_rest() {
     let ctx = sim_ctx();
     let comp = devx::CmdComp::new(&ctx).unwrap();
     // As many as the channel's 1 MiB output cap holds.
-    let n =
-        (devx::sim::kernel::async_cmd::MAX_OUTSTANDING_BYTES / QueryHcaCapOut::SIZE_BYTES) as u64;
+    let n = (devx::sim::MAX_OUTSTANDING_BYTES / QueryHcaCapOut::SIZE_BYTES) as u64;
     for wr_id in 0..n {
         ctx.general_async(&query_caps(), QueryHcaCapOut::SIZE_BYTES, wr_id, &comp)
             .unwrap();

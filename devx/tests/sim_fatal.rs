@@ -7,8 +7,9 @@ use prm_layouts::*;
 
 #[test]
 fn after_a_fatal_error_every_call_fails_and_drop_still_cleans_up() {
-    let sim = devx::sim::sim_device("sim530").unwrap();
-    let ctx = devx::Device::by_name("sim530").unwrap().open().unwrap();
+    // A device of its own: the fatal state is for good.
+    let sim = devx::sim::SimDevice::new(devx::sim::Profile::connectx6_dx());
+    let ctx = sim.device().open().unwrap();
     let mut pd_in = AllocPdIn::new();
     pd_in.set_opcode(Opcode::AllocPd.raw());
     let pd = ctx
@@ -47,7 +48,7 @@ fn after_a_fatal_error_every_call_fails_and_drop_still_cleans_up() {
         .general_async(caps.as_bytes(), QueryHcaCapOut::SIZE_BYTES, 9, &comp)
         .unwrap_err();
     assert!(e.is_device_fatal(), "{e}");
-    let e = devx::Device::by_name("sim530").unwrap().open().unwrap_err();
+    let e = sim.device().open().unwrap_err();
     assert!(e.is_device_fatal(), "{e}");
 
     // Destroying what is left still works: nothing leaks.

@@ -103,13 +103,7 @@ proptest! {
             3 => ctx.modify(h, &inbox, &mut out),
             // Straight into the firmware: its answer names status and syndrome
             // even when the outbox is too short to carry them.
-            _ => dev.firmware().execute(&inbox, &mut out).map_err(|e| Error::Firmware {
-                opcode: op,
-                op_mod,
-                status: e.status,
-                syndrome: e.syndrome,
-                report: devx::FwReport::Outbox,
-            }),
+            _ => dev.execute_firmware(&inbox, &mut out),
         };
         well_formed(&r, &out);
     }
@@ -121,6 +115,6 @@ proptest! {
     ) {
         let (dev, _, _) = fixture();
         let mut out = vec![0u8; outlen];
-        let _ = dev.firmware().execute(&bytes, &mut out);
+        let _ = dev.execute_firmware(&bytes, &mut out);
     }
 }

@@ -10,7 +10,8 @@ use devx::ProviderContext;
 use prm_layouts::*;
 use support::*;
 
-fn small(name: &str) -> std::sync::Arc<devx::sim::SimDevice> {
+/// A device of the test's own with a small profile.
+fn small() -> std::sync::Arc<devx::sim::SimDevice> {
     let p = Profile {
         log_max_pd: 3,
         log_max_qp_sz: 6,
@@ -20,13 +21,13 @@ fn small(name: &str) -> std::sync::Arc<devx::sim::SimDevice> {
         num_comp_vectors: 2,
         ..Profile::connectx6_dx()
     };
-    devx::sim::sim_device_with_profile(name, p).unwrap()
+    devx::sim::SimDevice::new(p)
 }
 
 #[test]
 fn counts_and_sizes_follow_the_profile() {
-    let dev = small("sim901");
-    let env = Env::new(901);
+    let dev = small();
+    let env = Env::on(dev.clone());
     let mut pds = Vec::new();
     for _ in 0..8 {
         pds.push(env.pd().0);
@@ -52,8 +53,7 @@ fn counts_and_sizes_follow_the_profile() {
 
 #[test]
 fn queue_sizes_beyond_caps() {
-    let _dev = small("sim902");
-    let mut env = Env::new(902);
+    let mut env = Env::on(small());
     let (_, pd) = env.pd();
     let (_, cqn) = env.cq(6);
     let base = env.qp_inbox(0, pd, cqn);
@@ -83,7 +83,7 @@ fn queue_sizes_beyond_caps() {
 
 #[test]
 fn user_contexts_are_limited() {
-    let dev = small("sim903");
+    let dev = small();
     let a = dev.open_sim().unwrap();
     let b = dev.open_sim().unwrap();
     let e = dev.open_sim().err().unwrap();

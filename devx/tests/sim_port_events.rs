@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use devx::event_type;
-use devx::sim::kernel::events::port_change;
+use devx::port_change;
 use prm_layouts::enums::Opcode;
 use prm_layouts::*;
 
@@ -42,8 +42,8 @@ fn vport_state(ctx: &devx::Context) -> u8 {
 
 #[test]
 fn link_down_and_up_raise_one_port_change_each() {
-    let sim = devx::sim::sim_device("sim531").unwrap();
-    let ctx = devx::Device::by_name("sim531").unwrap().open().unwrap();
+    let sim = devx::sim::SimDevice::new(devx::sim::Profile::connectx6_dx());
+    let ctx = sim.device().open().unwrap();
     let events = devx::Events::new(&ctx, false).unwrap();
     ctx.subscribe_unaffiliated(&events, &[event_type::PORT_CHANGE], 77)
         .unwrap();

@@ -6,7 +6,6 @@ use std::any::Any;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use devx::sim::fw::cq::{resize, OP_MOD_RESIZE};
 use devx::sim::{ObjKind, SimDevice};
 use devx::{access, Context, ExclusiveMemory, Obj, StableMemory, Uar, Umem};
 use memmap2::MmapMut;
@@ -15,6 +14,11 @@ use prm_layouts::{
     AllocPdIn, AllocPdOut, CreateCqIn, CreateCqOut, CreateMkeyIn, CreateMkeyOut, ModifyCqIn,
     ModifyCqOut,
 };
+
+/// MODIFY_CQ op_mod of a resize (`MLX5_CQ_OPMOD_RESIZE`).
+const OP_MOD_RESIZE: u16 = 1;
+/// `resize_field_select`: log size, page offset and page size.
+const RESIZE_ALL_FIELDS: u32 = 0x1 | 0x2 | 0x4;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -194,7 +198,7 @@ fn a_ring_dropped_before_a_resize_is_released_by_the_resize() {
     m.set_cqn(cq.id());
     m.modify_field_select_resize_field_select_mut()
         .resize_field_select_mut()
-        .set_resize_field_select(resize::ALL);
+        .set_resize_field_select(RESIZE_ALL_FIELDS);
     m.cq_context_mut().set_log_cq_size(7);
     m.set_cq_umem_valid(1);
     m.set_cq_umem_id(new.id());

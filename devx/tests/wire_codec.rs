@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use devx::sim::wire::pcap::PcapWriter;
+use devx::sim::wire::PcapWriter;
 use devx::sim::wire::{
     icrc, Aeth, AtomicAckEth, AtomicEth, Bth, BthOpcode, Deth, Flow, Headers, ImmDt, NakCode,
     Operation, Packet, Reth, Service, Syndrome, WireError, ROCE_V2_PORT,

@@ -282,8 +282,8 @@ fn handles_cross_threads() {
 fn infiniband_gids_come_from_the_kernel_table() {
     let mut profile = devx::sim::Profile::connectx6_dx();
     profile.port_type = 0;
-    let sim = devx::sim::sim_device_with_profile("sim9401", profile).unwrap();
-    let ctx = Context::open(&devx::Device::by_name("sim9401").unwrap()).unwrap();
+    let sim = devx::sim::SimDevice::new(profile);
+    let ctx = Context::open(&sim.device()).unwrap();
     assert_eq!(ctx.link_layer(), LinkLayer::InfiniBand);
     let mut want = [0u8; 16];
     want[..2].copy_from_slice(&[0xfe, 0x80]);

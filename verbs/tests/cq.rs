@@ -95,15 +95,13 @@ fn a_missing_completion_vector_is_the_devices_answer() {
 /// lands on the EQ its vector names, all 32 bits of it.
 #[test]
 fn a_cq_on_an_eq_number_above_255_is_created_on_that_eq() {
-    // A name of its own: emulated devices are process-wide.
-    let name = "sim960";
     let profile = devx::sim::Profile {
         first_comp_eqn: 0x1f0,
         num_comp_vectors: 32,
         ..devx::sim::Profile::connectx6_dx()
     };
-    let _sim = devx::sim::sim_device_with_profile(name, profile).unwrap();
-    let ctx = verbs::Context::open(&devx::Device::by_name(name).unwrap()).unwrap();
+    let sim = devx::sim::SimDevice::new(profile);
+    let ctx = verbs::Context::open(&sim.device()).unwrap();
     let eqn = ctx.devx().query_eqn(31).unwrap();
     assert_eq!(eqn, 0x20f);
     let cq = Cq::create(&ctx, &CqInit::new(4).comp_vector(31)).unwrap();

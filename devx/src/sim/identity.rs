@@ -24,7 +24,7 @@ pub struct GidEntry {
 }
 
 impl Identity {
-    pub fn new(index: u32) -> Identity {
+    pub(crate) fn new(index: u32) -> Identity {
         let i = index & 0x00ff_ffff;
         let mac = [0x0c, 0x42, 0xa1, (i >> 16) as u8, (i >> 8) as u8, i as u8];
         let eui = eui64(&mac);
@@ -85,7 +85,7 @@ impl Identity {
     }
 
     /// GID table entry `index`, or `None` when that entry is empty.
-    pub fn gid(&self, index: usize) -> Option<GidEntry> {
+    pub(crate) fn gid(&self, index: usize) -> Option<GidEntry> {
         self.gid_table().get(index).copied()
     }
 }

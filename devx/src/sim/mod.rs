@@ -1,36 +1,62 @@
 //! The embedded emulated ConnectX ("sim" provider).
 //!
-//! Three layers, kept apart:
-//! * [`kernel`]: what the kernel's DEVX code does per context (uid, handle
+//! Layers, each using only the ones below it:
+//! * `kernel`: what the kernel's DEVX code does per context (uid, handle
 //!   table, admission, binding, inbox edits, UMEM probing, teardown, async
-//!   completion channels, UAR pages);
-//! * [`fw`]: the firmware command processor over per-device object tables,
-//!   answering every inbox with a PRM status and a [`syndrome`];
-//! * [`profile`]: the ConnectX-6 Dx capability profile every limit comes from.
+//!   completion channels, event channels, UAR pages);
+//! * `engine`: the data path, executing posted WQEs when a doorbell
+//!   reaches its [`DoorbellSink`];
+//! * `fw`: the firmware command processor over per-device object tables,
+//!   answering every inbox with a PRM status and a [`syndrome`], and the
+//!   device's event hub that firmware and data path raise events into;
+//! * [`wire`], `profile`, `identity`, [`syndrome`]: the RoCEv2 wire
+//!   format and port, the ConnectX-6 Dx capability profile every limit
+//!   comes from, the port identity, and the syndrome table.
 //!
-//! Devices are process-wide: `sim0` always exists, `simN` is created on
-//! first request and lives until the process ends.
+//! `kernel` uses `engine` and `fw`, `engine` uses `fw` and `wire`; nothing
+//! in `fw` or `engine` reaches up (a unit test below checks the sources).
+//!
+//! Named devices are process-wide: `sim0` always exists, `simN` is created
+//! on first request and lives until the process ends; they reach each other
+//! over an in-process link, and the CLI and tools find them by name. A test
+//! that wants a device of its own makes one with [`SimDevice::new`]: it is
+//! private to its owner and goes away with it.
+//!
+//! ```
+//! use devx::sim::{ObjKind, Profile, SimDevice};
+//! # fn main() -> devx::Result<()> {
+//! let sim = SimDevice::new(Profile::connectx6_dx());
+//! let ctx = sim.device().open()?;
+//! let mut pd = prm_layouts::AllocPdIn::new();
+//! pd.set_opcode(prm_layouts::Opcode::AllocPd.raw());
+//! let pd = ctx.create(pd.as_bytes(), prm_layouts::AllocPdOut::SIZE_BYTES)?;
+//! assert_eq!(sim.count(ObjKind::Pd), 1);
+//! drop((pd, ctx));
+//! assert_eq!(sim.live_objects(), 0);
+//! # Ok(()) }
+//! ```
 
-pub mod engine;
-pub mod fw;
-pub mod identity;
-pub mod kernel;
-pub mod profile;
+pub(crate) mod engine;
+pub(crate) mod fw;
+mod identity;
+pub(crate) mod kernel;
+mod live;
+mod profile;
 pub mod syndrome;
 pub mod wire;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::provider::{DeviceInfo, Provider, ProviderContext};
 
+pub use engine::DoorbellSink;
 pub use fw::kind::ObjKind;
-pub use identity::Identity;
-pub use kernel::async_cmd::SimCmdChannel;
-pub use kernel::events::SimEventChannel;
-pub use kernel::uar::{DoorbellSink, SimUarPage};
+pub use identity::{GidEntry, Identity};
+pub use kernel::async_cmd::{CMD_QUEUE_SLOTS, MAX_OUTSTANDING_BYTES};
 pub use kernel::SimContext;
 pub use profile::Profile;
 
@@ -49,6 +75,15 @@ pub(crate) struct DeviceShared {
     pub(crate) contexts: AtomicUsize,
     /// Set by an injected internal error; never cleared.
     pub(crate) fatal: std::sync::atomic::AtomicBool,
+}
+
+/// The last reference is gone (only privately owned devices get here):
+/// their threads end before the memory they use goes.
+impl Drop for DeviceShared {
+    fn drop(&mut self) {
+        self.engine.shutdown();
+        self.dp.stop();
+    }
 }
 
 impl DeviceShared {
@@ -74,11 +109,51 @@ pub struct SimDevice {
 }
 
 impl SimDevice {
-    fn new(index: u32, profile: Profile) -> SimDevice {
+    /// A private emulated device that the caller owns: it has no name in
+    /// the process-wide registry (so `Device::by_name` and `Device::list` do
+    /// not find it and tests running in parallel never share it), no
+    /// network port, and no in-process link to other devices; its QPs talk
+    /// to QPs of the same device. Open contexts through
+    /// [`SimDevice::device`].
+    ///
+    /// The device lives as long as its owner, a [`Device`] made from it, or
+    /// one of its contexts: dropping the owner first leaves the contexts
+    /// working. Once the last of them is gone its objects, memory and
+    /// threads (`sim<index>-fw` for asynchronous commands, `sim<index>-rnr`
+    /// for RNR retries) are gone too.
+    pub fn new(profile: Profile) -> Arc<SimDevice> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        // Above every `simN`, so its MAC, GUID and GIDs are its own.
+        let index = MAX_DEVICE_INDEX + 1 + k;
+        Arc::new(SimDevice::create(
+            index,
+            format!("owned-sim{k}"),
+            profile,
+            false,
+        ))
+    }
+
+    /// A [`Device`] over this emulated device, to open [`crate::Context`]s.
+    pub fn device(self: &Arc<Self>) -> Device {
+        Device::from_provider(Arc::clone(self) as Arc<dyn Provider>)
+    }
+
+    /// `simN`, for the registry.
+    fn named(index: u32, profile: Profile) -> SimDevice {
+        SimDevice::create(index, format!("sim{index}"), profile, true)
+    }
+
+    /// A device named `name`; `named` devices (`simN`) get their network
+    /// port from the configuration and reach each other in-process.
+    fn create(index: u32, name: String, profile: Profile, named: bool) -> SimDevice {
         let mut ident = Identity::new(index);
-        let name = format!("sim{index}");
         // A device with a network address is known by it (its RoCE GIDs).
-        let port = wire::NetPort::for_device(&name);
+        let port = if named {
+            wire::NetPort::for_device(&name)
+        } else {
+            Ok(None)
+        };
         if let Ok(Some(p)) = &port {
             if let std::net::IpAddr::V4(a) = p.local_addr().ip() {
                 ident.ipv4 = a.octets();
@@ -88,7 +163,14 @@ impl SimDevice {
             name: name.clone(),
             provider: "sim".into(),
             emulated: true,
-            location: format!("embedded emulated device, {}", profile.model),
+            location: if named {
+                format!("embedded emulated device, {}", profile.model)
+            } else {
+                format!(
+                    "embedded emulated device (privately owned), {}",
+                    profile.model
+                )
+            },
             node_guid: ident.node_guid,
             fw_version: profile.fw_version.into(),
             vendor_id: profile.vendor_id,
@@ -97,10 +179,11 @@ impl SimDevice {
         };
         let fw = Arc::new(fw::Firmware::new(profile.clone(), ident));
         let engine = Arc::new(kernel::async_cmd::AsyncEngine::new(
+            format!("sim{index}-fw"),
             Arc::clone(&fw),
             profile.cmd_latency.clone(),
         ));
-        let dp = engine::Engine::new(index, Arc::clone(&fw));
+        let dp = engine::Engine::new(index, Arc::clone(&fw), named);
         let net_error = match port {
             Ok(Some(p)) => dp
                 .attach_port(&name, p)
@@ -130,6 +213,7 @@ impl SimDevice {
         &self.shared.info.name
     }
 
+    /// N of `simN`; above [`MAX_DEVICE_INDEX`] for a privately owned device.
     pub fn index(&self) -> u32 {
         self.index
     }
@@ -218,7 +302,7 @@ impl SimDevice {
 
     /// Async commands holding a firmware command queue slot (started, their
     /// completion not posted yet); never more than
-    /// [`kernel::async_cmd::CMD_QUEUE_SLOTS`].
+    /// [`CMD_QUEUE_SLOTS`].
     pub fn async_in_flight(&self) -> usize {
         self.shared.engine.in_flight()
     }
@@ -239,7 +323,7 @@ impl SimDevice {
     /// PORT_CHANGE event gets one (sub type DOWN or ACTIVE). Setting the
     /// state it already has raises nothing.
     pub fn set_link(&self, up: bool) {
-        use kernel::events::{port_change, port_change_eqe};
+        use fw::events::{port_change, port_change_eqe};
         self.shared.fw.with_mut(|st| {
             if st.link_up == up {
                 return;
@@ -265,7 +349,7 @@ impl SimDevice {
     }
 
     /// The UDP address of the device's network port, if it has one
-    /// (see [`wire::config`]).
+    /// (configured as the [`wire`] module says).
     pub fn net_addr(&self) -> Option<std::net::SocketAddr> {
         self.shared.dp.port().map(|p| p.local_addr())
     }
@@ -280,9 +364,17 @@ impl SimDevice {
         self.shared.dp.port().map(|p| p.counters())
     }
 
-    /// The firmware, for the data-path engine and white-box tests.
-    pub fn firmware(&self) -> &Arc<fw::Firmware> {
-        &self.shared.fw
+    /// Runs one command mailbox straight on the firmware, without the
+    /// kernel layer's admission, uid stamping or handle checks: for probing
+    /// the firmware's own checks (fuzzing). `out` gets the firmware's
+    /// answer; a failure is [`Error::Firmware`] with the status and
+    /// syndrome the firmware answered, even when `out` is too short to
+    /// carry them. Objects created this way belong to no context.
+    pub fn execute_firmware(&self, inbox: &[u8], out: &mut [u8]) -> Result<()> {
+        self.shared
+            .fw
+            .execute(inbox, out)
+            .map_err(|e| kernel::with_outbox(inbox, e))
     }
 }
 
@@ -294,19 +386,23 @@ impl Provider for SimDevice {
     fn open(&self) -> Result<Arc<dyn ProviderContext>> {
         Ok(self.open_sim()?)
     }
+
+    fn live_objects(&self) -> Result<Vec<crate::live::LiveObject>> {
+        Ok(self.shared.fw.with(live::list))
+    }
 }
 
 fn registry() -> &'static Mutex<BTreeMap<u32, Arc<SimDevice>>> {
     static REGISTRY: OnceLock<Mutex<BTreeMap<u32, Arc<SimDevice>>>> = OnceLock::new();
     REGISTRY.get_or_init(|| {
         let mut m = BTreeMap::new();
-        m.insert(0, Arc::new(SimDevice::new(0, Profile::connectx6_dx())));
+        m.insert(0, Arc::new(SimDevice::named(0, Profile::connectx6_dx())));
         Mutex::new(m)
     })
 }
 
 /// The index N of a `simN` name.
-pub fn parse_name(name: &str) -> Result<u32> {
+pub(crate) fn parse_name(name: &str) -> Result<u32> {
     let bad = || {
         Error::argument(format!(
             "'{name}' is not an emulated device name (sim0, sim1, … sim{MAX_DEVICE_INDEX})"
@@ -332,7 +428,7 @@ pub fn sim_device(name: &str) -> Result<Arc<SimDevice>> {
     let n = parse_name(name)?;
     let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
     Ok(Arc::clone(reg.entry(n).or_insert_with(|| {
-        Arc::new(SimDevice::new(n, Profile::connectx6_dx()))
+        Arc::new(SimDevice::named(n, Profile::connectx6_dx()))
     })))
 }
 
@@ -346,7 +442,7 @@ pub fn sim_device_with_profile(name: &str, profile: Profile) -> Result<Arc<SimDe
             "emulated device {name} already exists"
         )));
     }
-    let d = Arc::new(SimDevice::new(n, profile));
+    let d = Arc::new(SimDevice::named(n, profile));
     reg.insert(n, Arc::clone(&d));
     Ok(d)
 }
@@ -367,6 +463,53 @@ pub fn devices() -> Vec<Arc<dyn Provider>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `.rs` file under `dir` (the tree is a few levels deep).
+    fn sources(dir: &std::path::Path, depth: u32, out: &mut Vec<std::path::PathBuf>) {
+        assert!(depth < 8, "{}: nested too deep", dir.display());
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                sources(&path, depth + 1, out);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// The layering in the module docs: `fw` and `engine` never name a
+    /// layer above them.
+    #[test]
+    fn layers_point_one_way() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/sim");
+        let rules: [(&str, &[&str]); 2] = [
+            (
+                "fw",
+                &[
+                    "sim::kernel",
+                    "super::kernel",
+                    "sim::engine",
+                    "super::engine",
+                ],
+            ),
+            ("engine", &["sim::kernel", "super::kernel"]),
+        ];
+        let mut bad = Vec::new();
+        for (layer, banned) in rules {
+            let mut files = Vec::new();
+            sources(&root.join(layer), 0, &mut files);
+            assert!(!files.is_empty(), "no sources under sim/{layer}");
+            for f in files {
+                let text = std::fs::read_to_string(&f).unwrap();
+                for (n, line) in text.lines().enumerate() {
+                    if let Some(b) = banned.iter().find(|b| line.contains(*b)) {
+                        bad.push(format!("{}:{}: names {b}", f.display(), n + 1));
+                    }
+                }
+            }
+        }
+        assert!(bad.is_empty(), "layer rule broken:\n{}", bad.join("\n"));
+    }
 
     #[test]
     fn names() {

@@ -13,7 +13,7 @@ use prm_layouts::{
 };
 
 /// `port_type` of an Ethernet (RoCE) port; 0 is InfiniBand.
-pub const PORT_TYPE_ETHERNET: u8 = 1;
+pub(crate) const PORT_TYPE_ETHERNET: u8 = 1;
 
 /// Limits and feature bits of an emulated device. Log values are log2.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub struct Profile {
     pub local_ca_ack_delay: u8,
     /// DUMP page_size_cap 0xfffffffffffff000.
     pub log_pg_sz: u8,
-    /// DUMP link_layer Ethernet: [`PORT_TYPE_ETHERNET`] (0 is InfiniBand).
+    /// DUMP link_layer Ethernet: 1 (0 is InfiniBand).
     pub port_type: u8,
     /// DUMP phys_port_cnt 1.
     pub num_ports: u8,
@@ -226,12 +226,12 @@ impl Profile {
     }
 
     /// `2^log`, saturating at `usize::MAX` for nonsense logs.
-    pub fn count(log: u8) -> usize {
+    pub(crate) fn count(log: u8) -> usize {
         1usize.checked_shl(u32::from(log)).unwrap_or(usize::MAX)
     }
 
     /// The general device capabilities (cap type 0, `cmd_hca_cap`).
-    pub fn general_caps(&self) -> CmdHcaCap {
+    pub(crate) fn general_caps(&self) -> CmdHcaCap {
         let mut c = CmdHcaCap::new();
         c.set_log_max_srq_sz(self.log_max_srq_sz);
         c.set_log_max_qp_sz(self.log_max_qp_sz);
@@ -319,7 +319,7 @@ impl Profile {
     }
 
     /// Ethernet offload capabilities (cap type 1).
-    pub fn ethernet_caps(&self) -> PerProtocolNetworkingOffloadCaps {
+    pub(crate) fn ethernet_caps(&self) -> PerProtocolNetworkingOffloadCaps {
         let mut c = PerProtocolNetworkingOffloadCaps::new();
         c.set_csum_cap(1);
         c.set_vlan_cap(1);
@@ -358,7 +358,7 @@ impl Profile {
     }
 
     /// RoCE capabilities (cap type 4).
-    pub fn roce_caps(&self) -> RoceCap {
+    pub(crate) fn roce_caps(&self) -> RoceCap {
         let mut c = RoceCap::new();
         c.set_roce_version(self.roce_version);
         c.set_l3_type(0x3); // IPv4 and IPv6 GIDs
@@ -371,7 +371,7 @@ impl Profile {
     }
 
     /// NIC flow table capabilities (cap type 7).
-    pub fn nic_flow_table_caps(&self) -> Box<FlowTableNicCap> {
+    pub(crate) fn nic_flow_table_caps(&self) -> Box<FlowTableNicCap> {
         let mut c = Box::new(FlowTableNicCap::new());
         c.set_nic_rx_multi_path_tirs(1);
         *c.flow_table_properties_nic_receive_mut() = self.flow_table_props();

@@ -27,7 +27,7 @@ struct KeyInfo {
 }
 
 #[derive(Default)]
-pub struct Cache {
+pub(crate) struct Cache {
     epoch: Option<u64>,
     qps: Vec<QpView>,
     /// `None`: the key does not resolve (a [`KeyFault::BadKey`]).
@@ -46,7 +46,7 @@ impl Cache {
 
     /// [`queue::qp_view`], with the context's data-path fields (state and
     /// the consumer counters, which the engine itself changes) read fresh.
-    pub fn qp_view(&mut self, st: &State, qpn: u32) -> Option<QpView> {
+    pub(crate) fn qp_view(&mut self, st: &State, qpn: u32) -> Option<QpView> {
         self.sync(st);
         let Some(mut v) = self.qps.iter().find(|v| v.qpn == qpn).copied() else {
             let v = queue::qp_view(st, qpn)?;
@@ -65,7 +65,7 @@ impl Cache {
 
     /// [`keys::resolve`] with the key's lookup and UMEM resolution cached;
     /// the PD, access and bounds checks run on every call.
-    pub fn resolve(
+    pub(crate) fn resolve(
         &mut self,
         st: &State,
         key: u32,

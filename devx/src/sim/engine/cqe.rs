@@ -13,23 +13,23 @@ const CQ_STATUS_OVERFLOW: u8 = 0x9;
 
 /// The fields of one completion; everything else in the CQE is zero.
 #[derive(Debug, Clone, Copy)]
-pub struct Completion {
-    pub opcode: CqeOpcode,
+pub(crate) struct Completion {
+    pub(crate) opcode: CqeOpcode,
     /// Solicited event (responder CQEs of SE sends).
-    pub se: bool,
-    pub qpn: u32,
+    pub(crate) se: bool,
+    pub(crate) qpn: u32,
     /// Requester: the WQE's send opcode (sop_drop_qpn[31:24]).
-    pub send_opcode: u8,
-    pub wqe_counter: u16,
-    pub byte_cnt: u32,
+    pub(crate) send_opcode: u8,
+    pub(crate) wqe_counter: u16,
+    pub(crate) byte_cnt: u32,
     /// The immediate as it sat in the WQE (already network order).
-    pub imm: [u8; 4],
+    pub(crate) imm: [u8; 4],
     /// flags_rqpn: source QPN and GRH bits.
-    pub flags_rqpn: u32,
+    pub(crate) flags_rqpn: u32,
     /// user_index (CQE version 1) in srqn_uidx.
-    pub user_index: u32,
+    pub(crate) user_index: u32,
     /// Error CQEs only.
-    pub syndrome: Option<CqeSyndrome>,
+    pub(crate) syndrome: Option<CqeSyndrome>,
 }
 
 impl Default for Completion {
@@ -78,7 +78,7 @@ impl Completion {
 /// dropped: no such CQ, ring memory gone, or the CQ is full (the CQ then
 /// enters the overflow state and drops every later completion, as
 /// firmware does for a CQ without overrun-ignore).
-pub fn push(st: &mut State, cqn: u32, cqe: &Completion) -> bool {
+pub(crate) fn push(st: &mut State, cqn: u32, cqe: &Completion) -> bool {
     let Some(e) = st.cq.peek(cqn) else {
         return false;
     };

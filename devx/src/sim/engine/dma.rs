@@ -11,14 +11,14 @@ use crate::sim::fw::umem::UmemObj;
 
 /// A byte range of registered memory the device may access.
 #[derive(Debug, Clone, Copy)]
-pub struct Span {
+pub(crate) struct Span {
     base: usize,
     len: usize,
 }
 
 impl Span {
     /// `[offset, offset + len)` of `umem`, when the UMEM covers it.
-    pub fn of_umem(umem: &UmemObj, offset: u64, len: u64) -> Option<Span> {
+    pub(crate) fn of_umem(umem: &UmemObj, offset: u64, len: u64) -> Option<Span> {
         if !umem.covers(offset, len) {
             return None;
         }
@@ -29,21 +29,12 @@ impl Span {
         })
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The host address of the first byte (for GRH / diagnostics only).
-    pub fn addr(&self) -> usize {
-        self.base
-    }
-
     /// The sub-range `[at, at + len)`, when it lies inside this span.
-    pub fn sub(&self, at: usize, len: usize) -> Option<Span> {
+    pub(crate) fn sub(&self, at: usize, len: usize) -> Option<Span> {
         let end = at.checked_add(len)?;
         (end <= self.len).then_some(Span {
             base: self.base + at,
@@ -53,7 +44,7 @@ impl Span {
 
     /// Copies `out.len()` bytes from offset `at`; false (and nothing read)
     /// when the range leaves the span.
-    pub fn read(&self, at: usize, out: &mut [u8]) -> bool {
+    pub(crate) fn read(&self, at: usize, out: &mut [u8]) -> bool {
         let Some(s) = self.sub(at, out.len()) else {
             return false;
         };
@@ -67,7 +58,7 @@ impl Span {
 
     /// Appends `len` bytes from offset `at` to `out` (no zero fill first);
     /// false (and `out` unchanged) when the range leaves the span.
-    pub fn read_append(&self, at: usize, len: usize, out: &mut Vec<u8>) -> bool {
+    pub(crate) fn read_append(&self, at: usize, len: usize, out: &mut Vec<u8>) -> bool {
         let Some(s) = self.sub(at, len) else {
             return false;
         };
@@ -85,7 +76,7 @@ impl Span {
 
     /// Copies `data` to offset `at`; false (and nothing written) when the
     /// range leaves the span.
-    pub fn write(&self, at: usize, data: &[u8]) -> bool {
+    pub(crate) fn write(&self, at: usize, data: &[u8]) -> bool {
         let Some(s) = self.sub(at, data.len()) else {
             return false;
         };
@@ -99,7 +90,7 @@ impl Span {
 
     /// A doorbell record word: be32 at `at`, read once, then an acquire
     /// fence so the queue entries software wrote before it are seen.
-    pub fn read_be32(&self, at: usize) -> Option<u32> {
+    pub(crate) fn read_be32(&self, at: usize) -> Option<u32> {
         let s = self.sub(at, 4)?;
         let mut b = [0u8; 4];
         // SAFETY: inside a registered range (checked by `sub`); a volatile
@@ -116,7 +107,7 @@ impl Span {
     /// Publishes a CQE: all bytes but the last, a release fence, then the
     /// last byte (`op_own`), so software that sees the owner bit flip sees
     /// the whole entry.
-    pub fn write_publish(&self, at: usize, entry: &[u8]) -> bool {
+    pub(crate) fn write_publish(&self, at: usize, entry: &[u8]) -> bool {
         let Some((last, body)) = entry.split_last() else {
             return false;
         };

@@ -10,14 +10,14 @@ use crate::sim::fw::state::State;
 use prm_layouts::{CqeOpcode, CqeSyndrome};
 
 /// True in the states where posted WQEs are flushed.
-pub fn flushing(s: u8) -> bool {
+pub(crate) fn flushing(s: u8) -> bool {
     matches!(s, state::ERR | state::SQER)
 }
 
 /// Moves `qpn` to ERR and flushes its receive queue; the send queue is
 /// flushed too unless another thread is executing it (that thread flushes
 /// when it sees the state).
-pub fn to_error(st: &mut State, qpn: u32, sq_busy: bool) {
+pub(crate) fn to_error(st: &mut State, qpn: u32, sq_busy: bool) {
     force_state(st, qpn, state::ERR);
     let Some(v) = queue::qp_view(st, qpn) else {
         return;
@@ -32,7 +32,7 @@ pub fn to_error(st: &mut State, qpn: u32, sq_busy: bool) {
 
 /// Completes every posted send WQE from `ci` with WR_FLUSH_ERR; a WQE
 /// reaching past the SND counter is the last one flushed.
-pub fn flush_sq(st: &mut State, v: &QpView, ci: &mut u16) {
+pub(crate) fn flush_sq(st: &mut State, v: &QpView, ci: &mut u16) {
     let Some(pi) = v.snd_counter() else {
         return;
     };
@@ -54,7 +54,7 @@ pub fn flush_sq(st: &mut State, v: &QpView, ci: &mut u16) {
 
 /// Completes every posted receive WQE with WR_FLUSH_ERR (a QP on an SRQ
 /// leaves the shared queue alone).
-pub fn flush_rq(st: &mut State, v: &QpView) {
+pub(crate) fn flush_rq(st: &mut State, v: &QpView) {
     if v.rq_type != rq_type::REGULAR || v.rq.is_none() {
         return;
     }

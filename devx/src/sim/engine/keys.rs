@@ -8,7 +8,7 @@ use crate::sim::fw::state::State;
 
 /// What an access needs from the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Need {
+pub(crate) enum Need {
     /// Gather from local memory (send data, WQE gather list).
     LocalRead,
     /// Scatter into local memory (receive, READ response, atomic result).
@@ -20,7 +20,7 @@ pub enum Need {
 
 /// Why a key check failed (the caller maps it to a syndrome by side).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyFault {
+pub(crate) enum KeyFault {
     /// No such key, wrong variant byte, free or not a UMEM-backed key.
     BadKey,
     Pd,
@@ -29,7 +29,7 @@ pub enum KeyFault {
 }
 
 /// Whether a key with rights `a` allows `need`.
-pub fn granted(a: Access, need: Need) -> bool {
+pub(crate) fn granted(a: Access, need: Need) -> bool {
     match need {
         Need::LocalRead => a.local_read,
         Need::LocalWrite => a.local_write,
@@ -40,7 +40,7 @@ pub fn granted(a: Access, need: Need) -> bool {
 }
 
 /// `[addr, addr + len)` under `key` for a QP of protection domain `pd`.
-pub fn resolve(
+pub(crate) fn resolve(
     st: &State,
     key: u32,
     addr: u64,

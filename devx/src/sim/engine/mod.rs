@@ -15,18 +15,18 @@
 //! * All raw memory access is in [`dma`]; every range is checked against an
 //!   MKEY and its registered UMEM in [`keys`] before it is touched.
 
-pub mod cache;
-pub mod cqe;
-pub mod dma;
-pub mod flush;
-pub mod keys;
-pub mod msg;
-pub mod net;
-pub mod notify;
-pub mod queue;
-pub mod requester;
-pub mod responder;
-pub mod umr;
+pub(crate) mod cache;
+pub(crate) mod cqe;
+pub(crate) mod dma;
+pub(crate) mod flush;
+pub(crate) mod keys;
+pub(crate) mod msg;
+pub(crate) mod net;
+pub(crate) mod notify;
+pub(crate) mod queue;
+pub(crate) mod requester;
+pub(crate) mod responder;
+pub(crate) mod umr;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -35,9 +35,16 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use super::fw::Firmware;
-use super::kernel::uar::DoorbellSink;
 use msg::Reply;
 use requester::{Batch, Entry, Step};
+
+/// Receives every doorbell written to an emulated UAR page: the engine,
+/// or a test's stand-in installed with `SimDevice::set_doorbell_sink`. The
+/// kernel layer's UAR pages deliver to it.
+pub trait DoorbellSink: Send + Sync {
+    /// `value` was stored at `offset` of UAR page `page_id` (bytes as in memory).
+    fn doorbell(&self, page_id: u32, offset: usize, value: u64);
+}
 
 /// BlueFlame / doorbell registers of a UAR page (prm-guide §5.6).
 const BF_REGS: std::ops::Range<usize> = 0x800..0x1000;
@@ -54,15 +61,15 @@ fn held_key(page: u32, qpn: u32) -> u64 {
 
 /// A QP waiting for the responder to post a receive.
 #[derive(Debug, Clone, Copy)]
-pub struct RnrWait {
-    pub qpn: u32,
+pub(crate) struct RnrWait {
+    pub(crate) qpn: u32,
     /// Timer retries left (rnr_retry; 7 = unlimited).
-    pub left: u8,
-    pub delay: Duration,
+    pub(crate) left: u8,
+    pub(crate) delay: Duration,
 }
 
 /// Where a destination GID lives.
-pub enum Peer {
+pub(crate) enum Peer {
     Local,
     /// Another device: its index in [`Inner::remote`] (an index, so that
     /// resolving a peer per WQE costs no reference count traffic).
@@ -73,26 +80,26 @@ pub enum Peer {
 
 /// The engine's bookkeeping; locked only while the device lock is held.
 #[derive(Default)]
-pub struct Inner {
+pub(crate) struct Inner {
     /// QPs whose send queue a thread is executing right now.
-    pub busy: Vec<u32>,
-    pub rnr: Vec<RnrWait>,
+    pub(crate) busy: Vec<u32>,
+    pub(crate) rnr: Vec<RnrWait>,
     /// Reused message buffer.
-    pub scratch: Vec<u8>,
+    pub(crate) scratch: Vec<u8>,
     /// Message buffers of settled batches, for the next ones.
-    pub spare: Vec<Vec<u8>>,
+    pub(crate) spare: Vec<Vec<u8>>,
     /// The message of the last [`requester`] WQE bound for another device.
-    pub outgoing: Option<msg::Msg>,
+    pub(crate) outgoing: Option<msg::Msg>,
     /// Reused batch storage.
-    pub batch: Option<Batch>,
+    pub(crate) batch: Option<Batch>,
     /// Reused receive WQE buffer.
-    pub recv: Vec<u8>,
+    pub(crate) recv: Vec<u8>,
     /// Reused send WQE buffer.
-    pub wqe: Option<Box<[u8; queue::MAX_SQ_WQE]>>,
+    pub(crate) wqe: Option<Box<[u8; queue::MAX_SQ_WQE]>>,
     /// Linked-list SRQ heads: srqn → (WQEs consumed, next WQE index).
-    pub srq_heads: HashMap<u32, (u32, u32)>,
+    pub(crate) srq_heads: HashMap<u32, (u32, u32)>,
     /// QP views and key checks resolved in the current firmware epoch.
-    pub cache: cache::Cache,
+    pub(crate) cache: cache::Cache,
     /// Resolved remote GIDs; entries are never removed, so an index stays
     /// valid.
     peers: Vec<([u8; 16], Arc<Engine>)>,
@@ -100,18 +107,18 @@ pub struct Inner {
     /// the same destination again and again.
     last_peer: Option<([u8; 16], usize)>,
     /// Transport state of QPs talking through the network port.
-    pub net: net::NetState,
+    pub(crate) net: net::NetState,
 }
 
 impl Inner {
     /// The engine of resolved peer `i` (see [`Peer::Remote`]).
-    pub fn remote(&self, i: usize) -> Option<&Arc<Engine>> {
+    pub(crate) fn remote(&self, i: usize) -> Option<&Arc<Engine>> {
         self.peers.get(i).map(|(_, e)| e)
     }
 }
 
 /// One device's data-path engine.
-pub struct Engine {
+pub(crate) struct Engine {
     index: u32,
     fw: Arc<Firmware>,
     gids: [[u8; 16]; 4],
@@ -124,13 +131,20 @@ pub struct Engine {
     /// case, is then dropped without taking the lock.
     last_held: AtomicU64,
     timer: AtomicBool,
+    /// The RNR timer thread last started.
+    timer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The device is gone: no timer runs or starts.
+    stopped: AtomicBool,
+    /// Other devices of the process are reached over the in-process link
+    /// (the named `simN` devices); a privately owned device reaches none.
+    linked: bool,
     me: Weak<Engine>,
     /// The network port, when the device has an address ([`net`]).
     net: OnceLock<Arc<crate::sim::wire::NetPort>>,
 }
 
 impl Engine {
-    pub fn new(index: u32, fw: Arc<Firmware>) -> Arc<Engine> {
+    pub(crate) fn new(index: u32, fw: Arc<Firmware>, linked: bool) -> Arc<Engine> {
         let gids = fw.with(|st| st.ident.gid_table().map(|e| e.gid));
         Arc::new_cyclic(|me| Engine {
             index,
@@ -141,6 +155,9 @@ impl Engine {
             held: Mutex::new(Vec::new()),
             last_held: AtomicU64::new(NO_HELD),
             timer: AtomicBool::new(false),
+            timer_thread: Mutex::new(None),
+            stopped: AtomicBool::new(false),
+            linked,
             me: me.clone(),
             net: OnceLock::new(),
         })
@@ -151,7 +168,7 @@ impl Engine {
     }
 
     /// GID table entry `index` of this device (entry 0 for an empty index).
-    pub fn gid(&self, index: u8) -> [u8; 16] {
+    pub(crate) fn gid(&self, index: u8) -> [u8; 16] {
         self.gids
             .get(usize::from(index))
             .copied()
@@ -172,6 +189,9 @@ impl Engine {
         if let Some(i) = inner.peers.iter().position(|(g, _)| g == gid) {
             inner.last_peer = Some((*gid, i));
             return Some(Peer::Remote(i));
+        }
+        if !self.linked {
+            return self.net_peer(gid);
         }
         // The registry lock is never held while a device lock is taken, so
         // taking it here (under this device's lock) cannot deadlock.
@@ -226,7 +246,7 @@ impl Engine {
 
     /// Starts the RNR retry timer thread unless it runs already.
     fn start_timer(&self, _inner: &Inner) {
-        if self.timer.swap(true, Ordering::AcqRel) {
+        if self.stopped.load(Ordering::Acquire) || self.timer.swap(true, Ordering::AcqRel) {
             return;
         }
         let Some(me) = self.me.upgrade() else {
@@ -236,14 +256,34 @@ impl Engine {
         let spawned = std::thread::Builder::new()
             .name(format!("sim{}-rnr", self.index))
             .spawn(move || me.timer_loop());
-        if spawned.is_err() {
-            self.timer.store(false, Ordering::Release);
+        match spawned {
+            Ok(h) => *self.timer_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h),
+            Err(_) => self.timer.store(false, Ordering::Release),
+        }
+    }
+
+    /// Ends the RNR timer (the device is gone) and waits for it.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        let handle = self
+            .timer_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
         }
     }
 
     /// Retries RNR-blocked QPs until none is left waiting.
     fn timer_loop(&self) {
         loop {
+            if self.stopped.load(Ordering::Acquire) {
+                self.timer.store(false, Ordering::Release);
+                return;
+            }
             let waits: Vec<RnrWait> = self.fw.with(|_| self.lock_inner().rnr.clone());
             if waits.is_empty() {
                 // Decide under the locks, so a wait added meanwhile either
@@ -277,7 +317,7 @@ impl Engine {
     }
 
     /// Holds doorbells back (remembered in order) or executes them again.
-    pub fn pause(&self, paused: bool) {
+    pub(crate) fn pause(&self, paused: bool) {
         self.paused.store(paused, Ordering::Release);
         if !paused {
             self.run();
@@ -286,7 +326,7 @@ impl Engine {
 
     /// Executes the doorbells held while paused, and retries RNR waits and
     /// QPs that need flushing, now, whether paused or not.
-    pub fn run(&self) {
+    pub(crate) fn run(&self) {
         let held = {
             let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
             self.last_held.store(NO_HELD, Ordering::Release);
@@ -314,7 +354,7 @@ impl Engine {
     }
 
     /// Doorbells held while paused.
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.held.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }

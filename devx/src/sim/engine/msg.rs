@@ -5,7 +5,7 @@ use std::time::Duration;
 
 /// The operation a message asks the responder to perform.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Send,
     Write,
     Read,
@@ -16,29 +16,29 @@ pub enum Op {
 /// One request, with its payload (or, on the way back, the read data or
 /// the atomic's original value).
 #[derive(Debug, Clone)]
-pub struct Msg {
-    pub op: Op,
+pub(crate) struct Msg {
+    pub(crate) op: Op,
     /// Present for SEND_IMM and WRITE_IMM, as it sat in the WQE.
-    pub imm: Option<[u8; 4]>,
-    pub solicited: bool,
-    pub service: u8,
-    pub src_qpn: u32,
-    pub dst_qpn: u32,
-    pub src_gid: [u8; 16],
-    pub dst_gid: [u8; 16],
+    pub(crate) imm: Option<[u8; 4]>,
+    pub(crate) solicited: bool,
+    pub(crate) service: u8,
+    pub(crate) src_qpn: u32,
+    pub(crate) dst_qpn: u32,
+    pub(crate) src_gid: [u8; 16],
+    pub(crate) dst_gid: [u8; 16],
     /// UD: the q_key the datagram carries.
-    pub qkey: u32,
-    pub raddr: u64,
-    pub rkey: u32,
+    pub(crate) qkey: u32,
+    pub(crate) raddr: u64,
+    pub(crate) rkey: u32,
     /// READ: bytes asked for.
-    pub len: u64,
-    pub swap_add: u64,
-    pub compare: u64,
-    pub data: Vec<u8>,
+    pub(crate) len: u64,
+    pub(crate) swap_add: u64,
+    pub(crate) compare: u64,
+    pub(crate) data: Vec<u8>,
 }
 
 impl Msg {
-    pub fn new(op: Op, data: Vec<u8>) -> Msg {
+    pub(crate) fn new(op: Op, data: Vec<u8>) -> Msg {
         Msg {
             op,
             imm: None,
@@ -61,7 +61,7 @@ impl Msg {
 
 /// The responder's answer, as the requester's transport sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reply {
+pub(crate) enum Reply {
     /// Done (or, for unreliable transports, gone without a trace).
     Ack,
     /// No receive WQE: try again after `Duration`.

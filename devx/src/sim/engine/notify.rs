@@ -4,11 +4,11 @@
 //! and raises a completion EQE to the channels subscribed for it.
 
 use crate::sim::fw::cq::{arm_state, Arm};
+use crate::sim::fw::events::{self, cq_key};
 use crate::sim::fw::state::State;
-use crate::sim::kernel::events::{self, cq_key};
 
 /// Offset of the CQ arm doorbell in a UAR page.
-pub const CQ_ARM_DOORBELL: usize = 0x20;
+pub(crate) const CQ_ARM_DOORBELL: usize = 0x20;
 
 const MASK24: u32 = 0x00ff_ffff;
 
@@ -18,7 +18,7 @@ const CMD_SOLICITED: u32 = 1;
 
 /// The arm doorbell: `value` holds `(word << 32 | cqn)` big-endian as it sits
 /// in memory. Dropped unless it came through the CQ's own UAR page.
-pub fn arm_doorbell(st: &mut State, page_id: u32, value: u64) {
+pub(crate) fn arm_doorbell(st: &mut State, page_id: u32, value: u64) {
     let b = value.to_ne_bytes();
     let word = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
     let cqn = u32::from_be_bytes([b[4], b[5], b[6], b[7]]) & MASK24;
@@ -28,7 +28,7 @@ pub fn arm_doorbell(st: &mut State, page_id: u32, value: u64) {
 /// Records a notification request `word` (`sn << 28 | cmd << 24 | ci`) on CQ
 /// `cqn`. A CQE that would fire it is already waiting when `ci` is behind
 /// the producer: then the event is raised at once, as the hardware does.
-pub fn arm(st: &mut State, page_id: u32, cqn: u32, word: u32) {
+pub(crate) fn arm(st: &mut State, page_id: u32, cqn: u32, word: u32) {
     let sn = ((word >> 28) & 3) as u8;
     let solicited = match (word >> 24) & 0xf {
         CMD_NEXT => false,
@@ -67,7 +67,7 @@ pub fn arm(st: &mut State, page_id: u32, cqn: u32, word: u32) {
 /// After a CQE was written at producer index `pi`: fires a pending request
 /// it satisfies. Error CQEs count as solicited (IB spec: an unsuccessful
 /// completion always notifies).
-pub fn completed(st: &mut State, cqn: u32, pi: u32, solicited: bool) {
+pub(crate) fn completed(st: &mut State, cqn: u32, pi: u32, solicited: bool) {
     let Some(e) = st.cq.peek_mut(cqn) else {
         return;
     };
@@ -95,7 +95,7 @@ fn fire_comp(st: &mut State, cqn: u32) {
 }
 
 /// CQ `cqn` overran: raises the affiliated CQ_ERROR event.
-pub fn overrun(st: &mut State, cqn: u32) {
+pub(crate) fn overrun(st: &mut State, cqn: u32) {
     st.events.raise(
         Some(cq_key(cqn)),
         &events::cq_error_eqe(cqn, events::CQ_ERR_SYNDROME_OVERRUN),
@@ -106,7 +106,7 @@ pub fn overrun(st: &mut State, cqn: u32) {
 /// syndrome the requester hears. Raises the affiliated event IBA names for
 /// the cause: an access violation, an invalid request, or else a
 /// catastrophic work queue error.
-pub fn qp_error(st: &mut State, qpn: u32, nak: prm_layouts::CqeSyndrome) {
+pub(crate) fn qp_error(st: &mut State, qpn: u32, nak: prm_layouts::CqeSyndrome) {
     use events::ty;
     use prm_layouts::CqeSyndrome;
     let t = match nak {

@@ -11,16 +11,16 @@ use crate::sim::fw::state::State;
 use prm_layouts::WqeCtrlSeg;
 
 /// A send queue basic block: WQEs are posted and counted in these.
-pub const SEND_WQE_BB: usize = 64;
+pub(crate) const SEND_WQE_BB: usize = 64;
 /// The largest send WQE (16 WQEBBs).
-pub const MAX_SQ_WQE: usize = 1024;
+pub(crate) const MAX_SQ_WQE: usize = 1024;
 /// The largest receive WQE this engine reads (the profile allows 512).
-pub const MAX_RQ_WQE: usize = 2048;
+pub(crate) const MAX_RQ_WQE: usize = 2048;
 /// `MLX5_INVALID_LKEY`: ends a receive scatter list early.
-pub const INVALID_LKEY: u32 = 0x100;
+pub(crate) const INVALID_LKEY: u32 = 0x100;
 
 /// The WQEBBs a send WQE of `len` bytes occupies.
-pub fn wqebbs(len: usize) -> u16 {
+pub(crate) fn wqebbs(len: usize) -> u16 {
     len.div_ceil(SEND_WQE_BB) as u16
 }
 
@@ -28,52 +28,52 @@ pub fn wqebbs(len: usize) -> u16 {
 /// SND counter `pi`. A WQE whose `ds` reaches past what the doorbell record
 /// posted is malformed: the loops that walk the queue stop at it instead
 /// of stepping over `pi` and running on round the 16-bit counter.
-pub fn posted_whole(pi: u16, ci: u16, bbs: u16) -> bool {
+pub(crate) fn posted_whole(pi: u16, ci: u16, bbs: u16) -> bool {
     bbs <= pi.wrapping_sub(ci)
 }
 
 /// What the engine needs of one QP, copied out of its context.
 #[derive(Debug, Clone, Copy)]
-pub struct QpView {
-    pub qpn: u32,
-    pub service: u8,
-    pub state: u8,
-    pub pd: u32,
-    pub uar_page: u32,
-    pub cqn_snd: u32,
-    pub cqn_rcv: u32,
-    pub user_index: u32,
-    pub log_msg_max: u8,
-    pub mtu: u8,
-    pub q_key: u32,
-    pub rnr_retry: u8,
-    pub min_rnr_nak: u8,
-    pub rre: bool,
-    pub rwe: bool,
-    pub rae: bool,
-    pub remote_qpn: u32,
-    pub rgid: [u8; 16],
-    pub sgid_index: u8,
-    pub rq_type: u8,
-    pub srqn: u32,
+pub(crate) struct QpView {
+    pub(crate) qpn: u32,
+    pub(crate) service: u8,
+    pub(crate) state: u8,
+    pub(crate) pd: u32,
+    pub(crate) uar_page: u32,
+    pub(crate) cqn_snd: u32,
+    pub(crate) cqn_rcv: u32,
+    pub(crate) user_index: u32,
+    pub(crate) log_msg_max: u8,
+    pub(crate) mtu: u8,
+    pub(crate) q_key: u32,
+    pub(crate) rnr_retry: u8,
+    pub(crate) min_rnr_nak: u8,
+    pub(crate) rre: bool,
+    pub(crate) rwe: bool,
+    pub(crate) rae: bool,
+    pub(crate) remote_qpn: u32,
+    pub(crate) rgid: [u8; 16],
+    pub(crate) sgid_index: u8,
+    pub(crate) rq_type: u8,
+    pub(crate) srqn: u32,
     /// Send ring and its size in WQEBBs.
-    pub sq: Option<Span>,
-    pub sq_bbs: u32,
+    pub(crate) sq: Option<Span>,
+    pub(crate) sq_bbs: u32,
     /// Receive ring, stride and number of WQEs.
-    pub rq: Option<Span>,
-    pub rq_stride: usize,
-    pub rq_wqes: u32,
-    pub dbr: Option<Span>,
+    pub(crate) rq: Option<Span>,
+    pub(crate) rq_stride: usize,
+    pub(crate) rq_wqes: u32,
+    pub(crate) dbr: Option<Span>,
     /// Device consumer counters: SQ in WQEBBs, RQ in WQEs.
-    pub sq_ci: u16,
-    pub rq_ci: u32,
+    pub(crate) sq_ci: u16,
+    pub(crate) rq_ci: u32,
 }
 
 impl QpView {
     /// Largest message the QP sends or accepts: log_msg_max for connected
     /// transports; a UD message is one packet (no transition sets a UD
     /// QP's log_msg_max).
-    pub fn max_msg(&self) -> u64 {
+    pub(crate) fn max_msg(&self) -> u64 {
         if self.service == crate::sim::fw::qp::st::UD {
             return self.mtu_bytes();
         }
@@ -81,7 +81,7 @@ impl QpView {
     }
 
     /// Path MTU in bytes (UD messages must fit one packet).
-    pub fn mtu_bytes(&self) -> u64 {
+    pub(crate) fn mtu_bytes(&self) -> u64 {
         match self.mtu {
             1..=5 => 128u64 << self.mtu,
             _ => 4096,
@@ -89,19 +89,19 @@ impl QpView {
     }
 
     /// The SND counter software stored in the doorbell record.
-    pub fn snd_counter(&self) -> Option<u16> {
+    pub(crate) fn snd_counter(&self) -> Option<u16> {
         self.dbr?.read_be32(4).map(|v| v as u16)
     }
 
     /// The RCV counter software stored in the doorbell record.
-    pub fn rcv_counter(&self) -> Option<u16> {
+    pub(crate) fn rcv_counter(&self) -> Option<u16> {
         self.dbr?.read_be32(0).map(|v| v as u16)
     }
 
     /// Reads the send WQE starting at WQEBB counter `ci` into `out`,
     /// following the ring's wrap to BB 0. Returns the bytes read (ds * 16,
     /// at least the control segment).
-    pub fn read_send_wqe(&self, ci: u16, out: &mut [u8; MAX_SQ_WQE]) -> Option<usize> {
+    pub(crate) fn read_send_wqe(&self, ci: u16, out: &mut [u8; MAX_SQ_WQE]) -> Option<usize> {
         let sq = self.sq?;
         let mask = self.sq_bbs - 1;
         let bb = |i: u32| ((u32::from(ci) + i) & mask) as usize * 64;
@@ -131,7 +131,7 @@ impl QpView {
     }
 
     /// Reads RQ WQE number `counter` (free running) into `out`.
-    pub fn read_recv_wqe(&self, counter: u32, out: &mut [u8]) -> Option<usize> {
+    pub(crate) fn read_recv_wqe(&self, counter: u32, out: &mut [u8]) -> Option<usize> {
         let rq = self.rq?;
         let len = self.rq_stride.min(out.len());
         let at = (counter & (self.rq_wqes - 1)) as usize * self.rq_stride;
@@ -146,7 +146,7 @@ fn span(st: &State, umem: u32, off: u64, len: u64) -> Option<Span> {
 }
 
 /// Resolves QP `qpn` (any uid: the device serves them all).
-pub fn qp_view(st: &State, qpn: u32) -> Option<QpView> {
+pub(crate) fn qp_view(st: &State, qpn: u32) -> Option<QpView> {
     let o = &st.qp.peek(qpn)?.obj;
     let q = &o.qpc;
     let path = q.primary_address_path();
@@ -205,14 +205,14 @@ pub fn qp_view(st: &State, qpn: u32) -> Option<QpView> {
 }
 
 /// Stores the device's send consumer counter (WQEBBs) in the QP context.
-pub fn save_sq(st: &mut State, qpn: u32, sq_ci: u16) {
+pub(crate) fn save_sq(st: &mut State, qpn: u32, sq_ci: u16) {
     if let Some(e) = st.qp.peek_mut(qpn) {
         e.obj.qpc.set_hw_sq_wqebb_counter(sq_ci);
     }
 }
 
 /// Stores the device's receive consumer counter (WQEs) in the QP context.
-pub fn save_rq(st: &mut State, qpn: u32, rq_ci: u32) {
+pub(crate) fn save_rq(st: &mut State, qpn: u32, rq_ci: u32) {
     if let Some(e) = st.qp.peek_mut(qpn) {
         e.obj.qpc.set_hw_rq_counter(rq_ci);
     }
@@ -220,26 +220,26 @@ pub fn save_rq(st: &mut State, qpn: u32, rq_ci: u32) {
 
 /// A shared receive queue (RMP) as the device sees it.
 #[derive(Debug, Clone, Copy)]
-pub struct SrqView {
-    pub srqn: u32,
-    pub ready: bool,
-    pub linked_list: bool,
-    pub ring: Span,
-    pub stride: usize,
-    pub wqes: u32,
-    pub dbr: Span,
+pub(crate) struct SrqView {
+    pub(crate) srqn: u32,
+    pub(crate) ready: bool,
+    pub(crate) linked_list: bool,
+    pub(crate) ring: Span,
+    pub(crate) stride: usize,
+    pub(crate) wqes: u32,
+    pub(crate) dbr: Span,
     /// WQEs consumed so far (free running).
-    pub consumed: u32,
+    pub(crate) consumed: u32,
 }
 
 impl SrqView {
     /// WQEs software has posted (the doorbell record's counter).
-    pub fn posted(&self) -> Option<u32> {
+    pub(crate) fn posted(&self) -> Option<u32> {
         self.dbr.read_be32(0)
     }
 
     /// Reads WQE `index` of the ring into `out`.
-    pub fn read_wqe(&self, index: u32, out: &mut [u8]) -> Option<usize> {
+    pub(crate) fn read_wqe(&self, index: u32, out: &mut [u8]) -> Option<usize> {
         let len = self.stride.min(out.len());
         let at = (index & (self.wqes - 1)) as usize * self.stride;
         self.ring.read(at, &mut out[..len]).then_some(len)
@@ -247,7 +247,7 @@ impl SrqView {
 }
 
 /// Resolves RMP `srqn`; other SRQ kinds have no ring the engine can read.
-pub fn srq_view(st: &State, srqn: u32) -> Option<SrqView> {
+pub(crate) fn srq_view(st: &State, srqn: u32) -> Option<SrqView> {
     let o = &st.srq.peek(srqn)?.obj;
     let SrqCtx::Rmp(c) = &o.ctx else {
         return None;
@@ -273,7 +273,7 @@ pub fn srq_view(st: &State, srqn: u32) -> Option<SrqView> {
 }
 
 /// Stores the RMP's consumed count.
-pub fn save_srq_counter(st: &mut State, srqn: u32, consumed: u32) {
+pub(crate) fn save_srq_counter(st: &mut State, srqn: u32, consumed: u32) {
     if let Some(e) = st.srq.peek_mut(srqn) {
         if let SrqCtx::Rmp(c) = &mut e.obj.ctx {
             c.wq_mut().set_hw_counter(consumed);

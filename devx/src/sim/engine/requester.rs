@@ -41,7 +41,7 @@ const DS: usize = WqeDataSeg::SIZE_BYTES;
 const MAX_BATCH: usize = 64;
 
 /// What a doorbell loop returns to its caller.
-pub enum Step {
+pub(crate) enum Step {
     Idle,
     /// Deliver this to the peer device, then resume with its replies.
     Remote(Arc<Engine>, Batch),
@@ -51,10 +51,10 @@ pub enum Step {
 /// The peer delivers them in order and stops at the first reply that is
 /// not an ACK; the WQEs after it stay posted, as if never started.
 #[derive(Default)]
-pub struct Batch {
-    pub msgs: Vec<Msg>,
+pub(crate) struct Batch {
+    pub(crate) msgs: Vec<Msg>,
     /// `replies[i]` answers `msgs[i]`; shorter when delivery stopped early.
-    pub replies: Vec<Reply>,
+    pub(crate) replies: Vec<Reply>,
     /// The WQEs' bytes back to back; WQE `i` ends at `ends[i]`.
     wqes: Vec<u8>,
     ends: Vec<usize>,
@@ -146,15 +146,15 @@ fn atomic(wqe: &[u8]) -> WqeAtomicSeg {
 
 /// How one doorbell (or timer tick) entered the loop.
 #[derive(Debug, Clone, Copy)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// The UAR page the doorbell went through; `None` for internal retries.
-    pub page: Option<u32>,
-    pub by_timer: bool,
+    pub(crate) page: Option<u32>,
+    pub(crate) by_timer: bool,
 }
 
 /// Executes QP `qpn`'s posted WQEs until it is idle, blocked on RNR, or
 /// has WQEs in flight to another device.
-pub fn drive(
+pub(crate) fn drive(
     eng: &Engine,
     st: &mut State,
     inner: &mut Inner,
@@ -404,7 +404,7 @@ fn truncated(st: &mut State, v: &QpView, wqe: &[u8], pi: u16, ci: &mut u16) {
 }
 
 /// The requester's error CQE for `wqe`.
-pub fn error_cqe(v: &QpView, wqe: &[u8], syndrome: CqeSyndrome) -> Completion {
+pub(crate) fn error_cqe(v: &QpView, wqe: &[u8], syndrome: CqeSyndrome) -> Completion {
     Completion {
         opcode: CqeOpcode::ReqErr,
         qpn: v.qpn,

@@ -18,7 +18,7 @@ use crate::sim::fw::state::State;
 use prm_layouts::{CqeOpcode, CqeSyndrome, WqeDataSeg, WqeSrqNextSeg};
 
 /// Bytes of the GRH a UD receive buffer gets before the payload.
-pub const GRH_BYTES: usize = 40;
+pub(crate) const GRH_BYTES: usize = 40;
 
 /// One consumed receive WQE.
 struct Recv {
@@ -38,7 +38,7 @@ impl Recv {
 }
 
 /// Delivers `msg` to QP `msg.dst_qpn` of this device.
-pub fn deliver(st: &mut State, inner: &mut Inner, msg: &mut Msg) -> Reply {
+pub(crate) fn deliver(st: &mut State, inner: &mut Inner, msg: &mut Msg) -> Reply {
     let reliable = msg.service == st::RC;
     // Nobody there, or not listening: an RC requester's retries run out;
     // unreliable transports just lose the packet.
@@ -409,7 +409,7 @@ fn read_recv(st: &mut State, inner: &mut Inner, v: &QpView, r: &mut Recv) -> Opt
 
 /// The IB RNR timer code table (min_rnr_nak), capped so an emulated wait
 /// never stalls a test for long.
-pub fn rnr_delay(code: u8) -> Duration {
+pub(crate) fn rnr_delay(code: u8) -> Duration {
     const US: [u32; 32] = [
         655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
         5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122_880, 163_840, 245_760,

@@ -21,33 +21,34 @@ use crate::sim::fw::state::State;
 use prm_layouts::CqeSyndrome;
 
 /// `mlx5_wqe_umr_ctrl_seg.flags`.
-pub mod flag {
-    pub const INLINE: u8 = 1 << 7;
-    pub const CHECK_FREE: u8 = 1 << 5;
-    pub const CHECK_QPN: u8 = 1 << 3;
+#[allow(dead_code)] // The PRM's full list; not every value is read.
+pub(crate) mod flag {
+    pub(crate) const INLINE: u8 = 1 << 7;
+    pub(crate) const CHECK_FREE: u8 = 1 << 5;
+    pub(crate) const CHECK_QPN: u8 = 1 << 3;
 }
 
 /// `mlx5_wqe_umr_ctrl_seg.mkey_mask`: which context fields the WQE sets.
-pub mod mask {
-    pub const LEN: u64 = 1 << 0;
-    pub const START_ADDR: u64 = 1 << 6;
-    pub const MKEY: u64 = 1 << 13;
-    pub const QPN: u64 = 1 << 14;
-    pub const LOCAL_WRITE: u64 = 1 << 18;
-    pub const REMOTE_READ: u64 = 1 << 19;
-    pub const REMOTE_WRITE: u64 = 1 << 20;
-    pub const ATOMIC: u64 = 1 << 21;
-    pub const FREE: u64 = 1 << 29;
+pub(crate) mod mask {
+    pub(crate) const LEN: u64 = 1 << 0;
+    pub(crate) const START_ADDR: u64 = 1 << 6;
+    pub(crate) const MKEY: u64 = 1 << 13;
+    pub(crate) const QPN: u64 = 1 << 14;
+    pub(crate) const LOCAL_WRITE: u64 = 1 << 18;
+    pub(crate) const REMOTE_READ: u64 = 1 << 19;
+    pub(crate) const REMOTE_WRITE: u64 = 1 << 20;
+    pub(crate) const ATOMIC: u64 = 1 << 21;
+    pub(crate) const FREE: u64 = 1 << 29;
 }
 
 /// `mlx5_wqe_mkey_context_seg` fields.
-pub mod ctx {
+pub(crate) mod ctx {
     /// `free` byte: the key goes (back) to the free state.
-    pub const FREE: u8 = 1 << 6;
-    pub const LOCAL_WRITE: u8 = 1 << 3;
-    pub const REMOTE_READ: u8 = 1 << 4;
-    pub const REMOTE_WRITE: u8 = 1 << 5;
-    pub const ATOMIC: u8 = 1 << 6;
+    pub(crate) const FREE: u8 = 1 << 6;
+    pub(crate) const LOCAL_WRITE: u8 = 1 << 3;
+    pub(crate) const REMOTE_READ: u8 = 1 << 4;
+    pub(crate) const REMOTE_WRITE: u8 = 1 << 5;
+    pub(crate) const ATOMIC: u8 = 1 << 6;
 }
 
 /// Segment offsets inside the WQE: control, UMR control, mkey context,
@@ -60,7 +61,7 @@ const NO_QPN: u32 = 0x00ff_ffff;
 
 /// Whether `m` is a memory window (as opposed to an indirect key made by
 /// CREATE_MKEY with its KLMs).
-pub fn is_window(m: &MkeyObj) -> bool {
+pub(crate) fn is_window(m: &MkeyObj) -> bool {
     m.mode == mode::KLMS && m.mkc.umr_en() == 1
 }
 
@@ -85,12 +86,12 @@ fn target(st: &State, m: &MkeyObj) -> Option<Span> {
 
 /// For the key cache: the rights and the memory of a bound window, or
 /// `None` when it does not resolve now.
-pub fn window_info(st: &State, m: &MkeyObj) -> Option<(Access, Span)> {
+pub(crate) fn window_info(st: &State, m: &MkeyObj) -> Option<(Access, Span)> {
     Some((remote_only(m.access), target(st, m)?))
 }
 
 /// [`keys::resolve`] for a window key `m`.
-pub fn resolve(
+pub(crate) fn resolve(
     st: &State,
     m: &MkeyObj,
     addr: u64,
@@ -167,7 +168,7 @@ fn decode(wqe: &[u8]) -> Result<Request, CqeSyndrome> {
 }
 
 /// Executes a UMR WQE of QP `v`; `Err` is the error CQE syndrome.
-pub fn execute(st: &mut State, v: &QpView, wqe: &[u8]) -> Result<(), CqeSyndrome> {
+pub(crate) fn execute(st: &mut State, v: &QpView, wqe: &[u8]) -> Result<(), CqeSyndrome> {
     if !matches!(v.service, st::RC | st::UC | st::XRC) {
         return Err(CqeSyndrome::LocalQpOpErr);
     }

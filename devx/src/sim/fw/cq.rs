@@ -11,55 +11,55 @@ use super::umem;
 use crate::sim::syndrome;
 
 /// `modify_field_select` bits of MODIFY_CQ op_mod 0 (`MLX5_CQ_MODIFY_*`).
-pub mod modify {
-    pub const PERIOD: u32 = 1 << 0;
-    pub const COUNT: u32 = 1 << 1;
-    pub const OVERRUN: u32 = 1 << 2;
-    pub const PERIOD_MODE: u32 = 1 << 4;
-    pub const ALL: u32 = PERIOD | COUNT | OVERRUN | PERIOD_MODE;
+pub(crate) mod modify {
+    pub(crate) const PERIOD: u32 = 1 << 0;
+    pub(crate) const COUNT: u32 = 1 << 1;
+    pub(crate) const OVERRUN: u32 = 1 << 2;
+    pub(crate) const PERIOD_MODE: u32 = 1 << 4;
+    pub(crate) const ALL: u32 = PERIOD | COUNT | OVERRUN | PERIOD_MODE;
 }
 
 /// `resize_field_select` bits of MODIFY_CQ op_mod 1 (`MLX5_MODIFY_CQ_MASK_*`).
-pub mod resize {
-    pub const LOG_SIZE: u32 = 1 << 0;
-    pub const PG_OFFSET: u32 = 1 << 1;
-    pub const PG_SIZE: u32 = 1 << 2;
-    pub const ALL: u32 = LOG_SIZE | PG_OFFSET | PG_SIZE;
+pub(crate) mod resize {
+    pub(crate) const LOG_SIZE: u32 = 1 << 0;
+    pub(crate) const PG_OFFSET: u32 = 1 << 1;
+    pub(crate) const PG_SIZE: u32 = 1 << 2;
+    pub(crate) const ALL: u32 = LOG_SIZE | PG_OFFSET | PG_SIZE;
 }
 
-pub const OP_MOD_RESIZE: u16 = 1;
+pub(crate) const OP_MOD_RESIZE: u16 = 1;
 
 #[derive(Debug, Clone)]
-pub struct CqObj {
+pub(crate) struct CqObj {
     /// The context as created and modified; QUERY_CQ returns it.
-    pub cqc: Cqc,
-    pub umem: u32,
-    pub umem_offset: u64,
-    pub dbr_umem: u32,
-    pub dbr_addr: u64,
-    pub eqn: u32,
-    pub uar: u32,
+    pub(crate) cqc: Cqc,
+    pub(crate) umem: u32,
+    pub(crate) umem_offset: u64,
+    pub(crate) dbr_umem: u32,
+    pub(crate) dbr_addr: u64,
+    pub(crate) eqn: u32,
+    pub(crate) uar: u32,
     /// Completion notification request (the arm doorbell), if one is pending.
-    pub arm: Option<Arm>,
+    pub(crate) arm: Option<Arm>,
     /// Producer index of the last solicited (or error) CQE written, so an
     /// arm for solicited events can tell whether one is already waiting.
-    pub last_solicited: Option<u32>,
+    pub(crate) last_solicited: Option<u32>,
     holds: Vec<ObjRef>,
 }
 
 /// A pending notification request: its sequence number and whether only
 /// solicited completions fire it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Arm {
-    pub sn: u8,
-    pub solicited: bool,
+pub(crate) struct Arm {
+    pub(crate) sn: u8,
+    pub(crate) solicited: bool,
 }
 
 /// `cqc.st` values (arm state).
-pub mod arm_state {
-    pub const SOLICITED_ARMED: u8 = 0x6;
-    pub const ARMED: u8 = 0x9;
-    pub const FIRED: u8 = 0xa;
+pub(crate) mod arm_state {
+    pub(crate) const SOLICITED_ARMED: u8 = 0x6;
+    pub(crate) const ARMED: u8 = 0x9;
+    pub(crate) const FIRED: u8 = 0xa;
 }
 
 impl Holder for CqObj {
@@ -69,13 +69,8 @@ impl Holder for CqObj {
 }
 
 impl CqObj {
-    /// Number of CQEs.
-    pub fn entries(&self) -> u64 {
-        1u64 << self.cqc.log_cq_size()
-    }
-
     /// CQE stride in bytes (64 or 128).
-    pub fn cqe_bytes(&self) -> u64 {
+    pub(crate) fn cqe_bytes(&self) -> u64 {
         64u64 << self.cqc.cqe_sz()
     }
 }
@@ -84,7 +79,7 @@ fn buffer_bytes(log_size: u8, cqe_sz: u8) -> u64 {
     (1u64 << log_size) * (64u64 << cqe_sz)
 }
 
-pub fn create(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn create(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<CreateCqIn>()?;
     let c = inp.cq_context();
     ensure(c.apu_cq() == 0, syndrome::RESERVED_NONZERO)?;
@@ -141,14 +136,14 @@ pub fn create(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn query(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let cqn = cmd.view::<QueryCqIn>()?.cqn();
     let cqc = st.cq.owned(cqn, cmd.uid)?.obj.cqc;
     *out_view::<QueryCqOut>(out)?.cq_context_mut() = cqc;
     Ok(())
 }
 
-pub fn modify(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn modify(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<ModifyCqIn>()?;
     let select = inp.modify_field_select_resize_field_select();
     let new = inp.cq_context();
@@ -223,7 +218,7 @@ pub fn modify(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn destroy(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn destroy(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let cqn = cmd.view::<DestroyCqIn>()?.cqn();
     let obj = st.cq.remove(cqn, cmd.uid)?;
     st.release_all(&obj.holds);

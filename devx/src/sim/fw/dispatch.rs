@@ -9,11 +9,11 @@ use super::ext::{counters, flow, general_obj, mcg, srq, tir, wq};
 use super::state::State;
 use super::{cq, general, mkey, pd, qp, qp_state, uar, umem};
 
-pub type Handler = fn(&mut State, &Cmd, &mut [u8]) -> FwResult;
+pub(crate) type Handler = fn(&mut State, &Cmd, &mut [u8]) -> FwResult;
 
 /// Which op_mod values a command accepts.
 #[derive(Debug, Clone, Copy)]
-pub enum OpMods {
+pub(crate) enum OpMods {
     /// op_mod must be zero (most commands).
     Zero,
     /// The handler checks op_mod itself (caps type, general object type).
@@ -23,7 +23,7 @@ pub enum OpMods {
 }
 
 impl OpMods {
-    pub fn allows(self, op_mod: u16) -> bool {
+    pub(crate) fn allows(self, op_mod: u16) -> bool {
         match self {
             OpMods::Zero => op_mod == 0,
             OpMods::Any => true,
@@ -34,20 +34,20 @@ impl OpMods {
 
 /// A command the firmware implements.
 #[derive(Clone, Copy)]
-pub struct CmdDef {
-    pub handler: Handler,
-    pub op_mods: OpMods,
+pub(crate) struct CmdDef {
+    pub(crate) handler: Handler,
+    pub(crate) op_mods: OpMods,
     /// Minimum inbox length (the fixed `*_in` layout).
-    pub in_len: usize,
+    pub(crate) in_len: usize,
     /// The fixed `*_out` layout: what the handler fills.
-    pub out_len: usize,
+    pub(crate) out_len: usize,
     /// The shortest outbox answered: the header and the command's own
     /// top-level fields. What lies beyond (a context, a capability page)
     /// is cut to the outbox, as firmware does.
-    pub min_out_len: usize,
+    pub(crate) min_out_len: usize,
     /// True for commands with the general-object header, whose bytes 4..6
     /// are vhca_tunnel_id rather than reserved.
-    pub general_header: bool,
+    pub(crate) general_header: bool,
 }
 
 /// The handler table.
@@ -169,7 +169,7 @@ fn ext_handler(opcode: Op) -> Option<(Handler, OpMods)> {
 }
 
 /// The definition of `opcode`, or `None` when the firmware does not know it.
-pub fn lookup(opcode: u16) -> Option<CmdDef> {
+pub(crate) fn lookup(opcode: u16) -> Option<CmdDef> {
     let (handler, op_mods) = handler(Op::from_raw(opcode)?)?;
     let (inp, outp) = prm_layouts::mailbox_layouts(opcode)?;
     Some(CmdDef {

@@ -7,15 +7,15 @@ use super::cmd::FwResult;
 use super::state::{Holder, State};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EqObj {
+pub(crate) struct EqObj {
     /// The completion vector this EQ serves.
-    pub vector: Option<u32>,
+    pub(crate) vector: Option<u32>,
 }
 
 impl Holder for EqObj {}
 
 /// Creates the completion EQs of `profile.num_comp_vectors`.
-pub fn create_completion_eqs(st: &mut State) -> FwResult {
+pub(crate) fn create_completion_eqs(st: &mut State) -> FwResult {
     let first = st.profile.first_comp_eqn;
     for v in 0..st.profile.num_comp_vectors {
         st.eq.insert_at(first + v, 0, EqObj { vector: Some(v) })?;
@@ -24,7 +24,7 @@ pub fn create_completion_eqs(st: &mut State) -> FwResult {
 }
 
 /// The EQ number of completion vector `vector`, if it exists.
-pub fn eqn_of_vector(st: &State, vector: u32) -> Option<u32> {
+pub(crate) fn eqn_of_vector(st: &State, vector: u32) -> Option<u32> {
     let n = st.profile.first_comp_eqn.checked_add(vector)?;
     match st.eq.peek(n) {
         Some(e) if e.obj.vector == Some(vector) => Some(n),
@@ -33,6 +33,6 @@ pub fn eqn_of_vector(st: &State, vector: u32) -> Option<u32> {
 }
 
 /// True when `eqn` is a completion EQ.
-pub fn is_completion_eq(st: &State, eqn: u32) -> bool {
+pub(crate) fn is_completion_eq(st: &State, eqn: u32) -> bool {
     st.eq.peek(eqn).is_some_and(|e| e.obj.vector.is_some())
 }

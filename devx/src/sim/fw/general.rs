@@ -29,7 +29,7 @@ fn cap_supported(t: u16) -> bool {
 
 /// QUERY_HCA_CAP: `op_mod = cap_type << 1 | cur`. MAX and CUR are the same:
 /// nobody can SET_HCA_CAP through DEVX.
-pub fn query_hca_cap(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_hca_cap(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<QueryHcaCapIn>()?;
     ensure(inp.other_function() == 0, syndrome::OTHER_FUNCTION)?;
     let cap_type = cmd.op_mod >> 1;
@@ -51,7 +51,7 @@ pub fn query_hca_cap(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn query_adapter(st: &mut State, _cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_adapter(st: &mut State, _cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let o = out_view::<QueryAdapterOut>(out)?;
     let a = o.query_adapter_struct_mut();
     a.set_ieee_vendor_id(st.profile.vendor_id);
@@ -64,7 +64,7 @@ pub fn query_adapter(st: &mut State, _cmd: &Cmd, out: &mut [u8]) -> FwResult {
 }
 
 /// QUERY_ISSI: ISSI 0 and 1 supported, 1 in use (the driver set it at boot).
-pub fn query_issi(_st: &mut State, _cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_issi(_st: &mut State, _cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let o = out_view::<QueryIssiOut>(out)?;
     o.set_current_issi(1);
     o.set_supported_issi_dw0(0b11);
@@ -73,7 +73,7 @@ pub fn query_issi(_st: &mut State, _cmd: &Cmd, out: &mut [u8]) -> FwResult {
 
 /// QUERY_VPORT_STATE: op_mod 0 (own vNIC) and 2 (uplink); up while the
 /// link is (admin state stays up).
-pub fn query_vport_state(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_vport_state(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<QueryVportStateIn>()?;
     ensure(inp.other_vport() == 0, syndrome::OTHER_FUNCTION)?;
     let o = out_view::<QueryVportStateOut>(out)?;
@@ -82,7 +82,7 @@ pub fn query_vport_state(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult 
     Ok(())
 }
 
-pub fn query_nic_vport_context(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_nic_vport_context(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<QueryNicVportContextIn>()?;
     ensure(inp.other_vport() == 0, syndrome::OTHER_FUNCTION)?;
     let (hi, lo) = st.ident.mac_halves();
@@ -106,7 +106,7 @@ fn check_port(st: &State, port: u8) -> FwResult {
     ensure(port <= st.profile.num_ports, syndrome::BAD_PORT)
 }
 
-pub fn query_hca_vport_context(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_hca_vport_context(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<QueryHcaVportContextIn>()?;
     ensure(inp.other_vport() == 0, syndrome::OTHER_FUNCTION)?;
     check_port(st, inp.port_num())?;
@@ -131,7 +131,7 @@ pub fn query_hca_vport_context(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwR
 }
 
 /// QUERY_HCA_VPORT_GID: one GID, or the whole table with gid_index 0xffff.
-pub fn query_hca_vport_gid(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_hca_vport_gid(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<QueryHcaVportGidIn>()?;
     ensure(inp.other_vport() == 0, syndrome::OTHER_FUNCTION)?;
     check_port(st, inp.port_num())?;
@@ -154,7 +154,7 @@ pub fn query_hca_vport_gid(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResul
     Ok(())
 }
 
-pub fn query_roce_address(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_roce_address(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<QueryRoceAddressIn>()?;
     check_port(st, inp.vhca_port_num())?;
     let index = usize::from(inp.roce_address_index());
@@ -176,6 +176,6 @@ pub fn query_roce_address(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult
     Ok(())
 }
 
-pub fn nop(_st: &mut State, _cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn nop(_st: &mut State, _cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     Ok(())
 }

@@ -12,45 +12,46 @@ use super::table::ObjRef;
 use crate::sim::syndrome;
 
 /// `mkc` access modes (`MLX5_MKC_ACCESS_MODE_*`).
-pub mod mode {
-    pub const PA: u8 = 0x0;
-    pub const MTT: u8 = 0x1;
-    pub const KLMS: u8 = 0x2;
-    pub const KSM: u8 = 0x3;
+#[allow(dead_code)] // The PRM's full list; not every value is read.
+pub(crate) mod mode {
+    pub(crate) const PA: u8 = 0x0;
+    pub(crate) const MTT: u8 = 0x1;
+    pub(crate) const KLMS: u8 = 0x2;
+    pub(crate) const KSM: u8 = 0x3;
 }
 
 /// What a key lets the local and remote sides do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Access {
-    pub local_read: bool,
-    pub local_write: bool,
-    pub remote_read: bool,
-    pub remote_write: bool,
-    pub atomic: bool,
+pub(crate) struct Access {
+    pub(crate) local_read: bool,
+    pub(crate) local_write: bool,
+    pub(crate) remote_read: bool,
+    pub(crate) remote_write: bool,
+    pub(crate) atomic: bool,
 }
 
 /// One entry of an indirect key: `bytes` of `key` starting at `addr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Klm {
-    pub bytes: u32,
-    pub key: u32,
-    pub addr: u64,
+pub(crate) struct Klm {
+    pub(crate) bytes: u32,
+    pub(crate) key: u32,
+    pub(crate) addr: u64,
 }
 
 #[derive(Debug, Clone)]
-pub struct MkeyObj {
+pub(crate) struct MkeyObj {
     /// The context as created; QUERY_MKEY returns it.
-    pub mkc: Mkc,
-    pub key: u32,
-    pub mode: u8,
-    pub access: Access,
-    pub pd: u32,
-    pub start_addr: u64,
-    pub len: u64,
+    pub(crate) mkc: Mkc,
+    pub(crate) key: u32,
+    pub(crate) mode: u8,
+    pub(crate) access: Access,
+    pub(crate) pd: u32,
+    pub(crate) start_addr: u64,
+    pub(crate) len: u64,
     /// Backing UMEM and the offset of `start_addr` in it (MTT keys).
-    pub umem: Option<(u32, u64)>,
+    pub(crate) umem: Option<(u32, u64)>,
     /// Entries of an indirect key.
-    pub klms: Vec<Klm>,
+    pub(crate) klms: Vec<Klm>,
     holds: Vec<ObjRef>,
 }
 
@@ -88,7 +89,7 @@ fn parse_klms(st: &State, cmd: &Cmd, count: u32) -> FwResult<Vec<Klm>> {
     Ok(v)
 }
 
-pub fn create(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn create(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<CreateMkeyIn>()?;
     let c = inp.memory_key_mkey_entry();
     let mode = access_mode(c);
@@ -149,14 +150,14 @@ pub fn create(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn query(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let index = cmd.view::<QueryMkeyIn>()?.mkey_index();
     let mkc = st.mkey.owned(index, cmd.uid)?.obj.mkc;
     *out_view::<QueryMkeyOut>(out)?.memory_key_mkey_entry_mut() = mkc;
     Ok(())
 }
 
-pub fn destroy(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn destroy(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let index = cmd.view::<DestroyMkeyIn>()?.mkey_index();
     let obj = st.mkey.remove(index, cmd.uid)?;
     st.release_all(&obj.holds);
@@ -164,28 +165,9 @@ pub fn destroy(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
 }
 
 /// The key `key` names, for the data path (variant byte included).
-pub fn lookup(st: &State, key: u32) -> Option<&MkeyObj> {
+pub(crate) fn lookup(st: &State, key: u32) -> Option<&MkeyObj> {
     st.mkey
         .peek(key >> 8)
         .map(|e| &e.obj)
         .filter(|m| m.key == key)
-}
-
-/// Umem-backed byte range of `[addr, addr + len)` under `key`, as
-/// (umem id, offset in the umem), when the key grants `need`.
-pub fn translate(st: &State, key: u32, addr: u64, len: u64, need: Access) -> Option<(u32, u64)> {
-    let m = lookup(st, key)?;
-    let ok = (!need.local_write || m.access.local_write)
-        && (!need.remote_read || m.access.remote_read)
-        && (!need.remote_write || m.access.remote_write)
-        && (!need.atomic || m.access.atomic);
-    if !ok || m.mkc.free() == 1 {
-        return None;
-    }
-    let (umem, base) = m.umem?;
-    let off = addr.checked_sub(m.start_addr)?;
-    if off.checked_add(len)? > m.len {
-        return None;
-    }
-    Some((umem, base.checked_add(off)?))
 }

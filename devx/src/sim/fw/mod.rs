@@ -8,21 +8,22 @@
 //! is written to the outbox as status + syndrome, exactly as firmware
 //! answers; nothing here panics on any input bytes.
 
-pub mod cmd;
-pub mod cq;
-pub mod dispatch;
-pub mod eq;
-pub mod ext;
-pub mod general;
-pub mod kind;
-pub mod mkey;
-pub mod pd;
-pub mod qp;
-pub mod qp_state;
-pub mod state;
-pub mod table;
-pub mod uar;
-pub mod umem;
+pub(crate) mod cmd;
+pub(crate) mod cq;
+pub(crate) mod dispatch;
+pub(crate) mod eq;
+pub(crate) mod events;
+pub(crate) mod ext;
+pub(crate) mod general;
+pub(crate) mod kind;
+pub(crate) mod mkey;
+pub(crate) mod pd;
+pub(crate) mod qp;
+pub(crate) mod qp_state;
+pub(crate) mod state;
+pub(crate) mod table;
+pub(crate) mod uar;
+pub(crate) mod umem;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -36,13 +37,13 @@ use super::syndrome;
 
 /// One device's firmware. All state sits behind one lock: commands from
 /// many threads serialize as they do on the device's command queue.
-pub struct Firmware {
+pub(crate) struct Firmware {
     state: Mutex<State>,
     commands: AtomicU64,
 }
 
 impl Firmware {
-    pub fn new(profile: Profile, ident: Identity) -> Firmware {
+    pub(crate) fn new(profile: Profile, ident: Identity) -> Firmware {
         let mut st = State::new(profile, ident);
         // The EQ table is sized from the profile, so this cannot fail for a
         // sane profile; a nonsense one just gets fewer vectors.
@@ -69,7 +70,7 @@ impl Firmware {
 
     /// Runs one command. The outbox is zeroed, then filled by the handler or
     /// with status and syndrome (as far as it reaches) on failure.
-    pub fn execute(&self, inbox: &[u8], outbox: &mut [u8]) -> FwResult {
+    pub(crate) fn execute(&self, inbox: &[u8], outbox: &mut [u8]) -> FwResult {
         self.commands.fetch_add(1, Ordering::Relaxed);
         outbox.fill(0);
         let r = self.run(inbox, outbox);
@@ -127,14 +128,14 @@ impl Firmware {
     }
 
     /// CREATE_UCTX: a new DEVX uid.
-    pub fn create_uctx(&self) -> FwResult<u16> {
+    pub(crate) fn create_uctx(&self) -> FwResult<u16> {
         let n = self.lock().uctx.insert(0, ())?;
         // Numbers come from 1..=0xfffe, so they fit.
         Ok(n as u16)
     }
 
     /// DESTROY_UCTX: refused while the uid still owns objects.
-    pub fn destroy_uctx(&self, uid: u16) -> FwResult {
+    pub(crate) fn destroy_uctx(&self, uid: u16) -> FwResult {
         let mut st = self.lock();
         if st.uid_objects(uid) > 0 {
             return fail(syndrome::UCTX_HAS_OBJECTS);
@@ -143,12 +144,12 @@ impl Firmware {
     }
 
     /// Removes whatever `uid` still owns; returns how many objects went.
-    pub fn purge_uid(&self, uid: u16) -> usize {
+    pub(crate) fn purge_uid(&self, uid: u16) -> usize {
         self.lock().purge_uid(uid)
     }
 
     /// CREATE_UMEM for a range the kernel layer has checked.
-    pub fn create_umem(&self, uid: u16, region: umem::UmemObj) -> FwResult<u32> {
+    pub(crate) fn create_umem(&self, uid: u16, region: umem::UmemObj) -> FwResult<u32> {
         let mut st = self.lock();
         if !st.uctx.contains(u32::from(uid)) {
             return fail(syndrome::BAD_UID);
@@ -157,25 +158,25 @@ impl Firmware {
     }
 
     /// Reads the state (introspection, data path).
-    pub fn with<R>(&self, f: impl FnOnce(&State) -> R) -> R {
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&State) -> R) -> R {
         f(&self.lock_state())
     }
 
     /// Changes the state outside a command (data path events: counters,
     /// CQ producer index, QP error state; never objects or their rings,
     /// keys and memory, so the epoch stays).
-    pub fn with_mut<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         f(&mut self.lock_state())
     }
 
     /// Commands executed since the device started.
-    pub fn commands_executed(&self) -> u64 {
+    pub(crate) fn commands_executed(&self) -> u64 {
         self.commands.load(Ordering::Relaxed)
     }
 }
 
 /// Writes status (byte 0) and syndrome (bytes 4..8) as far as the outbox reaches.
-pub fn write_status(outbox: &mut [u8], e: FwError) {
+pub(crate) fn write_status(outbox: &mut [u8], e: FwError) {
     if let Some(b) = outbox.first_mut() {
         *b = e.status;
     }

@@ -11,45 +11,45 @@ use super::umem;
 use crate::sim::syndrome;
 
 /// `qpc.st` service types (`MLX5_QPC_ST_*`).
-pub mod st {
-    pub const RC: u8 = 0x0;
-    pub const UC: u8 = 0x1;
-    pub const UD: u8 = 0x2;
-    pub const XRC: u8 = 0x3;
-    pub const RAW: u8 = 0x9;
+pub(crate) mod st {
+    pub(crate) const RC: u8 = 0x0;
+    pub(crate) const UC: u8 = 0x1;
+    pub(crate) const UD: u8 = 0x2;
+    pub(crate) const XRC: u8 = 0x3;
+    pub(crate) const RAW: u8 = 0x9;
 }
 
 /// `qpc.state` values (`MLX5_QPC_STATE_*`).
-pub mod state {
-    pub const RST: u8 = 0x0;
-    pub const INIT: u8 = 0x1;
-    pub const RTR: u8 = 0x2;
-    pub const RTS: u8 = 0x3;
-    pub const SQER: u8 = 0x4;
-    pub const ERR: u8 = 0x6;
-    pub const SQD: u8 = 0x7;
+pub(crate) mod state {
+    pub(crate) const RST: u8 = 0x0;
+    pub(crate) const INIT: u8 = 0x1;
+    pub(crate) const RTR: u8 = 0x2;
+    pub(crate) const RTS: u8 = 0x3;
+    pub(crate) const SQER: u8 = 0x4;
+    pub(crate) const ERR: u8 = 0x6;
+    pub(crate) const SQD: u8 = 0x7;
 }
 
 /// `qpc.rq_type` values (`MLX5_*_RQ`).
-pub mod rq_type {
-    pub const REGULAR: u8 = 0x0;
-    pub const SRQ: u8 = 0x1;
-    pub const ZERO_LEN: u8 = 0x3;
+pub(crate) mod rq_type {
+    pub(crate) const REGULAR: u8 = 0x0;
+    pub(crate) const SRQ: u8 = 0x1;
+    pub(crate) const ZERO_LEN: u8 = 0x3;
 }
 
 #[derive(Debug, Clone)]
-pub struct QpObj {
+pub(crate) struct QpObj {
     /// The context as created and modified, with the current state.
-    pub qpc: Qpc,
+    pub(crate) qpc: Qpc,
     /// The context at create time: 2RST returns the QP to it.
-    pub created: Qpc,
-    pub wq_umem: u32,
-    pub wq_umem_offset: u64,
+    pub(crate) created: Qpc,
+    pub(crate) wq_umem: u32,
+    pub(crate) wq_umem_offset: u64,
     /// Receive queue bytes at the start of the buffer; the send queue follows.
-    pub rq_bytes: u64,
-    pub sq_bytes: u64,
-    pub dbr_umem: u32,
-    pub dbr_addr: u64,
+    pub(crate) rq_bytes: u64,
+    pub(crate) sq_bytes: u64,
+    pub(crate) dbr_umem: u32,
+    pub(crate) dbr_addr: u64,
     /// References that never change (PD, UAR, UMEMs, XRCD, send CQ).
     pub(crate) fixed: Vec<ObjRef>,
     /// References a modify may move (receive CQ, SRQ, counter set).
@@ -69,21 +69,17 @@ impl Holder for QpObj {
 }
 
 impl QpObj {
-    pub fn state(&self) -> u8 {
+    pub(crate) fn state(&self) -> u8 {
         self.qpc.state()
     }
 
-    pub fn service_type(&self) -> u8 {
+    pub(crate) fn service_type(&self) -> u8 {
         self.qpc.st()
-    }
-
-    pub fn has_sq(&self) -> bool {
-        self.sq_bytes > 0
     }
 }
 
 /// Receive and send queue bytes a QP context asks for.
-pub fn queue_bytes(q: &Qpc) -> (u64, u64) {
+pub(crate) fn queue_bytes(q: &Qpc) -> (u64, u64) {
     let rq = if q.rq_type() == rq_type::REGULAR {
         (1u64 << q.log_rq_size()) * (16u64 << q.log_rq_stride())
     } else {
@@ -98,7 +94,7 @@ pub fn queue_bytes(q: &Qpc) -> (u64, u64) {
 }
 
 /// A Q counter set `uid` may count into; 0 is the device's default set.
-pub fn counter_ref(st: &State, uid: u16, id: u8) -> FwResult<Option<u32>> {
+pub(crate) fn counter_ref(st: &State, uid: u16, id: u8) -> FwResult<Option<u32>> {
     if id == 0 {
         return Ok(None);
     }
@@ -106,7 +102,7 @@ pub fn counter_ref(st: &State, uid: u16, id: u8) -> FwResult<Option<u32>> {
     Ok(Some(u32::from(id)))
 }
 
-pub fn create(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn create(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<CreateQpIn>()?;
     let q = inp.qpc();
     let p = &st.profile;
@@ -206,14 +202,14 @@ pub fn create(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn query(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let qpn = cmd.view::<QueryQpIn>()?.qpn();
     let qpc = st.qp.owned(qpn, cmd.uid)?.obj.qpc;
     *out_view::<QueryQpOut>(out)?.qpc_mut() = qpc;
     Ok(())
 }
 
-pub fn destroy(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn destroy(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let qpn = cmd.view::<DestroyQpIn>()?.qpn();
     let obj = st.qp.remove(qpn, cmd.uid)?;
     st.release_all(&obj.holds());

@@ -16,26 +16,26 @@ use super::state::State;
 use crate::sim::syndrome;
 
 /// `opt_param_mask` bits (`MLX5_QP_OPTPAR_*`).
-pub mod opt {
-    pub const ALT_ADDR_PATH: u32 = 1 << 0;
-    pub const RRE: u32 = 1 << 1;
-    pub const RAE: u32 = 1 << 2;
-    pub const RWE: u32 = 1 << 3;
-    pub const PKEY_INDEX: u32 = 1 << 4;
-    pub const Q_KEY: u32 = 1 << 5;
-    pub const RNR_TIMEOUT: u32 = 1 << 6;
-    pub const PRIMARY_ADDR_PATH: u32 = 1 << 7;
-    pub const SRA_MAX: u32 = 1 << 8;
-    pub const RRA_MAX: u32 = 1 << 9;
-    pub const PM_STATE: u32 = 1 << 10;
-    pub const RETRY_COUNT: u32 = 1 << 12;
-    pub const RNR_RETRY: u32 = 1 << 13;
-    pub const ACK_TIMEOUT: u32 = 1 << 14;
-    pub const LAG_TX_AFF: u32 = 1 << 15;
-    pub const PRI_PORT: u32 = 1 << 16;
-    pub const SRQN: u32 = 1 << 18;
-    pub const CQN_RCV: u32 = 1 << 19;
-    pub const COUNTER_SET_ID: u32 = 1 << 25;
+pub(crate) mod opt {
+    pub(crate) const ALT_ADDR_PATH: u32 = 1 << 0;
+    pub(crate) const RRE: u32 = 1 << 1;
+    pub(crate) const RAE: u32 = 1 << 2;
+    pub(crate) const RWE: u32 = 1 << 3;
+    pub(crate) const PKEY_INDEX: u32 = 1 << 4;
+    pub(crate) const Q_KEY: u32 = 1 << 5;
+    pub(crate) const RNR_TIMEOUT: u32 = 1 << 6;
+    pub(crate) const PRIMARY_ADDR_PATH: u32 = 1 << 7;
+    pub(crate) const SRA_MAX: u32 = 1 << 8;
+    pub(crate) const RRA_MAX: u32 = 1 << 9;
+    pub(crate) const PM_STATE: u32 = 1 << 10;
+    pub(crate) const RETRY_COUNT: u32 = 1 << 12;
+    pub(crate) const RNR_RETRY: u32 = 1 << 13;
+    pub(crate) const ACK_TIMEOUT: u32 = 1 << 14;
+    pub(crate) const LAG_TX_AFF: u32 = 1 << 15;
+    pub(crate) const PRI_PORT: u32 = 1 << 16;
+    pub(crate) const SRQN: u32 = 1 << 18;
+    pub(crate) const CQN_RCV: u32 = 1 << 19;
+    pub(crate) const COUNTER_SET_ID: u32 = 1 << 25;
 }
 
 /// qpc fields carried by each optional parameter bit.
@@ -310,7 +310,7 @@ fn validate(st: &State, service: u8, opcode: Op, new: &Qpc) -> FwResult {
 }
 
 /// Runs any of the nine transition commands.
-pub fn transition(stt: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn transition(stt: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let Some(t) = TRANSITIONS.iter().find(|t| t.opcode.raw() == cmd.opcode) else {
         return Err(syndrome::UNKNOWN_OPCODE.into());
     };
@@ -387,7 +387,7 @@ pub fn transition(stt: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
 
 /// Moves a QP to `to` on behalf of the data path (send queue errors put it
 /// in SQER or ERR); no command checks apply.
-pub fn force_state(stt: &mut State, qpn: u32, to: u8) -> bool {
+pub(crate) fn force_state(stt: &mut State, qpn: u32, to: u8) -> bool {
     match stt.qp.peek_mut(qpn) {
         Some(e) => {
             e.obj.qpc.set_state(to);

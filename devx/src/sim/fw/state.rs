@@ -15,7 +15,7 @@ use crate::sim::identity::Identity;
 use crate::sim::profile::Profile;
 
 /// An object that may hold references on others.
-pub trait Holder {
+pub(crate) trait Holder {
     /// What this object references (released when it is destroyed).
     fn holds(&self) -> Vec<ObjRef> {
         Vec::new()
@@ -26,55 +26,55 @@ impl Holder for () {}
 
 const MAX24: u32 = 0x00ff_ffff;
 
-pub struct State {
-    pub profile: Profile,
-    pub ident: Identity,
-    pub uctx: Table<()>,
-    pub pd: Table<pd::Pd>,
-    pub td: Table<pd::TransportDomain>,
-    pub xrcd: Table<pd::Xrcd>,
-    pub uar: Table<uar::UarObj>,
-    pub umem: Table<umem::UmemObj>,
-    pub eq: Table<eq::EqObj>,
-    pub cq: Table<cq::CqObj>,
-    pub qp: Table<qp::QpObj>,
-    pub mkey: Table<mkey::MkeyObj>,
+pub(crate) struct State {
+    pub(crate) profile: Profile,
+    pub(crate) ident: Identity,
+    pub(crate) uctx: Table<()>,
+    pub(crate) pd: Table<pd::Pd>,
+    pub(crate) td: Table<pd::TransportDomain>,
+    pub(crate) xrcd: Table<pd::Xrcd>,
+    pub(crate) uar: Table<uar::UarObj>,
+    pub(crate) umem: Table<umem::UmemObj>,
+    pub(crate) eq: Table<eq::EqObj>,
+    pub(crate) cq: Table<cq::CqObj>,
+    pub(crate) qp: Table<qp::QpObj>,
+    pub(crate) mkey: Table<mkey::MkeyObj>,
     /// SRQ, XRC_SRQ and RMP share one number space, as on the device.
-    pub srq: Table<srq::SrqObj>,
-    pub sq: Table<wq::SqObj>,
-    pub rq: Table<wq::RqObj>,
-    pub tir: Table<tir::TirObj>,
-    pub tis: Table<tir::TisObj>,
-    pub rqt: Table<tir::RqtObj>,
-    pub flow_table: Table<flow::FlowTableObj>,
-    pub flow_group: Table<flow::FlowGroupObj>,
-    pub flow_entry: Table<flow::FlowEntryObj>,
-    pub flow_counter: Table<counters::FlowCounterObj>,
-    pub q_counter: Table<counters::QCounterObj>,
-    pub general_obj: Table<general_obj::GeneralObj>,
-    pub mcg: Table<mcg::McgAttach>,
+    pub(crate) srq: Table<srq::SrqObj>,
+    pub(crate) sq: Table<wq::SqObj>,
+    pub(crate) rq: Table<wq::RqObj>,
+    pub(crate) tir: Table<tir::TirObj>,
+    pub(crate) tis: Table<tir::TisObj>,
+    pub(crate) rqt: Table<tir::RqtObj>,
+    pub(crate) flow_table: Table<flow::FlowTableObj>,
+    pub(crate) flow_group: Table<flow::FlowGroupObj>,
+    pub(crate) flow_entry: Table<flow::FlowEntryObj>,
+    pub(crate) flow_counter: Table<counters::FlowCounterObj>,
+    pub(crate) q_counter: Table<counters::QCounterObj>,
+    pub(crate) general_obj: Table<general_obj::GeneralObj>,
+    pub(crate) mcg: Table<mcg::McgAttach>,
     /// Multicast attachments by (GID, QPN), for duplicate and detach lookups.
-    pub mcg_index: std::collections::HashMap<([u8; 16], u32), u32>,
+    pub(crate) mcg_index: std::collections::HashMap<([u8; 16], u32), u32>,
     /// QPs attached per multicast GID (for max_qp_mcg).
-    pub mcg_members: std::collections::HashMap<[u8; 16], u32>,
+    pub(crate) mcg_members: std::collections::HashMap<[u8; 16], u32>,
     /// Flow counter bulks: first id → number of counters.
-    pub fc_ranges: std::collections::BTreeMap<u32, u32>,
+    pub(crate) fc_ranges: std::collections::BTreeMap<u32, u32>,
     /// Next flow counter id to hand out (bulks are aligned to their size).
-    pub fc_next: u32,
+    pub(crate) fc_next: u32,
     /// Flow entries by (table id, flow index).
-    pub fte_index: std::collections::HashMap<(u32, u32), u32>,
+    pub(crate) fte_index: std::collections::HashMap<(u32, u32), u32>,
     /// Bumped on every command and control-path change (see
     /// `Firmware::lock`); the data path's caches are valid for one epoch.
-    pub epoch: u64,
+    pub(crate) epoch: u64,
     /// Event subscriptions (the kernel's EQ dispatch), here so that the
     /// data path can raise events while it holds the device lock.
-    pub events: crate::sim::kernel::events::EventHub,
+    pub(crate) events: super::events::EventHub,
     /// The physical link of the port (`SimDevice::set_link`); up at start.
-    pub link_up: bool,
+    pub(crate) link_up: bool,
 }
 
 impl State {
-    pub fn new(profile: Profile, ident: Identity) -> State {
+    pub(crate) fn new(profile: Profile, ident: Identity) -> State {
         let n = Profile::count;
         let p = &profile;
         State {
@@ -128,7 +128,7 @@ impl State {
     }
 
     /// Reference counts of a kind's table.
-    pub fn refs_mut(&mut self, kind: ObjKind) -> &mut dyn RefCounts {
+    pub(crate) fn refs_mut(&mut self, kind: ObjKind) -> &mut dyn RefCounts {
         match kind {
             ObjKind::Uctx => &mut self.uctx,
             ObjKind::Pd => &mut self.pd,
@@ -157,7 +157,7 @@ impl State {
     }
 
     /// Live objects of a kind (SRQ-like kinds are counted by their own type).
-    pub fn count(&self, kind: ObjKind) -> usize {
+    pub(crate) fn count(&self, kind: ObjKind) -> usize {
         match kind {
             ObjKind::Uctx => self.uctx.len(),
             ObjKind::Pd => self.pd.len(),
@@ -186,7 +186,7 @@ impl State {
     }
 
     /// Objects DEVX users created, all uids.
-    pub fn live_objects(&self) -> usize {
+    pub(crate) fn live_objects(&self) -> usize {
         ObjKind::ALL
             .iter()
             .filter(|k| k.is_user_object() && !matches!(k, ObjKind::XrcSrq | ObjKind::Rmp))
@@ -198,26 +198,26 @@ impl State {
     }
 
     /// Takes a reference on `r`.
-    pub fn hold(&mut self, r: ObjRef) {
+    pub(crate) fn hold(&mut self, r: ObjRef) {
         self.refs_mut(r.kind).hold(r.num);
     }
 
     /// Takes references on all of `refs`.
-    pub fn hold_all(&mut self, refs: &[ObjRef]) {
+    pub(crate) fn hold_all(&mut self, refs: &[ObjRef]) {
         for r in refs {
             self.hold(*r);
         }
     }
 
     /// Drops the references in `refs`.
-    pub fn release_all(&mut self, refs: &[ObjRef]) {
+    pub(crate) fn release_all(&mut self, refs: &[ObjRef]) {
         for r in refs {
             self.refs_mut(r.kind).release(r.num);
         }
     }
 
     /// Objects `uid` still owns, all kinds.
-    pub fn uid_objects(&self, uid: u16) -> usize {
+    pub(crate) fn uid_objects(&self, uid: u16) -> usize {
         self.pd.count_uid(uid)
             + self.td.count_uid(uid)
             + self.xrcd.count_uid(uid)
@@ -245,7 +245,7 @@ impl State {
     /// Removes every object of `uid`, whatever references them (a context
     /// closing after its orderly teardown left something behind). Returns
     /// how many objects went.
-    pub fn purge_uid(&mut self, uid: u16) -> usize {
+    pub(crate) fn purge_uid(&mut self, uid: u16) -> usize {
         let mut released = Vec::new();
         let mut n = 0;
         // Holders first, so the references they release are counted right.

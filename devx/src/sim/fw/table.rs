@@ -10,25 +10,25 @@ use crate::sim::syndrome;
 
 /// A reference one object holds on another (released when the holder dies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ObjRef {
-    pub kind: ObjKind,
-    pub num: u32,
+pub(crate) struct ObjRef {
+    pub(crate) kind: ObjKind,
+    pub(crate) num: u32,
 }
 
 impl ObjRef {
-    pub fn new(kind: ObjKind, num: u32) -> ObjRef {
+    pub(crate) fn new(kind: ObjKind, num: u32) -> ObjRef {
         ObjRef { kind, num }
     }
 }
 
 /// One live object.
 #[derive(Debug)]
-pub struct Entry<T> {
+pub(crate) struct Entry<T> {
     /// Owner uid (0 = the kernel / device itself, usable by every uid).
-    pub uid: u16,
+    pub(crate) uid: u16,
     /// How many other objects reference this one.
-    pub refs: u32,
-    pub obj: T,
+    pub(crate) refs: u32,
+    pub(crate) obj: T,
 }
 
 /// Hashes an object number with one multiply. The data path looks objects
@@ -36,7 +36,7 @@ pub struct Entry<T> {
 /// out by the table itself (or are keys checked for equality after the
 /// lookup), so flooding resistance buys nothing here.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct NumHasher(u64);
+pub(crate) struct NumHasher(u64);
 
 impl Hasher for NumHasher {
     fn finish(&self) -> u64 {
@@ -64,7 +64,7 @@ type NumMap<V> = HashMap<u32, V, BuildHasherDefault<NumHasher>>;
 
 /// Objects of one kind, keyed by their PRM number.
 #[derive(Debug)]
-pub struct Table<T> {
+pub(crate) struct Table<T> {
     kind: ObjKind,
     map: NumMap<Entry<T>>,
     per_uid: HashMap<u16, usize>,
@@ -78,7 +78,7 @@ impl<T> Table<T> {
     /// Numbers are handed out from `first..=last`, increasing and wrapping, so
     /// a destroyed number is not reused soon (stale handles fail loudly);
     /// at most `limit` objects live at once.
-    pub fn new(kind: ObjKind, first: u32, last: u32, limit: usize) -> Table<T> {
+    pub(crate) fn new(kind: ObjKind, first: u32, last: u32, limit: usize) -> Table<T> {
         let span = (last - first) as usize + 1;
         Table {
             kind,
@@ -91,25 +91,21 @@ impl<T> Table<T> {
         }
     }
 
-    pub fn kind(&self) -> ObjKind {
+    pub(crate) fn kind(&self) -> ObjKind {
         self.kind
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
     /// Objects owned by `uid`.
-    pub fn count_uid(&self, uid: u16) -> usize {
+    pub(crate) fn count_uid(&self, uid: u16) -> usize {
         self.per_uid.get(&uid).copied().unwrap_or(0)
     }
 
     /// Allocates the next free number for a new object of `uid`.
-    pub fn insert(&mut self, uid: u16, obj: T) -> FwResult<u32> {
+    pub(crate) fn insert(&mut self, uid: u16, obj: T) -> FwResult<u32> {
         if self.map.len() >= self.limit {
             return fail(syndrome::table_full(self.kind));
         }
@@ -125,7 +121,7 @@ impl<T> Table<T> {
     }
 
     /// Inserts at a fixed number (objects whose number the caller chooses).
-    pub fn insert_at(&mut self, n: u32, uid: u16, obj: T) -> FwResult {
+    pub(crate) fn insert_at(&mut self, n: u32, uid: u16, obj: T) -> FwResult {
         if self.map.len() >= self.limit {
             return fail(syndrome::table_full(self.kind));
         }
@@ -141,22 +137,22 @@ impl<T> Table<T> {
         *self.per_uid.entry(uid).or_insert(0) += 1;
     }
 
-    pub fn contains(&self, n: u32) -> bool {
+    pub(crate) fn contains(&self, n: u32) -> bool {
         self.map.contains_key(&n)
     }
 
     /// Any object, without an ownership check (introspection, data path).
-    pub fn peek(&self, n: u32) -> Option<&Entry<T>> {
+    pub(crate) fn peek(&self, n: u32) -> Option<&Entry<T>> {
         self.map.get(&n)
     }
 
-    pub fn peek_mut(&mut self, n: u32) -> Option<&mut Entry<T>> {
+    pub(crate) fn peek_mut(&mut self, n: u32) -> Option<&mut Entry<T>> {
         self.map.get_mut(&n)
     }
 
     /// An object `uid` may operate on (query, modify, destroy): its own.
     /// uid 0 (the kernel) may operate on everything.
-    pub fn owned(&self, n: u32, uid: u16) -> FwResult<&Entry<T>> {
+    pub(crate) fn owned(&self, n: u32, uid: u16) -> FwResult<&Entry<T>> {
         match self.map.get(&n) {
             None => fail(syndrome::not_found(self.kind)),
             Some(e) if uid != 0 && e.uid != uid => fail(syndrome::foreign(self.kind)),
@@ -164,7 +160,7 @@ impl<T> Table<T> {
         }
     }
 
-    pub fn owned_mut(&mut self, n: u32, uid: u16) -> FwResult<&mut Entry<T>> {
+    pub(crate) fn owned_mut(&mut self, n: u32, uid: u16) -> FwResult<&mut Entry<T>> {
         let kind = self.kind;
         match self.map.get_mut(&n) {
             None => fail(syndrome::not_found(kind)),
@@ -175,7 +171,7 @@ impl<T> Table<T> {
 
     /// An object `uid` may reference from another object: its own or one
     /// of the kernel's (uid 0: verbs objects and the device's EQs).
-    pub fn usable(&self, n: u32, uid: u16) -> FwResult<&Entry<T>> {
+    pub(crate) fn usable(&self, n: u32, uid: u16) -> FwResult<&Entry<T>> {
         match self.map.get(&n) {
             None => fail(syndrome::not_found(self.kind)),
             Some(e) if uid != 0 && e.uid != 0 && e.uid != uid => fail(syndrome::foreign(self.kind)),
@@ -184,7 +180,7 @@ impl<T> Table<T> {
     }
 
     /// Removes an object `uid` owns; refused while others reference it.
-    pub fn remove(&mut self, n: u32, uid: u16) -> FwResult<T> {
+    pub(crate) fn remove(&mut self, n: u32, uid: u16) -> FwResult<T> {
         let e = self.owned(n, uid)?;
         if e.refs > 0 {
             return fail(syndrome::busy(self.kind));
@@ -204,7 +200,7 @@ impl<T> Table<T> {
     }
 
     /// Every number owned by `uid` (teardown only: linear in the table).
-    pub fn numbers_of(&self, uid: u16) -> Vec<u32> {
+    pub(crate) fn numbers_of(&self, uid: u16) -> Vec<u32> {
         if self.count_uid(uid) == 0 {
             return Vec::new();
         }
@@ -216,20 +212,20 @@ impl<T> Table<T> {
     }
 
     /// Every live number (teardown only: linear in the table).
-    pub fn numbers_of_all(&self) -> Vec<u32> {
+    pub(crate) fn numbers_of_all(&self) -> Vec<u32> {
         self.map.keys().copied().collect()
     }
 
     /// Removes an object regardless of references (teardown of a uid whose
     /// objects reference each other). Returns it so its holds can be released.
-    pub fn force_remove(&mut self, n: u32) -> Option<T> {
+    pub(crate) fn force_remove(&mut self, n: u32) -> Option<T> {
         self.take(n)
     }
 }
 
 /// Reference counting seen through any table, so holders can release what
 /// they hold without knowing the object types.
-pub trait RefCounts {
+pub(crate) trait RefCounts {
     fn hold(&mut self, n: u32);
     fn release(&mut self, n: u32);
 }

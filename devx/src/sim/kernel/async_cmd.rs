@@ -109,7 +109,7 @@ impl ChanInner {
 }
 
 /// A completion channel of the emulated device.
-pub struct SimCmdChannel {
+pub(crate) struct SimCmdChannel {
     pub(crate) inner: Arc<ChanInner>,
 }
 
@@ -130,11 +130,6 @@ impl SimCmdChannel {
                 efd,
             }),
         })
-    }
-
-    /// Commands submitted and not yet completed.
-    pub fn pending(&self) -> usize {
-        lock(&self.inner.q).pending
     }
 }
 
@@ -198,21 +193,31 @@ struct EngineQ {
     slots: Vec<InFlight>,
     paused: bool,
     started: bool,
+    /// The device is gone: the thread ends.
+    stop: bool,
     /// Context of the job being executed, if any.
     running: Option<u64>,
 }
 
 /// The device's firmware command thread.
 pub(crate) struct AsyncEngine {
+    /// The thread's name (`sim<index>-fw`).
+    name: String,
     fw: Arc<Firmware>,
     latency: Vec<(u16, Duration)>,
     q: Mutex<EngineQ>,
     cv: Condvar,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl AsyncEngine {
-    pub(crate) fn new(fw: Arc<Firmware>, latency: Vec<(u16, Duration)>) -> AsyncEngine {
+    pub(crate) fn new(
+        name: String,
+        fw: Arc<Firmware>,
+        latency: Vec<(u16, Duration)>,
+    ) -> AsyncEngine {
         AsyncEngine {
+            name,
             fw,
             latency,
             q: Mutex::new(EngineQ {
@@ -220,9 +225,24 @@ impl AsyncEngine {
                 slots: Vec::new(),
                 paused: false,
                 started: false,
+                stop: false,
                 running: None,
             }),
             cv: Condvar::new(),
+            thread: Mutex::new(None),
+        }
+    }
+
+    /// Ends the thread (the device is gone, so no context is left to
+    /// submit or wait) and waits for it.
+    pub(crate) fn shutdown(&self) {
+        lock(&self.q).stop = true;
+        self.cv.notify_all();
+        let handle = lock(&self.thread).take();
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
         }
     }
 
@@ -248,21 +268,24 @@ impl AsyncEngine {
         if !q.started {
             let me = Arc::clone(self);
             let spawned = std::thread::Builder::new()
-                .name("sim-firmware".into())
+                .name(self.name.clone())
                 .spawn(move || me.run());
-            if let Err(e) = spawned {
-                drop(q);
-                chan.complete(
-                    (
-                        wr_id,
-                        Err(Error::os(
-                            "spawn firmware thread",
-                            e.raw_os_error().unwrap_or(libc::EAGAIN),
-                        )),
-                    ),
-                    outlen,
-                );
-                return Ok(());
+            match spawned {
+                Ok(h) => *lock(&self.thread) = Some(h),
+                Err(e) => {
+                    drop(q);
+                    chan.complete(
+                        (
+                            wr_id,
+                            Err(Error::os(
+                                "spawn firmware thread",
+                                e.raw_os_error().unwrap_or(libc::EAGAIN),
+                            )),
+                        ),
+                        outlen,
+                    );
+                    return Ok(());
+                }
             }
             q.started = true;
         }
@@ -280,6 +303,9 @@ impl AsyncEngine {
     fn run(&self) {
         let mut q = lock(&self.q);
         loop {
+            if q.stop {
+                return;
+            }
             // Post every completion whose time is up, earliest first.
             let now = Instant::now();
             q.slots.sort_by_key(|s| s.due);

@@ -10,14 +10,14 @@ use prm_layouts::{
 
 /// Overwrites the uid: whatever the caller put there is ignored.
 /// An inbox too short for the header is left alone (admission refuses it).
-pub fn stamp_uid(inbox: &mut [u8], uid: u16) {
+pub(crate) fn stamp_uid(inbox: &mut [u8], uid: u16) {
     let _ = prm_layouts::commands::header::UID.set(inbox, uid.into());
 }
 
 /// Forces the `*_umem_valid` bits so users cannot hand the device physical
 /// addresses: the buffer and doorbell fields then mean UMEM id + offset.
 /// Inboxes too short for the layout are left alone (firmware refuses them).
-pub fn force_umem_valid(inbox: &mut [u8]) {
+pub(crate) fn force_umem_valid(inbox: &mut [u8]) {
     let Some(opcode) = Opcode::from_raw(crate::admission::opcode_of(inbox)) else {
         return;
     };

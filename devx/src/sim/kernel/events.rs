@@ -1,52 +1,18 @@
-//! Firmware events: DEVX event channels (a pollable eventfd plus a queue),
-//! the subscription rules of the kernel's SUBSCRIBE_EVENT, and the dispatch
-//! of EQEs raised by the firmware or the data path to subscribed channels
-//! (kernel-abi §4.1, §4.5).
+//! DEVX event channels of a context (a pollable eventfd plus a queue) and
+//! the subscription rules of the kernel's SUBSCRIBE_EVENT (kernel-abi
+//! §4.1, §4.5). Raised events reach the channels through the firmware's
+//! [`EventHub`](crate::sim::fw::events::EventHub).
 
 use std::any::Any;
-use std::collections::{HashSet, VecDeque};
-use std::os::fd::{AsRawFd, RawFd};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::os::fd::RawFd;
+use std::sync::Arc;
 
-use nix::sys::eventfd::{EfdFlags, EventFd};
-
-use prm_layouts::Eqe;
-
-use crate::admission::ObjKey;
 use crate::error::{Error, Result};
-use crate::eventfd::EventFdRef;
-use crate::provider::{DevxEvent, EventChannel, Handle};
-use prm_layouts::Opcode;
-
-/// EQE types (`MLX5_EVENT_TYPE_*`, prm-guide §6.3).
-pub mod ty {
-    pub const COMP: u16 = 0x00;
-    pub const PATH_MIG: u16 = 0x01;
-    pub const COMM_EST: u16 = 0x02;
-    pub const SQ_DRAINED: u16 = 0x03;
-    pub const CQ_ERROR: u16 = 0x04;
-    pub const WQ_CATAS_ERROR: u16 = 0x05;
-    pub const PATH_MIG_FAILED: u16 = 0x07;
-    pub const PORT_CHANGE: u16 = 0x09;
-    pub const WQ_INVAL_REQ_ERROR: u16 = 0x10;
-    pub const WQ_ACCESS_ERROR: u16 = 0x11;
-    pub const SRQ_CATAS_ERROR: u16 = 0x12;
-    pub const SRQ_LAST_WQE: u16 = 0x13;
-    pub const SRQ_RQ_LIMIT: u16 = 0x14;
-    pub const XRQ_ERROR: u16 = 0x18;
-    pub const DCT_DRAINED: u16 = 0x1c;
-    pub const DCT_KEY_VIOLATION: u16 = 0x1d;
-}
-
-/// `cq_err.syndrome` of an overrun (`MLX5_CQ_ERROR_SYNDROME_CQ_OVERRUN`).
-pub const CQ_ERR_SYNDROME_OVERRUN: u8 = 0x01;
+use crate::provider::{DevxEvent, EventChannel};
+use crate::sim::fw::events::{ty, EvChanInner};
 
 /// At most this many event numbers per subscription (the kernel's limit).
-pub const MAX_EVENTS_PER_SUBSCRIBE: usize = 16;
-
-/// Events a channel holds unread before it drops one and reports EOVERFLOW
-/// (the kernel's allocation failure, made deterministic).
-pub const MAX_QUEUED_EVENTS: usize = 1 << 16;
+pub(crate) const MAX_EVENTS_PER_SUBSCRIBE: usize = 16;
 
 /// Affiliated events the kernel accepts without firmware `event_cap`
 /// (devx.c `is_legacy_obj_event_num`); the emulated profile has no event_cap.
@@ -72,7 +38,7 @@ fn legacy_affiliated(t: u16) -> bool {
 }
 
 /// The kernel's checks on a SUBSCRIBE_EVENT type list (EINVAL on failure).
-pub fn check_event_types(event_types: &[u16], affiliated: bool) -> Result<()> {
+pub(crate) fn check_event_types(event_types: &[u16], affiliated: bool) -> Result<()> {
     if event_types.is_empty() || event_types.len() > MAX_EVENTS_PER_SUBSCRIBE {
         return Err(Error::os(
             format!(
@@ -103,151 +69,22 @@ pub fn check_event_types(event_types: &[u16], affiliated: bool) -> Result<()> {
     Ok(())
 }
 
-/// A completion EQE naming CQ `cqn`.
-pub fn comp_eqe(cqn: u32) -> [u8; 64] {
-    let mut e = Eqe::new();
-    e.set_event_type(ty::COMP as u8);
-    e.event_data_mut().comp_mut().set_cq_number(cqn);
-    e.0
-}
-
-/// `port_change` sub types (`MLX5_PORT_CHANGE_SUBTYPE_*`).
-pub mod port_change {
-    pub const DOWN: u8 = 1;
-    pub const ACTIVE: u8 = 4;
-}
-
-/// A port change EQE (`mlx5_eqe_port_state`) for `port`.
-pub fn port_change_eqe(port: u8, sub_type: u8) -> [u8; 64] {
-    let mut e = Eqe::new();
-    e.set_event_type(ty::PORT_CHANGE as u8);
-    e.set_event_sub_type(sub_type);
-    e.event_data_mut()
-        .port_state_change_mut()
-        .set_port_num(port);
-    e.0
-}
-
-/// A CQ error EQE (`mlx5_eqe_cq_err`).
-pub fn cq_error_eqe(cqn: u32, syndrome: u8) -> [u8; 64] {
-    let mut e = Eqe::new();
-    e.set_event_type(ty::CQ_ERROR as u8);
-    let d = e.event_data_mut().cq_error_mut();
-    d.set_cqn(cqn);
-    d.set_syndrome(syndrome);
-    e.0
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-#[derive(Default)]
-struct EvQ {
-    /// (subscription id, event) in arrival order.
-    events: VecDeque<(u64, DevxEvent)>,
-    /// Subscriptions with an event queued (omit-data collapse).
-    queued: HashSet<u64>,
-    /// An event was dropped; the next read reports EOVERFLOW once.
-    overflow: bool,
-}
-
-pub(crate) struct EvChanInner {
-    pub(crate) ctx_id: u64,
-    omit_data: bool,
-    q: Mutex<EvQ>,
-    cv: Condvar,
-    efd: EventFd,
-}
-
-impl EvChanInner {
-    fn push(&self, sub: u64, cookie: u64, eqe: &[u8; 64]) {
-        let mut q = lock(&self.q);
-        // Without data there is nothing to tell repeats apart: one queued
-        // cookie per subscription, as the kernel keeps one list entry each.
-        if self.omit_data && !q.queued.insert(sub) {
-            return;
-        }
-        if q.events.len() >= MAX_QUEUED_EVENTS {
-            q.overflow = true;
-            if self.omit_data {
-                q.queued.remove(&sub);
-            }
-            return;
-        }
-        if q.events.is_empty() {
-            // Readable while anything is queued.
-            let _ = self.efd.write(1);
-        }
-        let eqe = if self.omit_data {
-            Vec::new()
-        } else {
-            eqe.to_vec()
-        };
-        q.events.push_back((sub, DevxEvent { cookie, eqe }));
-        self.cv.notify_all();
-    }
-
-    fn pop(&self, block: bool) -> Result<Option<DevxEvent>> {
-        let mut q = lock(&self.q);
-        loop {
-            if q.overflow {
-                q.overflow = false;
-                return Err(Error::os(
-                    "read(event channel): events were dropped",
-                    libc::EOVERFLOW,
-                ));
-            }
-            if let Some((sub, ev)) = q.events.pop_front() {
-                q.queued.remove(&sub);
-                if q.events.is_empty() {
-                    // Drain the counter: the fd stops polling readable.
-                    let _ = self.efd.read();
-                }
-                return Ok(Some(ev));
-            }
-            if !block {
-                return Ok(None);
-            }
-            q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-}
-
 /// A DEVX event channel of the emulated device.
-pub struct SimEventChannel {
+pub(crate) struct SimEventChannel {
     pub(crate) inner: Arc<EvChanInner>,
 }
 
 impl SimEventChannel {
     pub(crate) fn new(ctx_id: u64, omit_data: bool) -> Result<SimEventChannel> {
-        let efd = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
-            .map_err(|e| Error::os("eventfd", e as i32))?;
         Ok(SimEventChannel {
-            inner: Arc::new(EvChanInner {
-                ctx_id,
-                omit_data,
-                q: Mutex::new(EvQ::default()),
-                cv: Condvar::new(),
-                efd,
-            }),
+            inner: Arc::new(EvChanInner::new(ctx_id, omit_data)?),
         })
-    }
-
-    /// True when events carry only their cookie.
-    pub fn omits_data(&self) -> bool {
-        self.inner.omit_data
-    }
-
-    /// Events queued and not yet read.
-    pub fn queued(&self) -> usize {
-        lock(&self.inner.q).events.len()
     }
 }
 
 impl EventChannel for SimEventChannel {
     fn fd(&self) -> RawFd {
-        self.inner.efd.as_raw_fd()
+        self.inner.fd()
     }
 
     fn try_get(&self) -> Result<Option<DevxEvent>> {
@@ -263,130 +100,4 @@ impl EventChannel for SimEventChannel {
     fn as_any(&self) -> &dyn Any {
         self
     }
-}
-
-/// How a subscription delivers its events.
-pub(crate) enum Delivery {
-    /// Queued on the channel, carrying this cookie.
-    Cookie(u64),
-    /// Signalled on an eventfd (the kernel's FD_NUM redirect).
-    EventFd(EventFdRef),
-}
-
-struct Sub {
-    id: u64,
-    ctx: u64,
-    /// The subscribing context's handle of the object; `None`: unaffiliated.
-    handle: Option<Handle>,
-    target: Option<ObjKey>,
-    types: Vec<u16>,
-    delivery: Delivery,
-    chan: Weak<EvChanInner>,
-}
-
-/// The device's subscriptions: where each raised event goes. Lives in the
-/// firmware state so the data path can raise events under the device lock;
-/// channels have their own lock and never take the device lock.
-#[derive(Default)]
-pub struct EventHub {
-    subs: Vec<Sub>,
-    next: u64,
-}
-
-impl EventHub {
-    pub(crate) fn subscribe(
-        &mut self,
-        ctx: u64,
-        obj: Option<(Handle, ObjKey)>,
-        types: &[u16],
-        delivery: Delivery,
-        chan: &Arc<EvChanInner>,
-    ) {
-        self.subs.retain(|s| s.chan.strong_count() > 0);
-        self.next += 1;
-        self.subs.push(Sub {
-            id: self.next,
-            ctx,
-            handle: obj.map(|o| o.0),
-            target: obj.map(|o| o.1),
-            types: types.to_vec(),
-            delivery,
-            chan: Arc::downgrade(chan),
-        });
-    }
-
-    /// Drops the subscriptions on one object handle (it was destroyed).
-    pub(crate) fn forget_handle(&mut self, ctx: u64, handle: Handle) {
-        self.subs
-            .retain(|s| !(s.ctx == ctx && s.handle == Some(handle)));
-    }
-
-    /// Drops every subscription a context made (it was closed).
-    pub(crate) fn forget_ctx(&mut self, ctx: u64) {
-        self.subs.retain(|s| s.ctx != ctx);
-    }
-
-    /// Subscriptions alive (channel still open).
-    pub fn subscriptions(&self) -> usize {
-        self.subs
-            .iter()
-            .filter(|s| s.chan.strong_count() > 0)
-            .count()
-    }
-
-    /// True when some channel listens for `event_type` of `target`.
-    pub fn wants(&self, target: Option<ObjKey>, event_type: u16) -> bool {
-        self.subs.iter().any(|s| {
-            s.target == target && s.types.contains(&event_type) && s.chan.strong_count() > 0
-        })
-    }
-
-    /// Delivers `eqe` (by its event type) to every channel subscribed to it
-    /// for `target` (`None`: an unaffiliated event).
-    pub fn raise(&self, target: Option<ObjKey>, eqe: &[u8; 64]) {
-        let t = u16::from(Eqe::from_slice(eqe).map_or(0, |e| e.event_type()));
-        for s in &self.subs {
-            if s.target != target || !s.types.contains(&t) {
-                continue;
-            }
-            // The subscription lives as long as its channel, whichever way
-            // it delivers.
-            let Some(ch) = s.chan.upgrade() else {
-                continue;
-            };
-            match &s.delivery {
-                Delivery::Cookie(cookie) => ch.push(s.id, *cookie, eqe),
-                Delivery::EventFd(efd) => efd.signal(),
-            }
-        }
-    }
-}
-
-/// The key a CQ's subscriptions are filed under (CREATE_CQ, cqn).
-pub fn cq_key(cqn: u32) -> ObjKey {
-    ObjKey {
-        creator: Opcode::CreateCq.raw().into(),
-        number: cqn & 0x00ff_ffff,
-    }
-}
-
-/// The key a QP's subscriptions are filed under (CREATE_QP, qpn).
-pub fn qp_key(qpn: u32) -> ObjKey {
-    ObjKey {
-        creator: u32::from(prm_layouts::enums::Opcode::CreateQp.raw()),
-        number: qpn & 0x00ff_ffff,
-    }
-}
-
-/// `mlx5_eqe_qp_srq.type` of a QP.
-const QUEUE_TYPE_QP: u8 = 0;
-
-/// A QP event EQE (`mlx5_eqe_qp_srq`) naming QP `qpn`.
-pub fn qp_event_eqe(event_type: u16, qpn: u32) -> [u8; 64] {
-    let mut e = Eqe::new();
-    e.set_event_type(event_type as u8);
-    let d = e.event_data_mut().qp_srq_mut();
-    d.set_type(QUEUE_TYPE_QP);
-    d.set_qpn_rqn_sqn(qpn);
-    e.0
 }

@@ -74,8 +74,4 @@ impl Handles {
         v.sort_by_key(|e| std::cmp::Reverse(e.1.seq));
         v
     }
-
-    pub(crate) fn len(&self) -> usize {
-        self.map.len()
-    }
 }

@@ -10,7 +10,7 @@ const PAGE: usize = 4096;
 
 /// `Ok` when `[addr, addr + len)` is mapped readable (and writable if
 /// `write`); else the errno the kernel's pinning would give.
-pub fn check_range(addr: usize, len: usize, write: bool) -> Result<(), i32> {
+pub(crate) fn check_range(addr: usize, len: usize, write: bool) -> Result<(), i32> {
     let end = addr.checked_add(len).ok_or(libc::EINVAL)?;
     if addr == 0 || len == 0 {
         return Err(libc::EINVAL);

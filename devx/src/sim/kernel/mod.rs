@@ -7,12 +7,12 @@
 //! forced, UMEM ranges checked before registration, and on close every
 //! remaining object destroyed newest first and async commands cancelled.
 
-pub mod async_cmd;
-pub mod edits;
-pub mod events;
+pub(crate) mod async_cmd;
+pub(crate) mod edits;
+pub(crate) mod events;
 pub(crate) mod handles;
-pub mod memprobe;
-pub mod uar;
+pub(crate) mod memprobe;
+pub(crate) mod uar;
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -37,8 +37,9 @@ use super::fw::state::State;
 use super::fw::{eq, umem};
 use super::profile::PORT_TYPE_ETHERNET;
 use super::DeviceShared;
+use crate::sim::fw::events::Delivery;
 use async_cmd::SimCmdChannel;
-use events::{Delivery, SimEventChannel};
+use events::SimEventChannel;
 use handles::{Handles, Named};
 use uar::SimUarPage;
 
@@ -168,11 +169,6 @@ impl SimContext {
     /// The DEVX uid of this context.
     pub fn uid(&self) -> u16 {
         self.uid
-    }
-
-    /// Handles this context holds (objects, UMEMs, UARs).
-    pub fn handle_count(&self) -> usize {
-        self.handles().len()
     }
 
     fn handles(&self) -> MutexGuard<'_, Handles> {
@@ -547,18 +543,16 @@ impl ProviderContext for SimContext {
         result
     }
 
-    fn uar_alloc(&self, kind: UarKind) -> Result<UarAlloc> {
+    // Every emulated page serves every kind: the kind only picks the
+    // kernel's mmap attributes.
+    fn uar_alloc(&self, _kind: UarKind) -> Result<UarAlloc> {
         self.dev.check_alive("UAR allocation")?;
         let mut alloc = AllocUarIn::new();
         alloc.set_opcode(Opcode::AllocUar.raw());
         alloc.set_uid(self.uid);
         let out = self.exec_errno(alloc.as_bytes())?;
         let page_id = AllocUarOut::from_slice(&out).map_or(0, |o| o.uar());
-        let page = Arc::new(SimUarPage::new(
-            page_id,
-            kind,
-            Arc::clone(&self.dev.doorbell),
-        ));
+        let page = Arc::new(SimUarPage::new(page_id, Arc::clone(&self.dev.doorbell)));
         let handle = self.handles().insert(Named::Uar {
             page_id,
             page: Arc::clone(&page),

@@ -5,22 +5,16 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use crate::provider::{UarKind, UarPage};
-use crate::sim::engine::Engine;
-
-/// Receives every doorbell written to an emulated UAR page.
-pub trait DoorbellSink: Send + Sync {
-    /// `value` was stored at `offset` of UAR page `page_id` (bytes as in memory).
-    fn doorbell(&self, page_id: u32, offset: usize, value: u64);
-}
+use crate::provider::UarPage;
+use crate::sim::engine::{DoorbellSink, Engine};
 
 /// A device's doorbell sink slot, shared by all its UAR pages.
-pub type DoorbellSlot = Arc<SinkSlot>;
+pub(crate) type DoorbellSlot = Arc<SinkSlot>;
 
 /// Where doorbells go. The device's own engine is fixed at creation and
 /// called directly, with no lock and no dynamic dispatch, while it is the
 /// installed sink; any other sink (tests) is reached under a read lock.
-pub struct SinkSlot {
+pub(crate) struct SinkSlot {
     engine: Option<Arc<Engine>>,
     /// The engine is the installed sink; written only under `other`'s
     /// write lock.
@@ -30,7 +24,7 @@ pub struct SinkSlot {
 
 impl SinkSlot {
     /// A slot with `engine` installed.
-    pub fn with_engine(engine: Arc<Engine>) -> SinkSlot {
+    pub(crate) fn with_engine(engine: Arc<Engine>) -> SinkSlot {
         SinkSlot {
             engine: Some(engine),
             direct: AtomicBool::new(true),
@@ -39,7 +33,8 @@ impl SinkSlot {
     }
 
     /// A slot with nothing installed.
-    pub fn empty() -> SinkSlot {
+    #[cfg(test)]
+    pub(crate) fn empty() -> SinkSlot {
         SinkSlot {
             engine: None,
             direct: AtomicBool::new(false),
@@ -51,7 +46,7 @@ impl SinkSlot {
     /// restores the direct path. A doorbell already on its way to the
     /// engine may still finish after this returns; one to another sink is
     /// waited for (it holds the read lock).
-    pub fn set(&self, sink: Option<Arc<dyn DoorbellSink>>) {
+    pub(crate) fn set(&self, sink: Option<Arc<dyn DoorbellSink>>) {
         let mut other = self.other.write().unwrap_or_else(|e| e.into_inner());
         let is_engine = match (&sink, &self.engine) {
             (Some(s), Some(e)) => std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(e)),
@@ -79,41 +74,32 @@ impl SinkSlot {
     }
 }
 
-pub const UAR_PAGE_SIZE: usize = 4096;
+pub(crate) const UAR_PAGE_SIZE: usize = 4096;
 
 #[repr(C, align(4096))]
 struct PageWords([AtomicU64; UAR_PAGE_SIZE / 8]);
 
 /// One emulated UAR page.
-pub struct SimUarPage {
+pub(crate) struct SimUarPage {
     words: Box<PageWords>,
     page_id: u32,
-    kind: UarKind,
     freed: AtomicBool,
     sink: DoorbellSlot,
 }
 
 impl SimUarPage {
-    pub fn new(page_id: u32, kind: UarKind, sink: DoorbellSlot) -> SimUarPage {
+    pub(crate) fn new(page_id: u32, sink: DoorbellSlot) -> SimUarPage {
         SimUarPage {
             words: Box::new(PageWords(std::array::from_fn(|_| AtomicU64::new(0)))),
             page_id,
-            kind,
             freed: AtomicBool::new(false),
             sink,
         }
     }
 
-    pub fn page_id(&self) -> u32 {
-        self.page_id
-    }
-
-    pub fn kind(&self) -> UarKind {
-        self.kind
-    }
-
-    /// The last value stored at `offset` (8-byte aligned), for the data path.
-    pub fn read64(&self, offset: usize) -> Option<u64> {
+    /// The last value stored at `offset` (8-byte aligned).
+    #[cfg(test)]
+    pub(crate) fn read64(&self, offset: usize) -> Option<u64> {
         if offset & 7 != 0 {
             return None;
         }
@@ -169,7 +155,7 @@ mod tests {
         let slot: DoorbellSlot = Arc::new(SinkSlot::empty());
         let log = Arc::new(Log(Mutex::new(Vec::new())));
         slot.set(Some(log.clone()));
-        let p = SimUarPage::new(3, UarKind::BlueFlame, slot);
+        let p = SimUarPage::new(3, slot);
         assert_eq!(p.base() as usize % 4096, 0);
         p.write64(0x20, 0x1122_3344_5566_7788);
         p.write64(0x21, 1);

@@ -14,19 +14,19 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::flow::{canonical, ROCE_V2_PORT};
 
-pub const CONFIG_VAR: &str = "DEVX_SIM_CONFIG";
-pub const ADDR_VAR_PREFIX: &str = "DEVX_SIM_ADDR_";
+pub(crate) const CONFIG_VAR: &str = "DEVX_SIM_CONFIG";
+pub(crate) const ADDR_VAR_PREFIX: &str = "DEVX_SIM_ADDR_";
 /// `DEVX_SIM_PCAP_<dev>=path`: capture what the device sends and receives.
-pub const PCAP_VAR_PREFIX: &str = "DEVX_SIM_PCAP_";
+pub(crate) const PCAP_VAR_PREFIX: &str = "DEVX_SIM_PCAP_";
 
 /// Device names and their UDP addresses.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NetConfig {
+pub(crate) struct NetConfig {
     entries: Vec<(String, SocketAddr)>,
 }
 
 /// `address` or `address:port` (IPv6 with a port in brackets).
-pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+pub(crate) fn parse_addr(s: &str) -> Result<SocketAddr, String> {
     let s = s.trim();
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok(a);
@@ -38,7 +38,7 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
 
 impl NetConfig {
     /// Parses a config file's text; errors name the line.
-    pub fn parse(text: &str) -> Result<NetConfig, String> {
+    pub(crate) fn parse(text: &str) -> Result<NetConfig, String> {
         let mut c = NetConfig::default();
         for (n, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
@@ -60,7 +60,7 @@ impl NetConfig {
 
     /// The configuration in the environment (file, then per-device
     /// variables over it).
-    pub fn from_env() -> Result<NetConfig, String> {
+    pub(crate) fn from_env() -> Result<NetConfig, String> {
         let mut c = match std::env::var_os(CONFIG_VAR) {
             Some(path) => {
                 let text = std::fs::read_to_string(&path).map_err(|e| {
@@ -86,18 +86,18 @@ impl NetConfig {
         Ok(c)
     }
 
-    pub fn set(&mut self, dev: &str, addr: SocketAddr) {
+    pub(crate) fn set(&mut self, dev: &str, addr: SocketAddr) {
         self.entries.retain(|(d, _)| d != dev);
         self.entries.push((dev.to_string(), addr));
     }
 
     /// The address device `dev` binds.
-    pub fn addr_of(&self, dev: &str) -> Option<SocketAddr> {
+    pub(crate) fn addr_of(&self, dev: &str) -> Option<SocketAddr> {
         self.entries.iter().find(|(d, _)| d == dev).map(|(_, a)| *a)
     }
 
     /// Where to send a packet for the device at `ip`.
-    pub fn peer(&self, ip: IpAddr) -> SocketAddr {
+    pub(crate) fn peer(&self, ip: IpAddr) -> SocketAddr {
         let ip = canonical(ip);
         let port = self
             .entries

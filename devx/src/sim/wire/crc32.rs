@@ -36,7 +36,7 @@ const fn tables() -> [[u32; 256]; 8] {
 
 /// A running CRC-32.
 #[derive(Debug, Clone, Copy)]
-pub struct Crc32(u32);
+pub(crate) struct Crc32(u32);
 
 impl Default for Crc32 {
     fn default() -> Crc32 {
@@ -45,11 +45,11 @@ impl Default for Crc32 {
 }
 
 impl Crc32 {
-    pub const fn new() -> Crc32 {
+    pub(crate) const fn new() -> Crc32 {
         Crc32(u32::MAX)
     }
 
-    pub fn update(&mut self, data: &[u8]) {
+    pub(crate) fn update(&mut self, data: &[u8]) {
         let mut c = self.0;
         let mut chunks = data.chunks_exact(8);
         for ch in &mut chunks {
@@ -69,7 +69,7 @@ impl Crc32 {
         self.0 = c;
     }
 
-    pub fn finish(self) -> u32 {
+    pub(crate) fn finish(self) -> u32 {
         !self.0
     }
 }

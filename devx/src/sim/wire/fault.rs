@@ -10,7 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 /// `DEVX_SIM_FAULT_<dev>`: the faults of one device's port.
-pub const FAULT_VAR_PREFIX: &str = "DEVX_SIM_FAULT_";
+pub(crate) const FAULT_VAR_PREFIX: &str = "DEVX_SIM_FAULT_";
 const DEFAULT_HOLD: Duration = Duration::from_millis(1);
 /// Spreads a small seed over the generator's 64 bits (the golden ratio).
 const SEED_SPREAD: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -21,20 +21,20 @@ const F64_BITS: u32 = 53;
 
 /// What to inject.
 #[derive(Debug, Clone, PartialEq)]
-pub struct FaultSpec {
-    pub drop: f64,
-    pub dup: f64,
-    pub reorder: f64,
+pub(crate) struct FaultSpec {
+    pub(crate) drop: f64,
+    pub(crate) dup: f64,
+    pub(crate) reorder: f64,
     /// How long a held packet waits for one to overtake it.
-    pub hold: Duration,
-    pub seed: u64,
+    pub(crate) hold: Duration,
+    pub(crate) seed: u64,
     /// Only packets to this address.
-    pub to: Option<IpAddr>,
+    pub(crate) to: Option<IpAddr>,
 }
 
 impl FaultSpec {
     /// Parses `key=value,…`; errors name the bad part.
-    pub fn parse(s: &str) -> Result<FaultSpec, String> {
+    pub(crate) fn parse(s: &str) -> Result<FaultSpec, String> {
         let mut f = FaultSpec {
             drop: 0.0,
             dup: 0.0,
@@ -94,7 +94,7 @@ impl FaultSpec {
 
 /// What happens to one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fate {
+pub(crate) enum Fate {
     Send,
     Drop,
     Duplicate,
@@ -103,7 +103,7 @@ pub enum Fate {
 }
 
 /// The injector's state: its random sequence and the packet held back.
-pub struct Faults {
+pub(crate) struct Faults {
     spec: FaultSpec,
     rng: u64,
     held: Vec<u8>,
@@ -111,7 +111,7 @@ pub struct Faults {
 }
 
 impl Faults {
-    pub fn new(spec: FaultSpec) -> Faults {
+    pub(crate) fn new(spec: FaultSpec) -> Faults {
         // xorshift must not start at 0.
         let rng = spec.seed.wrapping_mul(SEED_SPREAD) | 1;
         Faults {
@@ -133,7 +133,7 @@ impl Faults {
     }
 
     /// The fate of a packet to `dst`.
-    pub fn decide(&mut self, dst: SocketAddr) -> Fate {
+    pub(crate) fn decide(&mut self, dst: SocketAddr) -> Fate {
         if self.spec.to.is_some_and(|t| t != dst.ip()) {
             return Fate::Send;
         }
@@ -151,7 +151,7 @@ impl Faults {
     }
 
     /// Keeps `pkt` until the next packet overtakes it or its time is up.
-    pub fn hold(&mut self, pkt: &[u8], dst: SocketAddr) {
+    pub(crate) fn hold(&mut self, pkt: &[u8], dst: SocketAddr) {
         self.held.clear();
         self.held.extend_from_slice(pkt);
         self.held_to = Some((dst, Instant::now() + self.spec.hold));
@@ -159,7 +159,7 @@ impl Faults {
 
     /// The held packet, if it should go now (`overtaken`: another packet
     /// just went out).
-    pub fn release(&mut self, overtaken: bool) -> Option<(&[u8], SocketAddr)> {
+    pub(crate) fn release(&mut self, overtaken: bool) -> Option<(&[u8], SocketAddr)> {
         let (dst, at) = self.held_to?;
         if !overtaken && Instant::now() < at {
             return None;

@@ -13,15 +13,15 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::error::WireError;
 
-pub const IPV4_HEADER: usize = 20;
-pub const IPV6_HEADER: usize = 40;
-pub const UDP_HEADER: usize = 8;
+pub(crate) const IPV4_HEADER: usize = 20;
+pub(crate) const IPV6_HEADER: usize = 40;
+pub(crate) const UDP_HEADER: usize = 8;
 /// The longest IP + UDP header pair.
-pub const MAX_IP_UDP: usize = IPV6_HEADER + UDP_HEADER;
+pub(crate) const MAX_IP_UDP: usize = IPV6_HEADER + UDP_HEADER;
 /// The RoCEv2 UDP destination port (IANA).
 pub const ROCE_V2_PORT: u16 = 4791;
 /// Linux's default TTL / hop limit.
-pub const DEFAULT_TTL: u8 = 64;
+pub(crate) const DEFAULT_TTL: u8 = 64;
 
 const IPV4_VERSION_IHL: u8 = 4 << 4 | (IPV4_HEADER / 4) as u8;
 const IPV6_VERSION: u8 = 6 << 4;
@@ -29,25 +29,25 @@ const IPV4_DONT_FRAGMENT: u16 = 1 << 14;
 const IPPROTO_UDP: u8 = 17;
 
 /// Offsets of the IP and UDP fields the headers are built from.
-pub mod field {
-    pub const V4_TOS: usize = 1;
-    pub const V4_TOTAL_LEN: usize = 2;
-    pub const V4_FLAGS: usize = 6;
-    pub const V4_TTL: usize = 8;
-    pub const V4_PROTOCOL: usize = 9;
-    pub const V4_CHECKSUM: usize = 10;
-    pub const V4_SRC: usize = 12;
-    pub const V4_DST: usize = 16;
-    pub const V6_TRAFFIC_FLOW: std::ops::Range<usize> = 0..4;
-    pub const V6_PAYLOAD_LEN: usize = 4;
-    pub const V6_NEXT_HEADER: usize = 6;
-    pub const V6_HOP_LIMIT: usize = 7;
-    pub const V6_SRC: usize = 8;
-    pub const V6_DST: usize = 24;
-    pub const UDP_SRC_PORT: usize = 0;
-    pub const UDP_DST_PORT: usize = 2;
-    pub const UDP_LEN: usize = 4;
-    pub const UDP_CHECKSUM: usize = 6;
+pub(crate) mod field {
+    pub(crate) const V4_TOS: usize = 1;
+    pub(crate) const V4_TOTAL_LEN: usize = 2;
+    pub(crate) const V4_FLAGS: usize = 6;
+    pub(crate) const V4_TTL: usize = 8;
+    pub(crate) const V4_PROTOCOL: usize = 9;
+    pub(crate) const V4_CHECKSUM: usize = 10;
+    pub(crate) const V4_SRC: usize = 12;
+    pub(crate) const V4_DST: usize = 16;
+    pub(crate) const V6_TRAFFIC_FLOW: std::ops::Range<usize> = 0..4;
+    pub(crate) const V6_PAYLOAD_LEN: usize = 4;
+    pub(crate) const V6_NEXT_HEADER: usize = 6;
+    pub(crate) const V6_HOP_LIMIT: usize = 7;
+    pub(crate) const V6_SRC: usize = 8;
+    pub(crate) const V6_DST: usize = 24;
+    pub(crate) const UDP_SRC_PORT: usize = 0;
+    pub(crate) const UDP_DST_PORT: usize = 2;
+    pub(crate) const UDP_LEN: usize = 4;
+    pub(crate) const UDP_CHECKSUM: usize = 6;
 }
 
 /// The UDP endpoints of one datagram.
@@ -59,24 +59,24 @@ pub struct Flow {
 
 /// An IP header followed by a UDP header, in a fixed buffer.
 #[derive(Clone, Copy)]
-pub struct IpUdp {
+pub(crate) struct IpUdp {
     bytes: [u8; MAX_IP_UDP],
     len: usize,
 }
 
 impl IpUdp {
-    pub fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.bytes[..self.len]
     }
 
     /// Length of the IP header (the UDP header follows it).
-    pub fn ip_len(&self) -> usize {
+    pub(crate) fn ip_len(&self) -> usize {
         self.len - UDP_HEADER
     }
 
     /// Fills in the UDP checksum over `payload` (the kernel does this on
     /// send; a capture wants it right).
-    pub fn set_udp_checksum(&mut self, payload: &[u8]) {
+    pub(crate) fn set_udp_checksum(&mut self, payload: &[u8]) {
         let ip = self.ip_len();
         let udp_len = UDP_HEADER + payload.len();
         let mut sum = Checksum::default();
@@ -150,7 +150,7 @@ impl Flow {
     /// payload of this flow (see the module doc), with an IPv4 header
     /// checksum and no UDP checksum. IPv4-mapped IPv6 addresses (as a
     /// dual-stack socket reports them) travel as IPv4.
-    pub fn ip_udp(&self, roce_len: usize) -> Result<IpUdp, WireError> {
+    pub(crate) fn ip_udp(&self, roce_len: usize) -> Result<IpUdp, WireError> {
         let mut h = IpUdp {
             bytes: [0; MAX_IP_UDP],
             len: 0,
@@ -198,7 +198,7 @@ impl Flow {
 }
 
 /// An IPv4-mapped IPv6 address as the IPv4 address it maps.
-pub fn canonical(a: IpAddr) -> IpAddr {
+pub(crate) fn canonical(a: IpAddr) -> IpAddr {
     match a {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,

@@ -7,9 +7,9 @@ use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout, Unaligne
 use super::error::WireError;
 
 /// Widest value of a 24-bit field (QPN, PSN, MSN).
-pub const MASK24: u32 = (1 << 24) - 1;
+pub(crate) const MASK24: u32 = (1 << 24) - 1;
 /// The default partition key, full membership.
-pub const DEFAULT_PKEY: u16 = u16::MAX;
+pub(crate) const DEFAULT_PKEY: u16 = u16::MAX;
 
 fn be24(b: [u8; 3]) -> u32 {
     u32::from_be_bytes([0, b[0], b[1], b[2]])

@@ -7,10 +7,10 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSo
 use std::os::fd::AsRawFd;
 
 /// Datagrams per system call.
-pub const BATCH: usize = 32;
+pub(crate) const BATCH: usize = 32;
 /// Room per datagram: a 4096-byte MTU packet with every header fits, and
 /// so does a jumbo frame.
-pub const SLOT: usize = 9216;
+pub(crate) const SLOT: usize = 9216;
 
 /// `a` as a C socket address.
 fn to_c(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
@@ -80,7 +80,12 @@ fn from_c(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
 
 /// Sends `n` datagrams: datagram `i` is `bufs[i * SLOT..][..lens[i]]` to
 /// `dsts[i]`. Returns how many the kernel took (the rest failed).
-pub fn send_batch(sock: &UdpSocket, bufs: &[u8], lens: &[usize], dsts: &[SocketAddr]) -> usize {
+pub(crate) fn send_batch(
+    sock: &UdpSocket,
+    bufs: &[u8],
+    lens: &[usize],
+    dsts: &[SocketAddr],
+) -> usize {
     let n = lens.len().min(dsts.len()).min(BATCH);
     // SAFETY: sockaddr_storage is plain integers, valid all-zero.
     let mut addrs: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
@@ -129,15 +134,15 @@ pub fn send_batch(sock: &UdpSocket, bufs: &[u8], lens: &[usize], dsts: &[SocketA
 /// One received datagram: its length, whether it was cut short, and who
 /// sent it.
 #[derive(Debug, Clone, Copy)]
-pub struct Received {
-    pub len: usize,
-    pub truncated: bool,
-    pub from: Option<SocketAddr>,
+pub(crate) struct Received {
+    pub(crate) len: usize,
+    pub(crate) truncated: bool,
+    pub(crate) from: Option<SocketAddr>,
 }
 
 /// Receives up to [`BATCH`] datagrams into `bufs` (slot `i` at
 /// `i * SLOT`), waiting (up to the socket's read timeout) for the first.
-pub fn recv_batch(
+pub(crate) fn recv_batch(
     sock: &UdpSocket,
     bufs: &mut [u8],
     out: &mut [Received; BATCH],

@@ -17,8 +17,8 @@ const LINKTYPE_RAW: u32 = 101;
 const SNAPLEN: u32 = u16::MAX as u32;
 
 /// Writes one record per packet; each record gets the IP and UDP headers
-/// the kernel would have put in front of it (see [`Flow::ip_udp`]), with
-/// valid checksums.
+/// the kernel would have put in front of it for its [`Flow`](super::Flow),
+/// with valid checksums.
 pub struct PcapWriter<W: Write> {
     out: W,
 }

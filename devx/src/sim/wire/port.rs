@@ -30,7 +30,7 @@ const SOCKET_BUFFER: libc::c_int = 4 << 20;
 const MIN_TICK: Duration = Duration::from_micros(200);
 
 /// Where received packets go: the device's data-path engine.
-pub trait PacketSink: Send + Sync {
+pub(crate) trait PacketSink: Send + Sync {
     /// A packet that parsed and passed its ICRC check, from `from`.
     fn receive(&self, port: &NetPort, packet: &Packet<'_>, from: SocketAddr);
 
@@ -63,7 +63,7 @@ pub enum Counter {
     /// Opcodes out of sequence, short middle packets, lengths beyond what
     /// the RETH announced or the QP takes.
     RxInvalidRequests,
-    /// Packets the fault injector ([`super::fault`]) dropped, sent twice,
+    /// Packets the fault injector (`DEVX_SIM_FAULT_<dev>`) dropped, sent twice,
     /// or held back.
     TxFaultDrops,
     TxFaultDuplicates,
@@ -142,7 +142,7 @@ struct Queue {
 }
 
 /// One device's UDP port.
-pub struct NetPort {
+pub(crate) struct NetPort {
     socket: UdpSocket,
     local: SocketAddr,
     config: NetConfig,
@@ -156,7 +156,7 @@ pub struct NetPort {
 impl NetPort {
     /// The port the environment configures for device `dev` (see
     /// [`super::config`]), bound; `None` when it names no address.
-    pub fn for_device(dev: &str) -> Result<Option<Arc<NetPort>>, String> {
+    pub(crate) fn for_device(dev: &str) -> Result<Option<Arc<NetPort>>, String> {
         let config = NetConfig::from_env()?;
         if let Some(a) = config.addr_of(dev) {
             if a.is_ipv6() {
@@ -170,7 +170,7 @@ impl NetPort {
 
     /// Binds device `dev`'s port if `config` gives it an address; `None`
     /// when it has none. The capture file comes from `DEVX_SIM_PCAP_<dev>`.
-    pub fn open(dev: &str, config: NetConfig) -> Result<Option<Arc<NetPort>>, String> {
+    pub(crate) fn open(dev: &str, config: NetConfig) -> Result<Option<Arc<NetPort>>, String> {
         let Some(addr) = config.addr_of(dev) else {
             return Ok(None);
         };
@@ -226,7 +226,11 @@ impl NetPort {
 
     /// Starts the receive thread; it ends when the port or the sink is
     /// dropped (checked every [`RX_POLL`]).
-    pub fn start(self: &Arc<NetPort>, name: &str, sink: Weak<dyn PacketSink>) -> io::Result<()> {
+    pub(crate) fn start(
+        self: &Arc<NetPort>,
+        name: &str,
+        sink: Weak<dyn PacketSink>,
+    ) -> io::Result<()> {
         let port = Arc::downgrade(self);
         std::thread::Builder::new()
             .name(format!("{name}-rx"))
@@ -234,11 +238,11 @@ impl NetPort {
             .map(|_| ())
     }
 
-    pub fn local_addr(&self) -> SocketAddr {
+    pub(crate) fn local_addr(&self) -> SocketAddr {
         self.local
     }
 
-    pub fn count(&self, c: Counter) {
+    pub(crate) fn count(&self, c: Counter) {
         self.add(c, 1);
     }
 
@@ -246,7 +250,7 @@ impl NetPort {
         self.counters[c as usize].fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn counters(&self) -> NetCounters {
+    pub(crate) fn counters(&self) -> NetCounters {
         NetCounters(std::array::from_fn(|i| {
             self.counters[i].load(Ordering::Relaxed)
         }))
@@ -254,7 +258,12 @@ impl NetPort {
 
     /// Sends one packet to the device at `ip`. Socket errors are counted,
     /// as a lost packet would be on a wire.
-    pub fn send(&self, ip: IpAddr, headers: &Headers, payload: &[u8]) -> Result<(), WireError> {
+    pub(crate) fn send(
+        &self,
+        ip: IpAddr,
+        headers: &Headers,
+        payload: &[u8],
+    ) -> Result<(), WireError> {
         let dst = self.config.peer(ip);
         let flow = Flow::new(self.local, dst);
         let mut guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
@@ -287,7 +296,7 @@ impl NetPort {
 
     /// Runs `f`, sending the packets it sends through this port together
     /// (one `sendmmsg` per [`mmsg::BATCH`]) when it returns.
-    pub fn batch<R>(&self, f: impl FnOnce() -> R) -> R {
+    pub(crate) fn batch<R>(&self, f: impl FnOnce() -> R) -> R {
         self.tx.lock().unwrap_or_else(|e| e.into_inner()).q.depth += 1;
         let r = f();
         let mut guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());

@@ -8,9 +8,9 @@
 //! transport in [`requester`] and [`responder`](self::responder), packets
 //! built in [`segment`].
 
-pub mod requester;
-pub mod responder;
-pub mod segment;
+pub(crate) mod requester;
+pub(crate) mod responder;
+pub(crate) mod segment;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -28,13 +28,13 @@ use crate::sim::wire::{
 use prm_layouts::CqeSyndrome;
 use segment::Dest;
 
-pub use requester::Status;
+pub(crate) use requester::Status;
 
 /// The transport state of every QP talking over the network.
 #[derive(Default)]
-pub struct NetState {
-    pub req: requester::Requesters,
-    pub resp: responder::Responders,
+pub(crate) struct NetState {
+    pub(crate) req: requester::Requesters,
+    pub(crate) resp: responder::Responders,
 }
 
 /// The IPv4 address an IPv4-mapped GID names (`::ffff:a.b.c.d`).
@@ -61,7 +61,7 @@ fn service(s: u8) -> Option<Service> {
 
 impl Engine {
     /// Gives the device its network port and starts its receive thread.
-    pub fn attach_port(&self, name: &str, port: Arc<NetPort>) -> std::io::Result<()> {
+    pub(crate) fn attach_port(&self, name: &str, port: Arc<NetPort>) -> std::io::Result<()> {
         let sink: std::sync::Weak<dyn PacketSink> = self.me.clone();
         port.start(name, sink)?;
         // Set once, at device creation.
@@ -70,7 +70,7 @@ impl Engine {
     }
 
     /// The device's network port, if it has one.
-    pub fn port(&self) -> Option<&Arc<NetPort>> {
+    pub(crate) fn port(&self) -> Option<&Arc<NetPort>> {
         self.net.get()
     }
 
@@ -97,7 +97,7 @@ impl Engine {
 
 /// Sends WQE `wqe`'s message `msg` (of QP `v`) to the device at `ip`, or
 /// reports how it ended; the syndrome of a local error when it cannot go.
-pub fn request(
+pub(crate) fn request(
     eng: &Engine,
     st: &State,
     inner: &mut Inner,

@@ -28,7 +28,7 @@ const ACK_TIMEOUT_UNIT_NS: u64 = 4096;
 const ACK_TIMEOUT_MAX: u8 = 21;
 
 /// What [`request`] tells the engine about a WQE.
-pub enum Status {
+pub(crate) enum Status {
     /// Answered: the reply, and READ data or an atomic's original value
     /// in the message.
     Done(Reply),
@@ -129,7 +129,7 @@ impl InFlight {
 
 /// A QP's requester state.
 #[derive(Default)]
-pub struct ReqQp {
+pub(crate) struct ReqQp {
     next_psn: u32,
     inflight: Option<InFlight>,
     /// The answer to WQE `.0`, waiting for the engine to settle it.
@@ -138,7 +138,7 @@ pub struct ReqQp {
 
 /// Every QP's requester state; lives in the engine's bookkeeping.
 #[derive(Default)]
-pub struct Requesters {
+pub(crate) struct Requesters {
     qps: HashMap<u32, ReqQp>,
     /// Message buffers handed back to the engine in exchange for the ones
     /// a message in flight keeps, so none is allocated per message.
@@ -150,7 +150,7 @@ const SPARE: usize = 8;
 
 impl Requesters {
     /// Keeps the state of the QPs `live` says are still there.
-    pub fn retain(&mut self, mut live: impl FnMut(u32) -> bool) {
+    pub(crate) fn retain(&mut self, mut live: impl FnMut(u32) -> bool) {
         self.qps.retain(|q, _| live(*q));
     }
 }
@@ -162,14 +162,14 @@ fn ack_timeout(code: u8) -> Option<Duration> {
 
 /// The QP attributes the transport needs beyond [`QpView`].
 #[derive(Debug, Clone, Copy)]
-pub struct Attrs {
-    pub sq_psn: u32,
-    pub retry_count: u8,
-    pub ack_timeout: u8,
+pub(crate) struct Attrs {
+    pub(crate) sq_psn: u32,
+    pub(crate) retry_count: u8,
+    pub(crate) ack_timeout: u8,
 }
 
 /// Sends (or reports on) WQE `wqe` of QP `v`, whose message is `msg`.
-pub fn request(
+pub(crate) fn request(
     all: &mut Requesters,
     port: &NetPort,
     v: &QpView,
@@ -267,7 +267,7 @@ fn complete(q: &mut ReqQp, reply: Reply) -> bool {
 
 /// A response packet (ACK, NAK, READ response, atomic ACK) for QP `qpn`.
 /// Returns whether the QP's send queue should run again.
-pub fn response(all: &mut Requesters, port: &NetPort, qpn: u32, p: &Packet<'_>) -> bool {
+pub(crate) fn response(all: &mut Requesters, port: &NetPort, qpn: u32, p: &Packet<'_>) -> bool {
     let Some(q) = all.qps.get_mut(&qpn) else {
         return false;
     };
@@ -367,7 +367,7 @@ pub fn response(all: &mut Requesters, port: &NetPort, qpn: u32, p: &Packet<'_>) 
 
 /// Retransmits what timed out; returns the QPs to run (their message
 /// ended) and how long until the next deadline.
-pub fn tick(all: &mut Requesters, port: &NetPort, kick: &mut Vec<u32>) -> Option<Duration> {
+pub(crate) fn tick(all: &mut Requesters, port: &NetPort, kick: &mut Vec<u32>) -> Option<Duration> {
     let now = Instant::now();
     let mut next: Option<Instant> = None;
     for (qpn, q) in all.qps.iter_mut() {

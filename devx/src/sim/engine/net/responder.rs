@@ -38,7 +38,7 @@ struct Partial {
 }
 
 /// A QP's responder state.
-pub struct RespQp {
+pub(crate) struct RespQp {
     epsn: u32,
     msn: u32,
     partial: Option<Partial>,
@@ -49,7 +49,7 @@ pub struct RespQp {
 
 /// Every QP's responder state.
 #[derive(Default)]
-pub struct Responders {
+pub(crate) struct Responders {
     qps: HashMap<u32, RespQp>,
     /// Buffers of delivered messages, for the next ones.
     spare: Vec<Vec<u8>>,
@@ -60,12 +60,12 @@ const SPARE: usize = 8;
 
 impl Responders {
     /// Keeps the state of the QPs `live` says are still there.
-    pub fn retain(&mut self, mut live: impl FnMut(u32) -> bool) {
+    pub(crate) fn retain(&mut self, mut live: impl FnMut(u32) -> bool) {
         self.qps.retain(|q, _| live(*q));
     }
 
     /// Takes back a delivered message's buffer.
-    pub fn recycle(&mut self, mut data: Vec<u8>) {
+    pub(crate) fn recycle(&mut self, mut data: Vec<u8>) {
         if self.spare.len() < SPARE {
             data.clear();
             self.spare.push(data);
@@ -74,7 +74,7 @@ impl Responders {
 }
 
 /// What the engine must do for a request packet.
-pub enum Action {
+pub(crate) enum Action {
     Nothing,
     /// Deliver this whole message, whose first PSN is `.1`, to the QP, then
     /// call [`delivered`] with the reply; `.2`: a duplicate READ.
@@ -91,7 +91,7 @@ const ACK: Syndrome = Syndrome::Ack {
 
 /// A request packet for QP `v` (`rq_psn` is the QP's receive PSN at
 /// connection). Gathers it; returns the message when it is complete.
-pub fn request(
+pub(crate) fn request(
     all: &mut Responders,
     port: &NetPort,
     v: &QpView,
@@ -252,7 +252,7 @@ fn duplicate(
 
 /// Answers a message the engine has delivered (`first` is its first PSN).
 #[allow(clippy::too_many_arguments)]
-pub fn delivered(
+pub(crate) fn delivered(
     all: &mut Responders,
     port: &NetPort,
     v: &QpView,

@@ -13,23 +13,23 @@ const PSN_BITS: u32 = 24;
 const PSN_MASK: u32 = (1 << PSN_BITS) - 1;
 
 /// `psn + n`, modulo 2^24.
-pub fn psn_add(psn: u32, n: u32) -> u32 {
+pub(crate) fn psn_add(psn: u32, n: u32) -> u32 {
     psn.wrapping_add(n) & PSN_MASK
 }
 
 /// `a - b` as a signed distance in the 24-bit PSN space.
-pub fn psn_diff(a: u32, b: u32) -> i32 {
+pub(crate) fn psn_diff(a: u32, b: u32) -> i32 {
     ((a.wrapping_sub(b) << (32 - PSN_BITS)) as i32) >> (32 - PSN_BITS)
 }
 
 /// Packets a message of `len` bytes takes at path MTU `mtu` (at least one).
-pub fn packets(len: usize, mtu: usize) -> u32 {
+pub(crate) fn packets(len: usize, mtu: usize) -> u32 {
     len.div_ceil(mtu).max(1) as u32
 }
 
 /// Which part of a message a packet carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Part {
+pub(crate) enum Part {
     First,
     Middle,
     Last,
@@ -37,7 +37,7 @@ pub enum Part {
 }
 
 impl Part {
-    pub fn of(i: u32, n: u32) -> Part {
+    pub(crate) fn of(i: u32, n: u32) -> Part {
         match (i == 0, i + 1 == n) {
             (true, true) => Part::Only,
             (true, false) => Part::First,
@@ -47,18 +47,18 @@ impl Part {
     }
 
     /// Whether the packet starts a message.
-    pub fn starts(self) -> bool {
+    pub(crate) fn starts(self) -> bool {
         matches!(self, Part::First | Part::Only)
     }
 
     /// Whether the packet ends a message.
-    pub fn ends(self) -> bool {
+    pub(crate) fn ends(self) -> bool {
         matches!(self, Part::Last | Part::Only)
     }
 }
 
 /// The message kind and part of a request or read-response operation.
-pub fn classify(op: Operation) -> Option<(Op, Part)> {
+pub(crate) fn classify(op: Operation) -> Option<(Op, Part)> {
     use Operation::*;
     Some(match op {
         SendFirst => (Op::Send, Part::First),
@@ -99,11 +99,11 @@ fn operation(op: Op, part: Part, imm: bool) -> Operation {
 
 /// Where a message's packets go.
 #[derive(Debug, Clone, Copy)]
-pub struct Dest {
-    pub ip: IpAddr,
-    pub qpn: u32,
-    pub service: Service,
-    pub mtu: usize,
+pub(crate) struct Dest {
+    pub(crate) ip: IpAddr,
+    pub(crate) qpn: u32,
+    pub(crate) service: Service,
+    pub(crate) mtu: usize,
 }
 
 fn opcode(service: Service, op: Operation) -> Option<BthOpcode> {
@@ -113,11 +113,11 @@ fn opcode(service: Service, op: Operation) -> Option<BthOpcode> {
 /// Request packets a requester sends ahead of the first unacknowledged
 /// one; with an ACK asked for every half window, the window keeps moving
 /// and a burst stays well inside a socket's default receive buffer.
-pub const WINDOW: u32 = 32;
+pub(crate) const WINDOW: u32 = 32;
 const ACK_EVERY: u32 = WINDOW / 2;
 
 /// Request packets `msg` takes at the destination's MTU.
-pub fn request_packets(msg: &Msg, mtu: usize) -> u32 {
+pub(crate) fn request_packets(msg: &Msg, mtu: usize) -> u32 {
     match msg.op {
         Op::Send | Op::Write => packets(msg.data.len(), mtu),
         _ => 1,
@@ -126,7 +126,7 @@ pub fn request_packets(msg: &Msg, mtu: usize) -> u32 {
 
 /// Sends request packet `i` of `msg`, whose first PSN is `first`. The
 /// last packet, and every [`ACK_EVERY`]th, asks for an ACK (RC).
-pub fn send_request(port: &NetPort, d: &Dest, msg: &Msg, first: u32, i: u32) {
+pub(crate) fn send_request(port: &NetPort, d: &Dest, msg: &Msg, first: u32, i: u32) {
     let n = request_packets(msg, d.mtu);
     let psn = psn_add(first, i);
     let part = Part::of(i, n);
@@ -172,7 +172,7 @@ pub fn send_request(port: &NetPort, d: &Dest, msg: &Msg, first: u32, i: u32) {
 
 /// Sends a READ request for `len` bytes at `va` with PSN `psn` (the rest
 /// of a READ whose first responses arrived).
-pub fn send_read_request(port: &NetPort, d: &Dest, psn: u32, va: u64, rkey: u32, len: u64) {
+pub(crate) fn send_read_request(port: &NetPort, d: &Dest, psn: u32, va: u64, rkey: u32, len: u64) {
     let Some(opc) = opcode(d.service, Operation::ReadRequest) else {
         return;
     };
@@ -184,7 +184,7 @@ pub fn send_read_request(port: &NetPort, d: &Dest, psn: u32, va: u64, rkey: u32,
 }
 
 /// Sends an ACK or NAK for `psn`.
-pub fn send_ack(port: &NetPort, d: &Dest, psn: u32, s: Syndrome, msn: u32) {
+pub(crate) fn send_ack(port: &NetPort, d: &Dest, psn: u32, s: Syndrome, msn: u32) {
     let Some(opc) = opcode(Service::Rc, Operation::Acknowledge) else {
         return;
     };
@@ -194,7 +194,7 @@ pub fn send_ack(port: &NetPort, d: &Dest, psn: u32, s: Syndrome, msn: u32) {
 }
 
 /// Sends READ response packets with `data` from PSN `first`.
-pub fn send_read_response(port: &NetPort, d: &Dest, first: u32, data: &[u8], msn: u32) {
+pub(crate) fn send_read_response(port: &NetPort, d: &Dest, first: u32, data: &[u8], msn: u32) {
     port.batch(|| read_response_packets(port, d, first, data, msn));
 }
 
@@ -228,7 +228,7 @@ fn read_response_packets(port: &NetPort, d: &Dest, first: u32, data: &[u8], msn:
 }
 
 /// Sends an atomic's original value for `psn`.
-pub fn send_atomic_ack(port: &NetPort, d: &Dest, psn: u32, orig: u64, msn: u32) {
+pub(crate) fn send_atomic_ack(port: &NetPort, d: &Dest, psn: u32, orig: u64, msn: u32) {
     let Some(opc) = opcode(Service::Rc, Operation::AtomicAcknowledge) else {
         return;
     };

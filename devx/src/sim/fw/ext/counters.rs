@@ -13,32 +13,31 @@ use crate::sim::fw::state::{Holder, State};
 use crate::sim::syndrome;
 
 #[derive(Debug, Clone, Default)]
-pub struct QCounterObj;
+pub(crate) struct QCounterObj;
 
 impl Holder for QCounterObj {}
 
+/// A bulk of flow counters, filed under its first id (its size is in
+/// `State::fc_ranges`).
 #[derive(Debug, Clone)]
-pub struct FlowCounterObj {
-    /// Counters in the bulk (ids `base..base + bulk`).
-    pub bulk: u32,
-}
+pub(crate) struct FlowCounterObj;
 
 impl Holder for FlowCounterObj {}
 
-pub fn alloc_q_counter(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn alloc_q_counter(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let n = st.q_counter.insert(cmd.uid, QCounterObj)?;
     out_view::<AllocQCounterOut>(out)?.set_counter_set_id(n as u8);
     Ok(())
 }
 
 /// Refused while a QP or RQ counts into the set.
-pub fn dealloc_q_counter(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn dealloc_q_counter(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let n = u32::from(cmd.view::<DeallocQCounterIn>()?.counter_set_id());
     st.q_counter.remove(n, cmd.uid)?;
     Ok(())
 }
 
-pub fn query_q_counter(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn query_q_counter(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let n = u32::from(cmd.view::<QueryQCounterIn>()?.counter_set_id());
     st.q_counter.owned(n, cmd.uid)?;
     Ok(())
@@ -55,7 +54,7 @@ fn bulk_size(inp: &AllocFlowCounterIn) -> u32 {
     }
 }
 
-pub fn alloc_flow_counter(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn alloc_flow_counter(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<AllocFlowCounterIn>()?;
     let size = bulk_size(inp);
     ensure(
@@ -70,15 +69,14 @@ pub fn alloc_flow_counter(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult
     let next = base
         .checked_add(size)
         .ok_or(syndrome::table_full(ObjKind::FlowCounter))?;
-    st.flow_counter
-        .insert_at(base, cmd.uid, FlowCounterObj { bulk: size })?;
+    st.flow_counter.insert_at(base, cmd.uid, FlowCounterObj)?;
     st.fc_next = next;
     st.fc_ranges.insert(base, size);
     out_view::<AllocFlowCounterOut>(out)?.set_flow_counter_id(base);
     Ok(())
 }
 
-pub fn dealloc_flow_counter(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn dealloc_flow_counter(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let id = cmd.view::<DeallocFlowCounterIn>()?.flow_counter_id();
     st.flow_counter.remove(id, cmd.uid)?;
     st.fc_ranges.remove(&id);
@@ -86,7 +84,7 @@ pub fn dealloc_flow_counter(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwRes
 }
 
 /// The bulk (its first id) that counter `id` belongs to, if `uid` may use it.
-pub fn counter_base(st: &State, uid: u16, id: u32) -> FwResult<u32> {
+pub(crate) fn counter_base(st: &State, uid: u16, id: u32) -> FwResult<u32> {
     let Some((&base, &size)) = st.fc_ranges.range(..=id).next_back() else {
         return fail(syndrome::not_found(ObjKind::FlowCounter));
     };
@@ -95,7 +93,7 @@ pub fn counter_base(st: &State, uid: u16, id: u32) -> FwResult<u32> {
     Ok(base)
 }
 
-pub fn query_flow_counter(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_flow_counter(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<QueryFlowCounterIn>()?;
     let id = inp.flow_counter_id();
     let base = counter_base(st, cmd.uid, id)?;
@@ -112,7 +110,7 @@ pub fn query_flow_counter(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult
 }
 
 /// Drops bulk ranges whose counters were purged.
-pub fn forget_uid(st: &mut State) {
+pub(crate) fn forget_uid(st: &mut State) {
     let live: Vec<u32> = st
         .fc_ranges
         .keys()

@@ -19,21 +19,22 @@ use crate::sim::fw::table::ObjRef;
 use crate::sim::syndrome;
 
 /// Table types a NIC function may create (`FS_FT_*`): NIC RX, NIC TX, RDMA RX, RDMA TX.
-pub const TABLE_TYPES: &[u8] = &[0x0, 0x1, 0x7, 0x8];
+pub(crate) const TABLE_TYPES: &[u8] = &[0x0, 0x1, 0x7, 0x8];
 
 /// `flow_context.action` bits (`MLX5_FLOW_CONTEXT_ACTION_*`).
-pub mod action {
-    pub const ALLOW: u16 = 0x1;
-    pub const DROP: u16 = 0x2;
-    pub const FWD_DEST: u16 = 0x4;
-    pub const COUNT: u16 = 0x8;
+#[allow(dead_code)] // The PRM's full list; not every value is read.
+pub(crate) mod action {
+    pub(crate) const ALLOW: u16 = 0x1;
+    pub(crate) const DROP: u16 = 0x2;
+    pub(crate) const FWD_DEST: u16 = 0x4;
+    pub(crate) const COUNT: u16 = 0x8;
 }
 
 /// Destination types (`MLX5_IFC_FLOW_DESTINATION_TYPE_*`).
-pub mod dest {
-    pub const VPORT: u8 = 0x0;
-    pub const FLOW_TABLE: u8 = 0x1;
-    pub const TIR: u8 = 0x2;
+pub(crate) mod dest {
+    pub(crate) const VPORT: u8 = 0x0;
+    pub(crate) const FLOW_TABLE: u8 = 0x1;
+    pub(crate) const TIR: u8 = 0x2;
 }
 
 /// Offset of the destination list in a SET_FTE / QUERY_FTE mailbox: the
@@ -42,31 +43,31 @@ const DEST_LIST_AT: usize = prm_layouts::SetFteIn::SIZE_BYTES;
 const _: () = assert!(prm_layouts::QueryFteOut::SIZE_BYTES == DEST_LIST_AT);
 
 #[derive(Debug, Clone)]
-pub struct FlowTableObj {
-    pub table_type: u8,
-    pub ctx: FlowTableContext,
+pub(crate) struct FlowTableObj {
+    pub(crate) table_type: u8,
+    pub(crate) ctx: FlowTableContext,
     /// Groups: (start, end, group id).
-    pub groups: Vec<(u32, u32, u32)>,
+    pub(crate) groups: Vec<(u32, u32, u32)>,
     holds: Vec<ObjRef>,
 }
 
 #[derive(Debug, Clone)]
-pub struct FlowGroupObj {
-    pub table: u32,
-    pub start: u32,
-    pub end: u32,
-    pub criteria_enable: u8,
+pub(crate) struct FlowGroupObj {
+    pub(crate) table: u32,
+    pub(crate) start: u32,
+    pub(crate) end: u32,
+    pub(crate) criteria_enable: u8,
     /// The `match_criteria` block, returned by QUERY_FLOW_GROUP.
-    pub criteria: Box<[u8]>,
+    pub(crate) criteria: Box<[u8]>,
 }
 
 #[derive(Debug, Clone)]
-pub struct FlowEntryObj {
-    pub table: u32,
-    pub index: u32,
-    pub ctx: Box<FlowContext>,
+pub(crate) struct FlowEntryObj {
+    pub(crate) table: u32,
+    pub(crate) index: u32,
+    pub(crate) ctx: Box<FlowContext>,
     /// Destination and counter list entries, 8 bytes each, as given.
-    pub list: Vec<u8>,
+    pub(crate) list: Vec<u8>,
     holds: Vec<ObjRef>,
 }
 
@@ -93,7 +94,7 @@ fn own_table(st: &State, uid: u16, id: u32, table_type: u8) -> FwResult<&FlowTab
     Ok(t)
 }
 
-pub fn create_table(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn create_table(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<CreateFlowTableIn>()?;
     ensure(inp.other_vport() == 0, syndrome::OTHER_FUNCTION)?;
     ensure(TABLE_TYPES.contains(&inp.table_type()), syndrome::FT_TYPE)?;
@@ -127,7 +128,7 @@ pub fn create_table(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn query_table(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_table(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<QueryFlowTableIn>()?;
     let ctx = own_table(st, cmd.uid, inp.table_id(), inp.table_type())?.ctx;
     *out_view::<QueryFlowTableOut>(out)?.flow_table_context_mut() = ctx;
@@ -135,7 +136,7 @@ pub fn query_table(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
 }
 
 /// Refused while groups, entries or other tables still point at it.
-pub fn destroy_table(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn destroy_table(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<DestroyFlowTableIn>()?;
     own_table(st, cmd.uid, inp.table_id(), inp.table_type())?;
     let t = st.flow_table.remove(inp.table_id(), cmd.uid)?;
@@ -143,7 +144,7 @@ pub fn destroy_table(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn create_group(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn create_group(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<CreateFlowGroupIn>()?;
     ensure(inp.other_vport() == 0, syndrome::OTHER_FUNCTION)?;
     let table = inp.table_id();
@@ -178,7 +179,7 @@ fn own_group(st: &State, uid: u16, table: u32, gid: u32) -> FwResult<&FlowGroupO
     Ok(g)
 }
 
-pub fn query_group(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_group(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<QueryFlowGroupIn>()?;
     own_table(st, cmd.uid, inp.table_id(), inp.table_type())?;
     let g = own_group(st, cmd.uid, inp.table_id(), inp.group_id())?.clone();
@@ -193,7 +194,7 @@ pub fn query_group(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
 }
 
 /// Refused while entries live in the group.
-pub fn destroy_group(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn destroy_group(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<DestroyFlowGroupIn>()?;
     own_table(st, cmd.uid, inp.table_id(), inp.table_type())?;
     own_group(st, cmd.uid, inp.table_id(), inp.group_id())?;
@@ -275,7 +276,7 @@ fn check_entry(
 
 /// SET_FLOW_TABLE_ENTRY: op_mod 0 creates the entry at `flow_index`, op_mod 1
 /// replaces the context of the one there.
-pub fn set_entry(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn set_entry(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<SetFteIn>()?;
     ensure(inp.other_vport() == 0, syndrome::OTHER_FUNCTION)?;
     let (table_id, index) = (inp.table_id(), inp.flow_index());
@@ -325,7 +326,7 @@ fn entry_number(st: &State, uid: u16, table: u32, table_type: u8, index: u32) ->
     Ok(n)
 }
 
-pub fn query_entry(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_entry(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<QueryFteIn>()?;
     let n = entry_number(
         st,
@@ -339,7 +340,7 @@ pub fn query_entry(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     put(out, DEST_LIST_AT, &e.list)
 }
 
-pub fn delete_entry(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn delete_entry(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<DeleteFteIn>()?;
     let n = entry_number(
         st,
@@ -355,7 +356,7 @@ pub fn delete_entry(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
 }
 
 /// Rebuilds the entry index and group lists after a uid's objects were purged.
-pub fn forget_uid(st: &mut State) {
+pub(crate) fn forget_uid(st: &mut State) {
     st.fte_index.retain(|_, n| st.flow_entry.contains(*n));
     let groups: Vec<u32> = st.flow_table.numbers_of_all();
     for t in groups {

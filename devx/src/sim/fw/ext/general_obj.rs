@@ -13,22 +13,22 @@ use crate::sim::fw::state::{Holder, State};
 use crate::sim::syndrome;
 
 /// MLX5_OBJ_TYPE_GENEVE_TLV_OPT.
-pub const OBJ_TYPE_GENEVE_TLV_OPT: u16 = GeneralObjType::GeneveTlvOpt.raw();
+pub(crate) const OBJ_TYPE_GENEVE_TLV_OPT: u16 = GeneralObjType::GeneveTlvOpt.raw();
 
 /// Bytes of the general object header before the context.
 const HDR: usize = GeneralObjInCmdHdr::SIZE_BYTES;
 
 #[derive(Debug, Clone)]
-pub struct GeneralObj {
-    pub obj_type: u16,
+pub(crate) struct GeneralObj {
+    pub(crate) obj_type: u16,
     /// The object context as created (the inbox tail after the header).
-    pub ctx: Vec<u8>,
+    pub(crate) ctx: Vec<u8>,
 }
 
 impl Holder for GeneralObj {}
 
 /// All four general-object commands.
-pub fn command(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn command(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let obj_type = cmd.op_mod;
     // Only advertised types exist; a type past the 64-bit mask never does.
     let advertised = obj_type < 64 && st.profile.general_obj_types & (1u64 << obj_type) != 0;

@@ -11,9 +11,9 @@ use crate::sim::fw::table::ObjRef;
 use crate::sim::syndrome;
 
 #[derive(Debug, Clone)]
-pub struct McgAttach {
-    pub gid: [u8; 16],
-    pub qpn: u32,
+pub(crate) struct McgAttach {
+    /// The attached QP (the group's GID keys `State::mcg_index`).
+    pub(crate) qpn: u32,
 }
 
 impl Holder for McgAttach {
@@ -23,12 +23,12 @@ impl Holder for McgAttach {
 }
 
 /// IPv6 multicast (ff00::/8) or IPv4-mapped multicast (::ffff:224.0.0.0/4).
-pub fn is_multicast(gid: &[u8; 16]) -> bool {
+pub(crate) fn is_multicast(gid: &[u8; 16]) -> bool {
     let v4_mapped = gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff;
     gid[0] == 0xff || (v4_mapped && (gid[12] & 0xf0) == 0xe0)
 }
 
-pub fn attach(stt: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn attach(stt: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<AttachToMcgIn>()?;
     let (qpn, gid) = (inp.qpn(), *inp.multicast_gid());
     let qp = &stt.qp.owned(qpn, cmd.uid)?.obj;
@@ -46,14 +46,14 @@ pub fn attach(stt: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let groups_full = members == 0
         && stt.mcg_members.len() >= crate::sim::profile::Profile::count(stt.profile.log_max_mcg);
     ensure(!groups_full, syndrome::table_full(ObjKind::McgAttach))?;
-    let n = stt.mcg.insert(cmd.uid, McgAttach { gid, qpn })?;
+    let n = stt.mcg.insert(cmd.uid, McgAttach { qpn })?;
     stt.hold(ObjRef::new(ObjKind::Qp, qpn));
     stt.mcg_index.insert((gid, qpn), n);
     *stt.mcg_members.entry(gid).or_insert(0) += 1;
     Ok(())
 }
 
-pub fn detach(stt: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn detach(stt: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<DetachFromMcgIn>()?;
     let (qpn, gid) = (inp.qpn(), *inp.multicast_gid());
     stt.qp.owned(qpn, cmd.uid)?;
@@ -79,7 +79,7 @@ fn drop_member(stt: &mut State, gid: &[u8; 16]) {
 }
 
 /// Rebuilds the attachment indexes after a uid's attachments were purged.
-pub fn forget_uid(stt: &mut State) {
+pub(crate) fn forget_uid(stt: &mut State) {
     let gone: Vec<([u8; 16], u32)> = stt
         .mcg_index
         .iter()

@@ -2,10 +2,10 @@
 //! SQ/RQ, TIR/TIS/RQT, flow steering, counters, general objects and
 //! multicast attachment.
 
-pub mod counters;
-pub mod flow;
-pub mod general_obj;
-pub mod mcg;
-pub mod srq;
-pub mod tir;
-pub mod wq;
+pub(crate) mod counters;
+pub(crate) mod flow;
+pub(crate) mod general_obj;
+pub(crate) mod mcg;
+pub(crate) mod srq;
+pub(crate) mod tir;
+pub(crate) mod wq;

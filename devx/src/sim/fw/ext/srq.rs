@@ -19,23 +19,23 @@ use crate::sim::fw::table::ObjRef;
 use crate::sim::syndrome;
 
 /// RMP states (`MLX5_RMPC_STATE_*`).
-pub mod state {
-    pub const RDY: u8 = 0x1;
-    pub const ERR: u8 = 0x3;
+pub(crate) mod state {
+    pub(crate) const RDY: u8 = 0x1;
+    pub(crate) const ERR: u8 = 0x3;
 }
 
 #[derive(Debug, Clone)]
-pub enum SrqCtx {
+pub(crate) enum SrqCtx {
     Rmp(Rmpc),
     Xrc(XrcSrqc),
 }
 
 #[derive(Debug, Clone)]
-pub struct SrqObj {
-    pub kind: ObjKind,
-    pub ctx: SrqCtx,
+pub(crate) struct SrqObj {
+    pub(crate) kind: ObjKind,
+    pub(crate) ctx: SrqCtx,
     /// Limit event watermark set by ARM_RQ / ARM_XRC_SRQ / MODIFY_RMP.
-    pub lwm: u16,
+    pub(crate) lwm: u16,
     holds: Vec<ObjRef>,
 }
 
@@ -46,12 +46,12 @@ impl Holder for SrqObj {
 }
 
 /// An SRQ-like object a QP may receive through; returns its kind.
-pub fn usable_srq(st: &State, uid: u16, n: u32) -> FwResult<ObjKind> {
+pub(crate) fn usable_srq(st: &State, uid: u16, n: u32) -> FwResult<ObjKind> {
     Ok(st.srq.usable(n, uid)?.obj.kind)
 }
 
 /// An SRQ-like object of exactly `kind` that `uid` may reference.
-pub fn usable_kind(st: &State, uid: u16, n: u32, kind: ObjKind) -> FwResult {
+pub(crate) fn usable_kind(st: &State, uid: u16, n: u32, kind: ObjKind) -> FwResult {
     match st.srq.usable(n, uid) {
         Ok(e) if e.obj.kind == kind => Ok(()),
         Ok(_) => fail(syndrome::not_found(kind)),
@@ -67,7 +67,7 @@ fn owned_kind(st: &mut State, uid: u16, n: u32, kind: ObjKind) -> FwResult<&mut 
 }
 
 /// Live objects of one SRQ-like kind (introspection: scans the table).
-pub fn count_of(st: &State, kind: ObjKind) -> usize {
+pub(crate) fn count_of(st: &State, kind: ObjKind) -> usize {
     st.srq
         .numbers_of_all()
         .into_iter()
@@ -83,22 +83,22 @@ fn destroy_kind(st: &mut State, uid: u16, n: u32, kind: ObjKind) -> FwResult {
 }
 
 /// Legacy SRQs need physical pages; DEVX users have none to give.
-pub fn create_srq(_st: &mut State, _cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn create_srq(_st: &mut State, _cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     fail(syndrome::SRQ_NO_UMEM)
 }
 
-pub fn query_srq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn query_srq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let n = cmd.view::<QuerySrqIn>()?.srqn();
     owned_kind(st, cmd.uid, n, ObjKind::Srq).map(|_| ())
 }
 
-pub fn destroy_srq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn destroy_srq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let n = cmd.view::<DestroySrqIn>()?.srqn();
     destroy_kind(st, cmd.uid, n, ObjKind::Srq)
 }
 
 /// ARM_RQ op_mod 1: arm the limit event of an SRQ or RMP.
-pub fn arm_rq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn arm_rq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<ArmRqIn>()?;
     let e = st.srq.owned_mut(inp.srq_number(), cmd.uid)?;
     ensure(
@@ -109,7 +109,7 @@ pub fn arm_rq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn create_xrc_srq(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn create_xrc_srq(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<CreateXrcSrqIn>()?;
     let c = inp.xrc_srq_context_entry();
     let p = &st.profile;
@@ -146,7 +146,7 @@ pub fn create_xrc_srq(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn query_xrc_srq(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_xrc_srq(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let n = cmd.view::<QueryXrcSrqIn>()?.xrc_srqn();
     let o = owned_kind(st, cmd.uid, n, ObjKind::XrcSrq)?.clone();
     if let SrqCtx::Xrc(mut c) = o.ctx {
@@ -156,18 +156,18 @@ pub fn query_xrc_srq(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn destroy_xrc_srq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn destroy_xrc_srq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let n = cmd.view::<DestroyXrcSrqIn>()?.xrc_srqn();
     destroy_kind(st, cmd.uid, n, ObjKind::XrcSrq)
 }
 
-pub fn arm_xrc_srq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn arm_xrc_srq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<ArmXrcSrqIn>()?;
     owned_kind(st, cmd.uid, inp.xrc_srqn(), ObjKind::XrcSrq)?.lwm = inp.lwm();
     Ok(())
 }
 
-pub fn create_rmp(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn create_rmp(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let c = cmd.view::<CreateRmpIn>()?.ctx();
     ensure(c.state() == state::RDY, syndrome::WQ_BAD_STATE_VALUE)?;
     let max = st.profile.log_max_srq_sz;
@@ -193,7 +193,7 @@ pub fn create_rmp(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn modify_rmp(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn modify_rmp(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<ModifyRmpIn>()?;
     let o = owned_kind(st, cmd.uid, inp.rmpn(), ObjKind::Rmp)?;
     let SrqCtx::Rmp(cur) = &mut o.ctx else {
@@ -212,7 +212,7 @@ pub fn modify_rmp(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn query_rmp(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_rmp(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let n = cmd.view::<QueryRmpIn>()?.rmpn();
     let o = owned_kind(st, cmd.uid, n, ObjKind::Rmp)?.clone();
     if let SrqCtx::Rmp(mut c) = o.ctx {
@@ -222,7 +222,7 @@ pub fn query_rmp(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn destroy_rmp(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn destroy_rmp(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let n = cmd.view::<DestroyRmpIn>()?.rmpn();
     destroy_kind(st, cmd.uid, n, ObjKind::Rmp)
 }

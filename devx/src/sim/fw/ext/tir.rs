@@ -22,21 +22,21 @@ const _: () = assert!(
 );
 
 #[derive(Debug, Clone)]
-pub struct TisObj {
-    pub ctx: Tisc,
+pub(crate) struct TisObj {
+    pub(crate) ctx: Tisc,
     holds: Vec<ObjRef>,
 }
 
 #[derive(Debug, Clone)]
-pub struct TirObj {
-    pub ctx: Tirc,
+pub(crate) struct TirObj {
+    pub(crate) ctx: Tirc,
     holds: Vec<ObjRef>,
 }
 
 #[derive(Debug, Clone)]
-pub struct RqtObj {
-    pub ctx: Rqtc,
-    pub rqs: Vec<u32>,
+pub(crate) struct RqtObj {
+    pub(crate) ctx: Rqtc,
+    pub(crate) rqs: Vec<u32>,
 }
 
 impl Holder for TisObj {
@@ -58,7 +58,7 @@ impl Holder for RqtObj {
     }
 }
 
-pub fn create_tis(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn create_tis(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let c = cmd.view::<CreateTisIn>()?.ctx();
     st.td.usable(c.transport_domain(), cmd.uid)?;
     let mut holds = vec![ObjRef::new(ObjKind::TransportDomain, c.transport_domain())];
@@ -78,7 +78,7 @@ pub fn create_tis(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn modify_tis(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn modify_tis(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<ModifyTisIn>()?;
     let (m, c) = (inp.bitmask(), inp.ctx());
     let t = &mut st.tis.owned_mut(inp.tisn(), cmd.uid)?.obj.ctx;
@@ -94,14 +94,14 @@ pub fn modify_tis(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn query_tis(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_tis(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let n = cmd.view::<QueryTisIn>()?.tisn();
     let ctx = st.tis.owned(n, cmd.uid)?.obj.ctx;
     *out_view::<QueryTisOut>(out)?.tis_context_mut() = ctx;
     Ok(())
 }
 
-pub fn destroy_tis(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn destroy_tis(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let n = cmd.view::<DestroyTisIn>()?.tisn();
     let o = st.tis.remove(n, cmd.uid)?;
     st.release_all(&o.holds);
@@ -123,7 +123,7 @@ fn tir_target(st: &State, uid: u16, c: &Tirc) -> FwResult<ObjRef> {
     }
 }
 
-pub fn create_tir(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn create_tir(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let c = cmd.view::<CreateTirIn>()?.ctx();
     st.td.usable(c.transport_domain(), cmd.uid)?;
     let holds = vec![
@@ -142,7 +142,7 @@ pub fn create_tir(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn modify_tir(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn modify_tir(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<ModifyTirIn>()?;
     let (m, c) = (inp.bitmask(), inp.ctx());
     let t = &mut st.tir.owned_mut(inp.tirn(), cmd.uid)?.obj.ctx;
@@ -166,14 +166,14 @@ pub fn modify_tir(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn query_tir(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_tir(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let n = cmd.view::<QueryTirIn>()?.tirn();
     let ctx = st.tir.owned(n, cmd.uid)?.obj.ctx;
     *out_view::<QueryTirOut>(out)?.tir_context_mut() = ctx;
     Ok(())
 }
 
-pub fn destroy_tir(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn destroy_tir(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let n = cmd.view::<DestroyTirIn>()?.tirn();
     let o = st.tir.remove(n, cmd.uid)?;
     st.release_all(&o.holds);
@@ -201,7 +201,7 @@ fn rq_list(st: &State, cmd: &Cmd, c: &Rqtc) -> FwResult<Vec<u32>> {
     Ok(v)
 }
 
-pub fn create_rqt(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn create_rqt(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let c = cmd.view::<CreateRqtIn>()?.rqt_context();
     let rqs = rq_list(st, cmd, c)?;
     let obj = RqtObj { ctx: *c, rqs };
@@ -212,7 +212,7 @@ pub fn create_rqt(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn modify_rqt(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn modify_rqt(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<ModifyRqtIn>()?;
     let old = st.rqt.owned(inp.rqtn(), cmd.uid)?.obj.clone();
     if inp.bitmask().rqn_list() == 0 {
@@ -229,7 +229,7 @@ pub fn modify_rqt(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn query_rqt(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_rqt(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let n = cmd.view::<QueryRqtIn>()?.rqtn();
     let o = st.rqt.owned(n, cmd.uid)?.obj.clone();
     *out_view::<QueryRqtOut>(out)?.rqt_context_mut() = o.ctx;
@@ -245,7 +245,7 @@ pub fn query_rqt(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     put(out, RQ_LIST_AT, &list)
 }
 
-pub fn destroy_rqt(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn destroy_rqt(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let n = cmd.view::<DestroyRqtIn>()?.rqtn();
     let o = st.rqt.remove(n, cmd.uid)?;
     st.release_all(&o.holds());

@@ -15,25 +15,25 @@ use crate::sim::fw::{cmd::out_view, umem};
 use crate::sim::syndrome::{self, Check};
 
 /// SQ / RQ states (`MLX5_SQC_STATE_*`, `MLX5_RQC_STATE_*`).
-pub mod state {
-    pub const RST: u8 = 0x0;
-    pub const RDY: u8 = 0x1;
-    pub const ERR: u8 = 0x3;
+pub(crate) mod state {
+    pub(crate) const RST: u8 = 0x0;
+    pub(crate) const RDY: u8 = 0x1;
+    pub(crate) const ERR: u8 = 0x3;
 }
 
 /// `wq_type` values (`MLX5_WQ_TYPE_*`).
-pub mod wq_type {
-    pub const LINKED_LIST: u8 = 0x0;
-    pub const CYCLIC: u8 = 0x1;
-    pub const CYCLIC_STRIDING_RQ: u8 = 0x3;
+pub(crate) mod wq_type {
+    pub(crate) const LINKED_LIST: u8 = 0x0;
+    pub(crate) const CYCLIC: u8 = 0x1;
+    pub(crate) const CYCLIC_STRIDING_RQ: u8 = 0x3;
 }
 
 /// RQ `modify_bitmask` bit for the counter set (`MLX5_MODIFY_RQ_IN_MODIFY_BITMASK_RQ_COUNTER_SET_ID`).
-pub const RQ_MODIFY_COUNTER_SET_ID: u64 = 1 << 3;
+pub(crate) const RQ_MODIFY_COUNTER_SET_ID: u64 = 1 << 3;
 
 /// Checks a work queue's buffer, doorbell, PD (and UAR when it rings
 /// doorbells); returns the references it will hold.
-pub fn check_wq(
+pub(crate) fn check_wq(
     st: &State,
     uid: u16,
     wq: &Wq,
@@ -81,14 +81,14 @@ fn transition(cur: u8, claimed: u8, to: u8) -> FwResult {
 }
 
 #[derive(Debug, Clone)]
-pub struct SqObj {
-    pub ctx: Sqc,
+pub(crate) struct SqObj {
+    pub(crate) ctx: Sqc,
     holds: Vec<ObjRef>,
 }
 
 #[derive(Debug, Clone)]
-pub struct RqObj {
-    pub ctx: Rqc,
+pub(crate) struct RqObj {
+    pub(crate) ctx: Rqc,
     holds: Vec<ObjRef>,
     counter: Option<u32>,
 }
@@ -106,7 +106,7 @@ impl Holder for RqObj {
     }
 }
 
-pub fn create_sq(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn create_sq(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let c = cmd.view::<CreateSqIn>()?.ctx();
     ensure(c.state() == state::RST, syndrome::WQ_BAD_STATE_VALUE)?;
     ensure(c.hairpin() == 0, syndrome::WQ_TYPE)?;
@@ -138,7 +138,7 @@ pub fn create_sq(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn modify_sq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn modify_sq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<ModifySqIn>()?;
     let sq = &mut st.sq.owned_mut(inp.sqn(), cmd.uid)?.obj;
     transition(sq.ctx.state(), inp.sq_state(), inp.ctx().state())?;
@@ -146,21 +146,21 @@ pub fn modify_sq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn query_sq(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_sq(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let n = cmd.view::<QuerySqIn>()?.sqn();
     let ctx = st.sq.owned(n, cmd.uid)?.obj.ctx;
     *out_view::<QuerySqOut>(out)?.sq_context_mut() = ctx;
     Ok(())
 }
 
-pub fn destroy_sq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn destroy_sq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let n = cmd.view::<DestroySqIn>()?.sqn();
     let o = st.sq.remove(n, cmd.uid)?;
     st.release_all(&o.holds());
     Ok(())
 }
 
-pub fn create_rq(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn create_rq(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let c = cmd.view::<CreateRqIn>()?.ctx();
     ensure(c.state() == state::RST, syndrome::WQ_BAD_STATE_VALUE)?;
     ensure(c.hairpin() == 0, syndrome::WQ_TYPE)?;
@@ -201,7 +201,7 @@ pub fn create_rq(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn modify_rq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn modify_rq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let inp = cmd.view::<ModifyRqIn>()?;
     let cur = st.rq.owned(inp.rqn(), cmd.uid)?.obj.clone();
     transition(cur.ctx.state(), inp.rq_state(), inp.ctx().state())?;
@@ -217,14 +217,14 @@ pub fn modify_rq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     Ok(())
 }
 
-pub fn query_rq(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
+pub(crate) fn query_rq(st: &mut State, cmd: &Cmd, out: &mut [u8]) -> FwResult {
     let n = cmd.view::<QueryRqIn>()?.rqn();
     let ctx = st.rq.owned(n, cmd.uid)?.obj.ctx;
     *out_view::<QueryRqOut>(out)?.rq_context_mut() = ctx;
     Ok(())
 }
 
-pub fn destroy_rq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
+pub(crate) fn destroy_rq(st: &mut State, cmd: &Cmd, _out: &mut [u8]) -> FwResult {
     let n = cmd.view::<DestroyRqIn>()?.rqn();
     let o = st.rq.remove(n, cmd.uid)?;
     st.release_all(&o.holds());
