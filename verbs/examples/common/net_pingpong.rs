@@ -3,7 +3,7 @@
 //! line swapped over TCP, the buffer pattern, waiting for one completion,
 //! opening an emulated device with a network address, the result lines.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -88,49 +88,72 @@ impl Opts {
     }
 }
 
-/// What one side tells the other: ibv_*_pingpong's `LID:QPN:PSN:GID`,
-/// plus the MAC an address vector needs.
+/// What one side tells the other: ibv_*_pingpong's `LID:QPN:PSN:GID`
+/// message (LID 0 on RoCE), so either side may be rdma-core's own program
+/// (run on the preload library's emulated device).
 pub struct Dest {
     pub qpn: u32,
     pub psn: u32,
     pub gid: [u8; 16],
-    pub mac: [u8; 6],
 }
 
+/// The message's size: `sizeof "0000:000000:000000:" + 32 hex digits`,
+/// its NUL included.
+const MSG_LEN: usize = 52;
+/// The client's last word, NUL included.
+const DONE: &[u8; 5] = b"done\0";
+/// What ibv_*_pingpong sends: its buffer, set to this byte.
+const IBV_PAYLOAD: u8 = 0x7b;
+/// The message carries no MAC. The emulated link routes by GID; the
+/// loopback neighbour's all-zero MAC is what the kernel resolves for 127/8.
+pub const PEER_MAC: [u8; 6] = [0; 6];
+
 impl Dest {
-    fn line(&self) -> String {
-        format!(
-            "0000:{:06x}:{:06x}:{}:{}\n",
+    fn message(&self) -> [u8; MSG_LEN] {
+        let text = format!(
+            "{:04x}:{:06x}:{:06x}:{}",
+            0,
             self.qpn,
             self.psn,
-            hex::encode(self.gid),
-            hex::encode(self.mac)
-        )
+            hex::encode(self.gid)
+        );
+        let mut m = [0u8; MSG_LEN];
+        m[..text.len()].copy_from_slice(text.as_bytes());
+        m
     }
 
-    fn parse(s: &str) -> Result<Dest, String> {
-        let bad = || format!("bad peer address message '{}'", s.trim());
-        let f: Vec<&str> = s.trim().split(':').collect();
-        let [_, qpn, psn, gid, mac] = f[..] else {
+    fn parse(m: &[u8]) -> Result<Dest, String> {
+        let s = String::from_utf8_lossy(m);
+        let s = s.trim_end_matches('\0');
+        let bad = || format!("bad peer address message '{s}'");
+        let f: Vec<&str> = s.split(':').collect();
+        let [_, qpn, psn, gid] = f[..] else {
             return Err(bad());
         };
         let num = |x: &str| u32::from_str_radix(x, 16).map_err(|_| bad());
-        let bytes = |x: &str| hex::decode(x).map_err(|_| bad());
         Ok(Dest {
             qpn: num(qpn)?,
             psn: num(psn)?,
-            gid: bytes(gid)?.try_into().map_err(|_| bad())?,
-            mac: bytes(mac)?.try_into().map_err(|_| bad())?,
+            gid: hex::decode(gid)
+                .ok()
+                .and_then(|g| g.try_into().ok())
+                .ok_or_else(bad)?,
         })
     }
 }
 
-/// Swaps addresses with the peer over TCP: the client connects (retrying
-/// while the server starts), writes first, reads; the server accepts,
-/// reads, writes.
-pub fn exchange(o: &Opts, me: &Dest) -> Result<Dest, String> {
+/// Swaps addresses with the peer over TCP as ibv_*_pingpong does: the
+/// client connects (retrying while the server starts), writes, reads,
+/// connects its QP and says "done"; the server accepts, reads, connects
+/// its QP (so the client's first message finds it ready), writes and
+/// waits for "done".
+pub fn exchange(
+    o: &Opts,
+    me: &Dest,
+    connect_qp: impl FnOnce(&Dest) -> Result<(), String>,
+) -> Result<Dest, String> {
     let io = |e: std::io::Error| format!("TCP exchange: {e}");
-    let stream = match &o.server {
+    let mut stream = match &o.server {
         Some(host) => {
             let deadline = Instant::now() + WAIT;
             loop {
@@ -148,17 +171,33 @@ pub fn exchange(o: &Opts, me: &Dest) -> Result<Dest, String> {
         }
     };
     stream.set_read_timeout(Some(WAIT)).map_err(io)?;
-    let mut w = stream.try_clone().map_err(io)?;
-    let mut r = BufReader::new(stream);
-    let mut line = String::new();
+    let mut msg = [0u8; MSG_LEN];
     if o.client() {
-        w.write_all(me.line().as_bytes()).map_err(io)?;
-        r.read_line(&mut line).map_err(io)?;
+        stream.write_all(&me.message()).map_err(io)?;
+        stream.read_exact(&mut msg).map_err(io)?;
+        let peer = Dest::parse(&msg)?;
+        connect_qp(&peer)?;
+        stream.write_all(DONE).map_err(io)?;
+        Ok(peer)
     } else {
-        r.read_line(&mut line).map_err(io)?;
-        w.write_all(me.line().as_bytes()).map_err(io)?;
+        stream.read_exact(&mut msg).map_err(io)?;
+        let peer = Dest::parse(&msg)?;
+        connect_qp(&peer)?;
+        stream.write_all(&me.message()).map_err(io)?;
+        let mut done = [0u8; DONE.len()];
+        stream.read_exact(&mut done).map_err(io)?;
+        Ok(peer)
     }
-    Dest::parse(&line)
+}
+
+/// Whether the `size` bytes at `at` hold what ibv_*_pingpong sends (its
+/// buffer's first byte of each page may be zero).
+pub fn is_ibv_payload(mr: &Mr<Vec<u8>>, at: usize, size: usize) -> bool {
+    mr.read_vec(at, size).is_ok_and(|got| {
+        got.iter()
+            .enumerate()
+            .all(|(i, &b)| b == IBV_PAYLOAD || (b == 0 && i % 4096 == 0))
+    })
 }
 
 fn pattern(size: usize, iter: u64) -> Vec<u8> {
@@ -210,8 +249,8 @@ pub fn wait_one(cq: &mut Cq, wr_id: u64) -> Result<Wc, String> {
 }
 
 /// The emulated device `o.dev` with its network address (from `-a` or the
-/// environment), opened; its MAC and address for the address line.
-pub fn open(o: &Opts) -> Result<(Context, [u8; 6], String), String> {
+/// environment), opened, with its address.
+pub fn open(o: &Opts) -> Result<(Context, String), String> {
     // Before the device is first opened: it reads its address then.
     if let Some(a) = &o.addr {
         std::env::set_var(format!("DEVX_SIM_ADDR_{}", o.dev), a);
@@ -231,7 +270,7 @@ pub fn open(o: &Opts) -> Result<(Context, [u8; 6], String), String> {
     };
     let dev = devx::Device::emulated(&o.dev).map_err(|e| e.to_string())?;
     let ctx = Context::open(&dev).map_err(|e| e.to_string())?;
-    Ok((ctx, sim.identity().mac, local.to_string()))
+    Ok((ctx, local.to_string()))
 }
 
 /// ibv_*_pingpong's closing lines.
