@@ -16,43 +16,20 @@ mod net_pingpong;
 
 use std::time::Instant;
 
-use net_pingpong::{Dest, Opts, GID_INDEX, PEER_MAC, RECV_WRID, SEND_WRID};
-use verbs::{
-    AccessFlags, AhAttr, Gid, InitAttr, QpCap, QpInit, QpType, RecvWr, RtrAttr, RtsAttr, SendWr,
-    Sge,
-};
+use net_pingpong::{Opts, Side, GID_INDEX, PEER_MAC, RECV_WRID, SEND_WRID};
+use verbs::{AhAttr, Gid, InitAttr, QpType, RecvWr, RtrAttr, RtsAttr, SendWr, Sge};
 
 fn run(o: Opts) -> Result<(), String> {
     let err = |e: verbs::Error| e.to_string();
-    let (ctx, local) = net_pingpong::open(&o)?;
-    let pd = ctx.alloc_pd().map_err(err)?;
-    let mut cq = ctx.create_cq(o.rx_depth + 1).map_err(err)?;
-    let cap = QpCap {
-        max_send_wr: 1,
-        max_recv_wr: o.rx_depth,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let mut qp = pd
-        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap))
-        .map_err(err)?;
     // The send half first, the receive half after it.
-    let mr = pd
-        .reg_mr(vec![0u8; 2 * o.size], AccessFlags::LOCAL_WRITE)
-        .map_err(err)?;
-    let gid = ctx.query_gid(1, u16::from(GID_INDEX)).map_err(err)?.gid;
-    let me = Dest {
-        qpn: qp.qpn(),
-        psn: std::process::id() & 0xff_ffff,
-        gid: gid.0,
-    };
-    println!(
-        "  local address:  QPN {:#08x}, PSN {:#08x}, GID {}, UDP {local}",
-        me.qpn,
-        me.psn,
-        gid.to_ipv6()
-    );
+    let Side {
+        ctx: _ctx,
+        pd: _pd,
+        mut cq,
+        mut qp,
+        mr,
+        me,
+    } = net_pingpong::side(&o, QpType::Rc, 2 * o.size)?;
     // Receives are posted before the peer is known, so the QP goes to INIT
     // first, as ibv_rc_pingpong does.
     qp.to_init(&InitAttr::new(1)).map_err(err)?;
@@ -67,12 +44,7 @@ fn run(o: Opts) -> Result<(), String> {
         qp.to_rts(&RtsAttr::new(me.psn).timeout(14).retry_cnt(7).rnr_retry(7))
             .map_err(err)
     })?;
-    println!(
-        "  remote address: QPN {:#08x}, PSN {:#08x}, GID {}",
-        peer.qpn,
-        peer.psn,
-        Gid(peer.gid).to_ipv6()
-    );
+    net_pingpong::print_remote(&peer);
     let send = [Sge::from_mr(&mr, 0, o.size as u32)];
     let mut peer_is_ibv = false;
     let start = Instant::now();

@@ -16,11 +16,8 @@ mod net_pingpong;
 
 use std::time::Instant;
 
-use net_pingpong::{Dest, Opts, GID_INDEX, PEER_MAC, RECV_WRID, SEND_WRID};
-use verbs::{
-    AccessFlags, Ah, AhAttr, Gid, InitAttr, QpCap, QpInit, QpType, RecvWr, RtrAttr, RtsAttr,
-    SendWr, Sge,
-};
+use net_pingpong::{Opts, Side, GID_INDEX, PEER_MAC, RECV_WRID, SEND_WRID};
+use verbs::{Ah, AhAttr, Gid, InitAttr, QpType, RecvWr, RtrAttr, RtsAttr, SendWr, Sge};
 
 /// The global routing header in front of every received datagram.
 const GRH: usize = 40;
@@ -36,43 +33,22 @@ fn run(o: Opts) -> Result<(), String> {
         ));
     }
     let err = |e: verbs::Error| e.to_string();
-    let (ctx, local) = net_pingpong::open(&o)?;
-    let pd = ctx.alloc_pd().map_err(err)?;
-    let mut cq = ctx.create_cq(o.rx_depth + 1).map_err(err)?;
-    let cap = QpCap {
-        max_send_wr: 1,
-        max_recv_wr: o.rx_depth,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let mut qp = pd
-        .create_qp(&QpInit::new(QpType::Ud, &cq, &cq).cap(cap))
-        .map_err(err)?;
     // The send half, then the receive half with room for the GRH.
-    let mr = pd
-        .reg_mr(vec![0u8; 2 * o.size + GRH], AccessFlags::LOCAL_WRITE)
-        .map_err(err)?;
+    let Side {
+        ctx: _ctx,
+        pd,
+        mut cq,
+        mut qp,
+        mr,
+        me,
+    } = net_pingpong::side(&o, QpType::Ud, 2 * o.size + GRH)?;
     qp.to_init(&InitAttr::new(1).qkey(QKEY)).map_err(err)?;
     qp.to_rtr(&RtrAttr::ud()).map_err(err)?;
-    let psn = std::process::id() & 0xff_ffff;
-    qp.to_rts(&RtsAttr::new(psn)).map_err(err)?;
+    qp.to_rts(&RtsAttr::new(me.psn)).map_err(err)?;
     let recv = [Sge::from_mr(&mr, o.size, (o.size + GRH) as u32)];
     for _ in 0..o.rx_depth {
         qp.post_recv(&RecvWr::new(RECV_WRID, &recv)).map_err(err)?;
     }
-    let gid = ctx.query_gid(1, u16::from(GID_INDEX)).map_err(err)?.gid;
-    let me = Dest {
-        qpn: qp.qpn(),
-        psn,
-        gid: gid.0,
-    };
-    println!(
-        "  local address:  QPN {:#08x}, PSN {:#08x}, GID {}, UDP {local}",
-        me.qpn,
-        me.psn,
-        gid.to_ipv6()
-    );
     let mut ah = None;
     let peer = net_pingpong::exchange(&o, &me, |peer| {
         let path = AhAttr::roce(1, Gid(peer.gid), GID_INDEX, Some(PEER_MAC));
@@ -80,12 +56,7 @@ fn run(o: Opts) -> Result<(), String> {
         Ok(())
     })?;
     let ah = ah.ok_or("no address handle for the peer")?;
-    println!(
-        "  remote address: QPN {:#08x}, PSN {:#08x}, GID {}",
-        peer.qpn,
-        peer.psn,
-        Gid(peer.gid).to_ipv6()
-    );
+    net_pingpong::print_remote(&peer);
     let send = [Sge::from_mr(&mr, 0, o.size as u32)];
     let peer_is_ibv = std::cell::Cell::new(false);
     let received = |wc: verbs::Wc, iter: u64| -> Result<(), String> {

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use verbs::{Context, Cq, Mr, Mtu, Wc};
+use verbs::{AccessFlags, Context, Cq, Gid, Mr, Mtu, Pd, Qp, QpCap, QpInit, QpType, Wc};
 
 /// GID table index of the RoCE v2 IPv4-mapped entry.
 pub const GID_INDEX: u8 = 3;
@@ -250,7 +250,7 @@ pub fn wait_one(cq: &mut Cq, wr_id: u64) -> Result<Wc, String> {
 
 /// The emulated device `o.dev` with its network address (from `-a` or the
 /// environment), opened, with its address.
-pub fn open(o: &Opts) -> Result<(Context, String), String> {
+fn open(o: &Opts) -> Result<(Context, String), String> {
     // Before the device is first opened: it reads its address then.
     if let Some(a) = &o.addr {
         std::env::set_var(format!("DEVX_SIM_ADDR_{}", o.dev), a);
@@ -271,6 +271,69 @@ pub fn open(o: &Opts) -> Result<(Context, String), String> {
     let dev = devx::Device::emulated(&o.dev).map_err(|e| e.to_string())?;
     let ctx = Context::open(&dev).map_err(|e| e.to_string())?;
     Ok((ctx, local.to_string()))
+}
+
+/// One side's objects: ibv_*_pingpong's context, PD, CQ, QP and buffer,
+/// and the address line it tells the peer.
+pub struct Side {
+    pub ctx: Context,
+    pub pd: Pd,
+    pub cq: Cq,
+    pub qp: Qp,
+    pub mr: Mr<Vec<u8>>,
+    pub me: Dest,
+}
+
+/// Opens the device and makes a `qp_type` QP (one send, `rx_depth`
+/// receives) and a `buf_len`-byte buffer; prints the local address.
+pub fn side(o: &Opts, qp_type: QpType, buf_len: usize) -> Result<Side, String> {
+    let err = |e: verbs::Error| e.to_string();
+    let (ctx, local) = open(o)?;
+    let pd = ctx.alloc_pd().map_err(err)?;
+    let cq = ctx.create_cq(o.rx_depth + 1).map_err(err)?;
+    let cap = QpCap {
+        max_send_wr: 1,
+        max_recv_wr: o.rx_depth,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let qp = pd
+        .create_qp(&QpInit::new(qp_type, &cq, &cq).cap(cap))
+        .map_err(err)?;
+    let mr = pd
+        .reg_mr(vec![0u8; buf_len], AccessFlags::LOCAL_WRITE)
+        .map_err(err)?;
+    let gid = ctx.query_gid(1, u16::from(GID_INDEX)).map_err(err)?.gid;
+    let me = Dest {
+        qpn: qp.qpn(),
+        psn: std::process::id() & 0xff_ffff,
+        gid: gid.0,
+    };
+    println!(
+        "  local address:  QPN {:#08x}, PSN {:#08x}, GID {}, UDP {local}",
+        me.qpn,
+        me.psn,
+        gid.to_ipv6()
+    );
+    Ok(Side {
+        ctx,
+        pd,
+        cq,
+        qp,
+        mr,
+        me,
+    })
+}
+
+/// Prints the peer's address line.
+pub fn print_remote(peer: &Dest) {
+    println!(
+        "  remote address: QPN {:#08x}, PSN {:#08x}, GID {}",
+        peer.qpn,
+        peer.psn,
+        Gid(peer.gid).to_ipv6()
+    );
 }
 
 /// ibv_*_pingpong's closing lines.
