@@ -16,6 +16,7 @@ pub mod fixture;
 pub mod kernel;
 pub mod live;
 pub mod obj;
+pub mod pending;
 pub mod provider;
 pub mod reactor;
 pub mod sim;
@@ -29,6 +30,7 @@ pub use error::{Error, FwReport, Result};
 pub use events::{event_type, Events};
 pub use live::{live_objects, LiveObject};
 pub use obj::{DestroyFailed, Obj};
+pub use pending::Pending;
 pub use provider::{
     AsyncCompletion, CmdChannel, DeviceInfo, DevxEvent, EventChannel, GidTableEntry, GidType,
     Handle, Provider, ProviderContext, UarAlloc, UarKind, UarPage,

@@ -1249,3 +1249,33 @@ fn an_async_general_command_runs_at_once_and_completes_on_the_channel() {
     assert_eq!(out.unwrap()[16..20], 0xfeed_beefu32.to_be_bytes());
     assert!(ch.try_get().unwrap().is_none());
 }
+
+#[test]
+fn async_creates_destroys_umems_and_uars_run_at_once_on_the_kernel() {
+    let k = fake();
+    let ctx = devx::Device::from_provider(Arc::new(device(&k)))
+        .open()
+        .unwrap();
+    let comp = devx::CmdComp::new(&ctx).unwrap();
+    let mut pd = prm_layouts::AllocPdIn::new();
+    pd.set_opcode(prm_layouts::Opcode::AllocPd.raw());
+    // DEVX has no asynchronous create: it ran during the call.
+    let pending = ctx
+        .create_async(pd.as_bytes(), prm_layouts::AllocPdOut::SIZE_BYTES, 1, &comp)
+        .unwrap();
+    assert!(!pending.is_queued());
+    let obj = pending.wait().unwrap();
+    let destroy = obj.destroy_async(2, &comp);
+    assert!(!destroy.is_queued());
+    destroy.wait().unwrap();
+    let umem = devx::Umem::register_async(&ctx, vec![0u8; 4096], 1, 3, &comp).unwrap();
+    assert!(!umem.is_queued());
+    let umem = umem.wait().unwrap();
+    let uar = devx::Uar::alloc_async(&ctx, UarKind::BlueFlame, 4, &comp).unwrap();
+    assert!(!uar.is_queued());
+    let uar = uar.wait().unwrap();
+    drop((umem, uar));
+    // None of them left a completion behind for `get`.
+    assert!(comp.try_get().unwrap().is_none());
+    no_violations(&k);
+}

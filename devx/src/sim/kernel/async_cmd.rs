@@ -169,12 +169,19 @@ impl CmdChannel for SimCmdChannel {
     }
 }
 
+/// What a queued command does on the firmware thread instead of running
+/// its inbox as is: a create that also enters its handle, a UMEM
+/// registration. Dropped unrun when the command is cancelled.
+pub(crate) type Work = Box<dyn FnOnce(&Firmware) -> Result<Vec<u8>> + Send>;
+
 struct Job {
     ctx: u64,
+    /// The command (names it, picks its latency; run as is without `work`).
     inbox: Vec<u8>,
     outlen: usize,
     wr_id: u64,
     chan: Arc<ChanInner>,
+    work: Option<Work>,
 }
 
 /// A started command holding a queue slot until `due`.
@@ -243,6 +250,19 @@ impl AsyncEngine {
         wr_id: u64,
         chan: &Arc<ChanInner>,
     ) -> Result<()> {
+        self.submit_work(ctx, inbox, outlen, wr_id, chan, None)
+    }
+
+    /// Queues a command that runs `work` (when given) in place of `inbox`.
+    pub(crate) fn submit_work(
+        self: &Arc<Self>,
+        ctx: u64,
+        inbox: Vec<u8>,
+        outlen: usize,
+        wr_id: u64,
+        chan: &Arc<ChanInner>,
+        work: Option<Work>,
+    ) -> Result<()> {
         chan.reserve(outlen)?;
         let mut q = lock(&self.q);
         if !q.started {
@@ -272,6 +292,7 @@ impl AsyncEngine {
             outlen,
             wr_id,
             chan: Arc::clone(chan),
+            work,
         });
         self.cv.notify_all();
         Ok(())
@@ -296,10 +317,15 @@ impl AsyncEngine {
                 if let Some(job) = q.jobs.pop_front() {
                     q.running = Some(job.ctx);
                     drop(q);
-                    let mut out = vec![0u8; job.outlen];
-                    let result = match self.fw.execute(&job.inbox, &mut out) {
-                        Ok(()) => Ok(out),
-                        Err(e) => Err(super::with_outbox(&job.inbox, e)),
+                    let result = match job.work {
+                        Some(work) => work(&self.fw),
+                        None => {
+                            let mut out = vec![0u8; job.outlen];
+                            match self.fw.execute(&job.inbox, &mut out) {
+                                Ok(()) => Ok(out),
+                                Err(e) => Err(super::with_outbox(&job.inbox, e)),
+                            }
+                        }
                     };
                     let slot = InFlight {
                         due: Instant::now() + self.latency_of(&job.inbox),

@@ -8,6 +8,7 @@
 //! remaining object destroyed newest first and async commands cancelled.
 
 pub mod async_cmd;
+mod async_res;
 pub mod edits;
 pub mod events;
 pub(crate) mod handles;
@@ -53,7 +54,9 @@ pub struct SimContext {
     dev: Arc<DeviceShared>,
     id: u64,
     uid: u16,
-    handles: Mutex<Handles>,
+    /// Shared with the firmware thread, which enters what queued creates,
+    /// registrations and allocations make.
+    handles: Arc<Mutex<Handles>>,
 }
 
 /// The kernel's GID table of the emulated port 1. An Ethernet port holds
@@ -91,6 +94,14 @@ fn gid_table(st: &State) -> Vec<GidTableEntry> {
 
 fn einval(what: impl Into<String>) -> Error {
     Error::os(what, libc::EINVAL)
+}
+
+/// Why handle `h`, naming `named`, is not a DEVX object.
+fn not_an_object(h: Handle, named: &Named) -> String {
+    match named {
+        Named::Pending { .. } => format!("handle {h} is still being created"),
+        _ => format!("handle {h} is a UMEM or UAR, not a DEVX object"),
+    }
 }
 
 /// A firmware failure whose outbox went back to the caller. Status and
@@ -161,7 +172,7 @@ impl SimContext {
             dev,
             id,
             uid,
-            handles: Mutex::new(Handles::default()),
+            handles: Arc::new(Mutex::new(Handles::default())),
         })
     }
 
@@ -251,9 +262,7 @@ impl SimContext {
             ));
         };
         let Named::Obj { key, span, .. } = &entry.named else {
-            return Err(einval(format!(
-                "handle {obj} is a UMEM or UAR, not a DEVX object"
-            )));
+            return Err(einval(not_an_object(obj, &entry.named)));
         };
         // A flow counter bulk answers to every id in it, as the kernel allows.
         let bound = admission::named_key(inbox).is_some_and(|named| {
@@ -318,6 +327,8 @@ impl SimContext {
                 page.mark_freed();
                 Ok(())
             }
+            // Its queued command was cancelled: nothing was made.
+            Named::Pending { .. } => Ok(()),
         }
     }
 
@@ -333,6 +344,28 @@ impl SimContext {
         }
         given == built
     }
+}
+
+/// The region UMEM_REG registers, after the kernel's checks of the access
+/// flags and of the range (pinned: it must be mapped, and writable when the
+/// device may write it).
+fn umem_region(addr: usize, len: usize, access: u32) -> Result<umem::UmemObj> {
+    if access & !UMEM_ACCESS_ALLOWED != 0 {
+        return Err(einval(format!(
+            "UMEM access flags {access:#x} include unknown bits"
+        )));
+    }
+    let write = access & umem::access::LOCAL_WRITE != 0;
+    if access & umem::access::REMOTE_WRITE != 0 && !write {
+        return Err(einval("UMEM remote write requires local write"));
+    }
+    memprobe::check_range(addr, len, write)
+        .map_err(|errno| Error::os(format!("UMEM_REG of {len} bytes at {addr:#x}"), errno))?;
+    Ok(umem::UmemObj {
+        addr: addr as u64,
+        len: len as u64,
+        access,
+    })
 }
 
 /// Counters an ALLOC_FLOW_COUNTER inbox asks for (1 for any other create).
@@ -400,7 +433,12 @@ impl ProviderContext for SimContext {
         self.exec(&cmd, outbox)
     }
 
+    /// A handle whose queued create has not run yet is doomed instead: the
+    /// object is destroyed as soon as the firmware makes it.
     fn destroy(&self, obj: Handle, destroy_inbox: &[u8]) -> Result<()> {
+        if self.handles().doom(obj) {
+            return Ok(());
+        }
         let Some(entry) = self.handles().take(obj) else {
             return Err(Error::os(
                 format!("handle {obj} is not an object of this context"),
@@ -504,24 +542,64 @@ impl ProviderContext for SimContext {
             .submit(self.id, cmd, outlen, wr_id, &chan.inner)
     }
 
+    fn create_async(
+        &self,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<Option<Handle>> {
+        self.queue_create(inbox, outlen, wr_id, channel).map(Some)
+    }
+
+    fn destroy_async(
+        &self,
+        obj: Handle,
+        destroy_inbox: &[u8],
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<bool> {
+        self.queue_destroy(obj, destroy_inbox, wr_id, channel)
+    }
+
+    fn umem_reg_async(
+        &self,
+        addr: usize,
+        len: usize,
+        access: u32,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<Option<Handle>> {
+        self.queue_umem_reg(addr, len, access, wr_id, channel)
+            .map(Some)
+    }
+
+    fn uar_alloc_async(
+        &self,
+        kind: UarKind,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<Option<Handle>> {
+        self.queue_uar_alloc(kind, wr_id, channel).map(Some)
+    }
+
+    fn uar_allocated(&self, uar: Handle) -> Result<UarAlloc> {
+        match self.handles().get(uar).map(|e| &e.named) {
+            Some(Named::Uar { page_id, page }) => Ok(UarAlloc {
+                handle: uar,
+                page_id: *page_id,
+                page: Arc::clone(page) as Arc<dyn crate::provider::UarPage>,
+            }),
+            _ => Err(Error::os(
+                format!("handle {uar} is not an allocated UAR of this context"),
+                libc::ENOENT,
+            )),
+        }
+    }
+
     fn umem_reg(&self, addr: usize, len: usize, access: u32) -> Result<(Handle, u32)> {
         self.dev.check_alive("UMEM registration")?;
-        if access & !UMEM_ACCESS_ALLOWED != 0 {
-            return Err(einval(format!(
-                "UMEM access flags {access:#x} include unknown bits"
-            )));
-        }
-        let write = access & umem::access::LOCAL_WRITE != 0;
-        if access & umem::access::REMOTE_WRITE != 0 && !write {
-            return Err(einval("UMEM remote write requires local write"));
-        }
-        memprobe::check_range(addr, len, write)
-            .map_err(|errno| Error::os(format!("UMEM_REG of {len} bytes at {addr:#x}"), errno))?;
-        let region = umem::UmemObj {
-            addr: addr as u64,
-            len: len as u64,
-            access,
-        };
+        let region = umem_region(addr, len, access)?;
         let umem_id = self
             .dev
             .fw
@@ -531,6 +609,9 @@ impl ProviderContext for SimContext {
     }
 
     fn umem_dereg(&self, h: Handle) -> Result<()> {
+        if self.handles().doom(h) {
+            return Ok(());
+        }
         let Some(entry) = self.handles().take(h) else {
             return Err(Error::os(
                 format!("handle {h} is not a UMEM of this context"),
@@ -571,6 +652,9 @@ impl ProviderContext for SimContext {
     }
 
     fn uar_free(&self, h: Handle) -> Result<()> {
+        if self.handles().doom(h) {
+            return Ok(());
+        }
         let Some(entry) = self.handles().take(h) else {
             return Err(Error::os(
                 format!("handle {h} is not a UAR of this context"),
@@ -673,9 +757,7 @@ impl SimContext {
                     ));
                 };
                 let Named::Obj { key, .. } = &entry.named else {
-                    return Err(einval(format!(
-                        "handle {h} is a UMEM or UAR, not a DEVX object"
-                    )));
+                    return Err(einval(not_an_object(h, &entry.named)));
                 };
                 Some((h, *key))
             }
