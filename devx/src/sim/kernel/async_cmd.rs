@@ -17,6 +17,7 @@
 use std::any::Any;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -209,12 +210,19 @@ struct EngineQ {
     running: Option<u64>,
 }
 
+/// How long the firmware thread watches for a new command before it
+/// sleeps: a command submitted meanwhile starts without a thread wake-up,
+/// as a polling firmware picks up a doorbell.
+const IDLE_SPIN: Duration = Duration::from_micros(50);
+
 /// The device's firmware command thread.
 pub(crate) struct AsyncEngine {
     fw: Arc<Firmware>,
     latency: Vec<(u16, Duration)>,
     q: Mutex<EngineQ>,
     cv: Condvar,
+    /// Commands submitted so far; the idle firmware thread watches it.
+    submitted: AtomicU64,
 }
 
 impl AsyncEngine {
@@ -230,6 +238,7 @@ impl AsyncEngine {
                 running: None,
             }),
             cv: Condvar::new(),
+            submitted: AtomicU64::new(0),
         }
     }
 
@@ -294,12 +303,15 @@ impl AsyncEngine {
             chan: Arc::clone(chan),
             work,
         });
+        self.submitted.fetch_add(1, Ordering::Release);
         self.cv.notify_all();
         Ok(())
     }
 
     fn run(&self) {
         let mut q = lock(&self.q);
+        // Watched for new commands since the queue last ran dry.
+        let mut spun = false;
         loop {
             // Post every completion whose time is up, earliest first.
             let now = Instant::now();
@@ -311,6 +323,7 @@ impl AsyncEngine {
                 done.into_iter().for_each(InFlight::post);
                 q = lock(&self.q);
                 self.cv.notify_all();
+                spun = false;
                 continue;
             }
             if !q.paused && q.slots.len() < CMD_QUEUE_SLOTS {
@@ -339,6 +352,7 @@ impl AsyncEngine {
                     q.running = None;
                     q.slots.push(slot);
                     self.cv.notify_all();
+                    spun = false;
                     continue;
                 }
             }
@@ -349,6 +363,16 @@ impl AsyncEngine {
                         .wait_timeout(q, wait)
                         .unwrap_or_else(|e| e.into_inner())
                         .0
+                }
+                None if !spun && !q.paused => {
+                    spun = true;
+                    let seen = self.submitted.load(Ordering::Acquire);
+                    drop(q);
+                    let until = Instant::now() + IDLE_SPIN;
+                    while self.submitted.load(Ordering::Acquire) == seen && Instant::now() < until {
+                        std::thread::yield_now();
+                    }
+                    lock(&self.q)
                 }
                 None => self.cv.wait(q).unwrap_or_else(|e| e.into_inner()),
             };
