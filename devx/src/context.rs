@@ -255,6 +255,12 @@ impl Context {
         self.inner.deferred.retry(self.inner.provider.as_ref());
     }
 
+    /// The async-event file of this context: port state changes and the
+    /// device-fatal error, as `ibv_get_async_event` reads them.
+    pub fn async_event_file(&self) -> Result<Arc<dyn crate::AsyncEventFile>> {
+        self.inner.provider.async_event_file()
+    }
+
     /// The EQ number serving completion vector `vector`.
     pub fn query_eqn(&self, vector: u32) -> Result<u32> {
         self.inner.provider.query_eqn(vector)

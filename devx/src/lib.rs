@@ -4,6 +4,7 @@
 //! recorded fixtures.
 
 pub mod admission;
+pub mod async_event;
 pub mod cmd_comp;
 pub mod context;
 mod deferred;
@@ -23,6 +24,7 @@ pub mod sim;
 pub mod uar;
 pub mod umem;
 
+pub use async_event::{ib_event, AsyncEventDesc, AsyncEventFile};
 pub use cmd_comp::CmdComp;
 pub use context::Context;
 pub use device::Device;

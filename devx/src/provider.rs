@@ -236,6 +236,13 @@ pub trait ProviderContext: Send + Sync {
     /// (uverbs QUERY_GID_TABLE): the way to read GIDs on any port type, since
     /// DEVX does not admit QUERY_HCA_VPORT_GID.
     fn query_gid_table(&self) -> Result<Vec<GidTableEntry>>;
+    /// The context's async-event file (port changes, device fatal).
+    fn async_event_file(&self) -> Result<Arc<dyn crate::AsyncEventFile>> {
+        Err(crate::Error::unsupported(
+            "the async-event file",
+            "this provider reports no port or device events",
+        ))
+    }
     /// A new event channel; `omit_data` delivers only cookies.
     fn create_event_channel(&self, omit_data: bool) -> Result<Arc<dyn EventChannel>> {
         let _ = omit_data;

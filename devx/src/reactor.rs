@@ -95,7 +95,8 @@ impl Reactor {
 }
 
 /// Wakes `waker` once `fd` polls readable (at once if it already does).
-pub(crate) fn wake_when_readable(fd: RawFd, waker: &Waker) -> Result<()> {
+/// `fd` must stay open until then.
+pub fn wake_when_readable(fd: RawFd, waker: &Waker) -> Result<()> {
     let r = reactor()?;
     {
         let mut w = lock(&r.waiting);

@@ -8,6 +8,7 @@
 //! remaining object destroyed newest first and async commands cancelled.
 
 pub mod async_cmd;
+pub mod async_file;
 mod async_res;
 pub mod edits;
 pub mod events;
@@ -57,6 +58,8 @@ pub struct SimContext {
     /// Shared with the firmware thread, which enters what queued creates,
     /// registrations and allocations make.
     handles: Arc<Mutex<Handles>>,
+    /// Opened with the context, as the kernel's is.
+    async_file: Arc<async_file::SimAsyncFile>,
 }
 
 /// The kernel's GID table of the emulated port 1. An Ethernet port holds
@@ -163,6 +166,7 @@ impl SimContext {
             .fw
             .create_uctx()
             .map_err(|e| errno_only(Opcode::CreateUctx.raw(), 0, e))?;
+        let async_file = dev.async_files.open()?;
         let id = dev
             .next_ctx
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -173,6 +177,7 @@ impl SimContext {
             id,
             uid,
             handles: Arc::new(Mutex::new(Handles::default())),
+            async_file,
         })
     }
 
@@ -686,6 +691,10 @@ impl ProviderContext for SimContext {
 
     fn query_gid_table(&self) -> Result<Vec<GidTableEntry>> {
         Ok(self.dev.fw.with(gid_table))
+    }
+
+    fn async_event_file(&self) -> Result<Arc<dyn crate::AsyncEventFile>> {
+        Ok(Arc::clone(&self.async_file) as Arc<dyn crate::AsyncEventFile>)
     }
 
     fn create_event_channel(&self, omit_data: bool) -> Result<Arc<dyn EventChannel>> {
