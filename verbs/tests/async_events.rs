@@ -5,6 +5,7 @@
 mod datapath_support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use datapath_support::{caps, connect_qp, open, path_to, wait, Buf, Side};
@@ -189,4 +190,30 @@ fn close_wakes_every_pending_waiter_with_cancelled() {
         assert!(e.to_string().contains("closed"), "{e}");
     }
     assert!(ctx.get_async_event().unwrap_err().is_cancelled());
+}
+
+#[test]
+fn the_kernel_providers_async_event_file_feeds_the_same_queue() {
+    use devx::kernel::fake::FakeKernel;
+    use devx::kernel::KernelDevice;
+    let k = Arc::new(FakeKernel::new());
+    let dev = KernelDevice::new("mlx5_0", "/dev/infiniband/uverbs0").with_sys(k.clone());
+    let ctx = verbs::Context::open(&devx::Device::from_provider(Arc::new(dev))).unwrap();
+    let q = ctx.async_events().unwrap();
+    assert!(q.try_get().unwrap().is_none());
+    k.raise_async_event(devx::ib_event::PORT_ACTIVE, 1);
+    k.raise_async_event(devx::ib_event::DEVICE_FATAL, 0);
+    let e = q.try_get().unwrap().unwrap();
+    assert_eq!(
+        (e.event_type, e.element),
+        (AsyncEventType::PortActive, AsyncElement::Port(1))
+    );
+    let e = q.try_get().unwrap().unwrap();
+    assert_eq!(
+        (e.event_type, e.element),
+        (AsyncEventType::DeviceFatal, AsyncElement::Device)
+    );
+    assert!(q.try_get().unwrap().is_none());
+    q.close();
+    assert!(q.try_get().unwrap_err().is_cancelled());
 }
