@@ -46,6 +46,8 @@ struct ChanQ {
     bytes: usize,
     /// Futures waiting for the next completion.
     wakers: Vec<std::task::Waker>,
+    /// Threads blocked in `get` (notified only when there are some).
+    blocked: usize,
 }
 
 pub(crate) struct ChanInner {
@@ -80,7 +82,9 @@ impl ChanInner {
         }
         q.done.push_back((c, outlen));
         let wakers = std::mem::take(&mut q.wakers);
-        self.cv.notify_all();
+        if q.blocked > 0 {
+            self.cv.notify_all();
+        }
         drop(q);
         wakers.into_iter().for_each(std::task::Waker::wake);
     }
@@ -104,7 +108,9 @@ impl ChanInner {
                     "no asynchronous command is outstanding on this channel",
                 ));
             }
+            q.blocked += 1;
             q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+            q.blocked -= 1;
         }
     }
 }
@@ -126,6 +132,7 @@ impl SimCmdChannel {
                     pending: 0,
                     bytes: 0,
                     wakers: Vec::new(),
+                    blocked: 0,
                 }),
                 cv: Condvar::new(),
                 efd,
@@ -208,6 +215,9 @@ struct EngineQ {
     started: bool,
     /// Context of the job being executed, if any.
     running: Option<u64>,
+    /// The firmware thread waits on the condition variable (a submit must
+    /// notify it; while it runs or watches, it sees new commands itself).
+    sleeping: bool,
 }
 
 /// How long the firmware thread watches for a new command before it
@@ -236,6 +246,7 @@ impl AsyncEngine {
                 paused: false,
                 started: false,
                 running: None,
+                sleeping: false,
             }),
             cv: Condvar::new(),
             submitted: AtomicU64::new(0),
@@ -304,7 +315,9 @@ impl AsyncEngine {
             work,
         });
         self.submitted.fetch_add(1, Ordering::Release);
-        self.cv.notify_all();
+        if q.sleeping {
+            self.cv.notify_all();
+        }
         Ok(())
     }
 
@@ -359,10 +372,14 @@ impl AsyncEngine {
             q = match q.slots.iter().map(|s| s.due).min() {
                 Some(next) => {
                     let wait = next.saturating_duration_since(Instant::now());
-                    self.cv
+                    q.sleeping = true;
+                    let mut q = self
+                        .cv
                         .wait_timeout(q, wait)
                         .unwrap_or_else(|e| e.into_inner())
-                        .0
+                        .0;
+                    q.sleeping = false;
+                    q
                 }
                 None if !spun && !q.paused => {
                     spun = true;
@@ -374,7 +391,12 @@ impl AsyncEngine {
                     }
                     lock(&self.q)
                 }
-                None => self.cv.wait(q).unwrap_or_else(|e| e.into_inner()),
+                None => {
+                    q.sleeping = true;
+                    let mut q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+                    q.sleeping = false;
+                    q
+                }
             };
         }
     }
