@@ -261,19 +261,23 @@ impl Drop for Completion<'_> {
 
 impl Drop for CmdComp {
     /// Finishes the commands whose futures were dropped and left something
-    /// to finish (queued destroys): waits for their completions, which the
-    /// firmware posts within its latency (or at once when their context
-    /// closes), so the objects they hold are neither leaked nor destroyed
-    /// twice.
+    /// to finish (queued destroys) with the completions already here; the
+    /// rest learn that the channel closed (`Error::Cancelled`) without
+    /// waiting for the firmware.
     fn drop(&mut self) {
-        let waiting = |s: &Sorted| s.abandoned.values().filter(|a| a.is_some()).count();
-        let mut left = waiting(&self.sorted());
-        while left > 0 {
-            let Ok(c) = self.channel.get() else {
-                break;
-            };
+        while let Ok(Some(c)) = self.channel.try_get() {
             let _ = self.sort(c);
-            left = waiting(&self.sorted());
+        }
+        let left: Vec<(u64, OnArrival)> = self
+            .sorted()
+            .abandoned
+            .drain()
+            .filter_map(|(w, a)| Some((w, a?)))
+            .collect();
+        for (wr_id, then) in left {
+            then(Err(crate::Error::Cancelled(format!(
+                "the completion channel closed before command {wr_id} completed"
+            ))));
         }
     }
 }

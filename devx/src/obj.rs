@@ -328,6 +328,10 @@ impl<'a> Step<'a> for DestroyStep {
         let obj = self.obj;
         completion.abandon_with(Box::new(move |out| match out {
             Ok(_) => obj.disown(),
+            // The outcome will not be known: if the firmware refuses, the
+            // provider names the object again and destroys it when the
+            // context closes.
+            Err(e) if e.is_cancelled() => obj.disown(),
             // Refused: the provider names it again; dropping retries.
             Err(_) => drop(obj),
         }));
