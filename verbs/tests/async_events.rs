@@ -12,7 +12,7 @@ use datapath_support::{caps, connect_qp, open, path_to, wait, Buf, Side};
 use verbs::{AsyncElement, AsyncEventType, QpInit, QpType, SendWr, WcStatus};
 
 /// Waits (bounded) until `cond` holds; says whether it did.
-fn eventually(cond: impl Fn() -> bool) -> bool {
+fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !cond() {
         if Instant::now() > deadline {
@@ -216,4 +216,41 @@ fn the_kernel_providers_async_event_file_feeds_the_same_queue() {
     assert!(q.try_get().unwrap().is_none());
     q.close();
     assert!(q.try_get().unwrap_err().is_cancelled());
+}
+
+#[test]
+fn an_overrun_cq_reports_cq_err() {
+    let (ctx, sim) = open(9700);
+    let q = ctx.async_events().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    // The smallest CQ takes fewer completions than are posted below.
+    let small = ctx.create_cq(1).unwrap();
+    let qp = pd
+        .create_qp(&QpInit::new(QpType::Rc, &small, &small).cap(caps()))
+        .unwrap();
+    let mut a = Side {
+        ctx,
+        sim,
+        pd,
+        cq: small,
+        qp,
+    };
+    let b = side(9800);
+    connect_qp(&a.qp, b.qp.qpn(), path_to(&b), 7);
+    connect_qp(&b.qp, a.qp.qpn(), path_to(&a), 7);
+    let rb = Buf::all(&b.pd, 64);
+    for i in 0..16 {
+        a.qp.post_send(&SendWr::rdma_write(i, &[], rb.addr(), rb.mr.rkey()).signaled(true))
+            .unwrap();
+    }
+    let mut got = None;
+    assert!(eventually(|| {
+        got = q.try_get().unwrap();
+        got.is_some()
+    }));
+    let e = got.unwrap();
+    assert_eq!(
+        (e.event_type, e.element),
+        (AsyncEventType::CqErr, AsyncElement::Cq(a.cq.cqn()))
+    );
 }
