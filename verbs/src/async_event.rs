@@ -198,7 +198,12 @@ struct Queue {
     wakers: Vec<Waker>,
 }
 
-/// A context's async-event queue (see the [module docs](self)).
+/// A context's async-event queue ([`crate::Context::async_events`]): port
+/// state and device-fatal events from the context's async-event file, and
+/// the affiliated events of CQs, QPs and SRQs made after the queue. Any
+/// number of waiters, blocking or `async`, may wait at once; each event
+/// completes exactly one of them; [`AsyncEvents::close`] wakes them all
+/// with [`Error::Cancelled`].
 pub struct AsyncEvents {
     /// Affiliated events of the context's CQs, QPs and SRQs.
     objects: Option<devx::Events>,
