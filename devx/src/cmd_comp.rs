@@ -1,6 +1,7 @@
 //! Completion channels for asynchronous commands.
 
 use std::collections::{HashMap, HashSet};
+
 use std::fmt;
 use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
@@ -63,9 +64,14 @@ struct Sorted {
     parked: HashMap<u64, Result<Vec<u8>>>,
     /// Awaited by a future; others read on their behalf are parked.
     awaited: HashSet<u64>,
-    /// Their future was dropped: the completion is discarded on arrival.
-    abandoned: HashSet<u64>,
+    /// Their future was dropped: the completion is discarded on arrival,
+    /// or handed to what the future left to finish it.
+    abandoned: HashMap<u64, Option<OnArrival>>,
 }
+
+/// What finishes a command whose future was dropped (a queued destroy:
+/// the object it holds goes, or comes back to be dropped).
+pub(crate) type OnArrival = Box<dyn FnOnce(Result<Vec<u8>>) + Send>;
 
 impl fmt::Debug for CmdComp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -130,7 +136,11 @@ impl CmdComp {
     /// of `get`'s way; returns the others.
     fn sort(&self, (wr_id, out): AsyncCompletion) -> Option<AsyncCompletion> {
         let mut s = self.sorted();
-        if s.abandoned.remove(&wr_id) {
+        if let Some(then) = s.abandoned.remove(&wr_id) {
+            drop(s);
+            if let Some(then) = then {
+                then(out);
+            }
             return None;
         }
         if s.awaited.contains(&wr_id) {
@@ -211,6 +221,31 @@ impl Future for Completion<'_> {
     }
 }
 
+impl<'a> Completion<'a> {
+    /// Withdraws the registration of a command that was never submitted.
+    pub(crate) fn unsubmitted(mut self) {
+        self.done = true;
+        self.comp.sorted().awaited.remove(&self.wr_id);
+    }
+
+    /// Abandons the command, leaving `then` to finish it when its
+    /// completion arrives (at once if it is here already).
+    pub(crate) fn abandon_with(mut self, then: OnArrival) {
+        self.done = true;
+        let mut s = self.comp.sorted();
+        s.awaited.remove(&self.wr_id);
+        match s.parked.remove(&self.wr_id) {
+            Some(out) => {
+                drop(s);
+                then(out);
+            }
+            None => {
+                s.abandoned.insert(self.wr_id, Some(then));
+            }
+        }
+    }
+}
+
 impl Drop for Completion<'_> {
     fn drop(&mut self) {
         if self.done {
@@ -219,7 +254,30 @@ impl Drop for Completion<'_> {
         let mut s = self.comp.sorted();
         s.awaited.remove(&self.wr_id);
         if s.parked.remove(&self.wr_id).is_none() {
-            s.abandoned.insert(self.wr_id);
+            s.abandoned.insert(self.wr_id, None);
+        }
+    }
+}
+
+impl Drop for CmdComp {
+    /// Finishes the commands whose futures were dropped and left something
+    /// to finish (queued destroys) with the completions already here; the
+    /// rest learn that the channel closed (`Error::Cancelled`) without
+    /// waiting for the firmware.
+    fn drop(&mut self) {
+        while let Ok(Some(c)) = self.channel.try_get() {
+            let _ = self.sort(c);
+        }
+        let left: Vec<(u64, OnArrival)> = self
+            .sorted()
+            .abandoned
+            .drain()
+            .filter_map(|(w, a)| Some((w, a?)))
+            .collect();
+        for (wr_id, then) in left {
+            then(Err(crate::Error::Cancelled(format!(
+                "the completion channel closed before command {wr_id} completed"
+            ))));
         }
     }
 }

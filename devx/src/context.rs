@@ -6,11 +6,13 @@ use std::sync::Arc;
 
 use crate::admission;
 use crate::cmd_comp::CmdComp;
+use crate::cmd_comp::Completion;
 use crate::deferred::Deferred;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::obj::Obj;
-use crate::provider::{GidTableEntry, ProviderContext};
+use crate::pending::{self, Pending, Step};
+use crate::provider::{GidTableEntry, Handle, ProviderContext};
 
 static NEXT_CONTEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -121,6 +123,11 @@ impl Context {
         check_lengths(inbox, outlen)?;
         let mut out = vec![0u8; outlen];
         let handle = self.inner.provider.create(inbox, &mut out)?;
+        self.adopt(handle, inbox, out)
+    }
+
+    /// The object a create of `inbox` made as `handle`, answering `out`.
+    fn adopt(&self, handle: Handle, inbox: &[u8], out: Vec<u8>) -> Result<Obj> {
         if let Err(e) = Error::check_outbox(inbox, &out) {
             // A provider must not report success with a failed outbox; undo it anyway.
             let _ = self.inner.provider.destroy(handle, &[]);
@@ -131,6 +138,64 @@ impl Context {
         let destroy = admission::destroy_command(inbox, &out).unwrap_or_default();
         let key = admission::created_key(inbox, &out);
         Ok(Obj::new(self.clone(), handle, inbox, out, destroy, key))
+    }
+
+    /// Queues a create on `comp`, tagged `wr_id`; the future resolves to the
+    /// object (or the error). On the emulated device it runs on the
+    /// firmware's command queue. DEVX has no asynchronous create: the
+    /// kernel provider runs it during this call and the future is ready at
+    /// once ([`Pending::is_queued`] says which). Dropping the future before
+    /// it resolves destroys the object the firmware made (at once, or as
+    /// soon as it makes it).
+    ///
+    /// ```
+    /// use prm_layouts::enums::Opcode;
+    /// use prm_layouts::{AllocPdIn, AllocPdOut};
+    ///
+    /// # fn main() -> devx::Result<()> {
+    /// let ctx = devx::Device::by_name("sim0")?.open()?;
+    /// let comp = devx::CmdComp::new(&ctx)?;
+    /// let mut inbox = AllocPdIn::new();
+    /// inbox.set_opcode(Opcode::AllocPd.raw());
+    /// let pd = ctx.create_async(inbox.as_bytes(), AllocPdOut::SIZE_BYTES, 1, &comp)?;
+    /// let pd = pd.wait()?; // or `.await`
+    /// pd.destroy_async(2, &comp).wait()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn create_async<'c>(
+        &self,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        comp: &'c CmdComp,
+    ) -> Result<Pending<'c, Result<Obj>>> {
+        check_lengths(inbox, outlen)?;
+        self.check_comp(comp)?;
+        pending::submit(
+            comp,
+            wr_id,
+            || {
+                let queued =
+                    self.inner
+                        .provider
+                        .create_async(inbox, outlen, wr_id, comp.channel())?;
+                Ok(queued.map(|handle| CreateStep {
+                    ctx: self.clone(),
+                    handle,
+                    inbox: inbox.to_vec(),
+                }))
+            },
+            || self.create(inbox, outlen),
+        )
+    }
+
+    pub(crate) fn check_comp(&self, comp: &CmdComp) -> Result<()> {
+        if !comp.context().same_as(self) {
+            return Err(Error::argument(
+                "the completion channel belongs to another context",
+            ));
+        }
+        Ok(())
     }
 
     /// Runs a command that names no object (QUERY_HCA_CAP, QUERY_VPORT_STATE…).
@@ -190,6 +255,12 @@ impl Context {
         self.inner.deferred.retry(self.inner.provider.as_ref());
     }
 
+    /// The async-event file of this context: port state changes and the
+    /// device-fatal error, as `ibv_get_async_event` reads them.
+    pub fn async_event_file(&self) -> Result<Arc<dyn crate::AsyncEventFile>> {
+        self.inner.provider.async_event_file()
+    }
+
     /// The EQ number serving completion vector `vector`.
     pub fn query_eqn(&self, vector: u32) -> Result<u32> {
         self.inner.provider.query_eqn(vector)
@@ -198,5 +269,33 @@ impl Context {
     /// The valid entries of the kernel's GID table, every port.
     pub fn query_gid_table(&self) -> Result<Vec<GidTableEntry>> {
         self.inner.provider.query_gid_table()
+    }
+}
+
+/// A queued create: its handle, and the inbox the object is described by.
+struct CreateStep {
+    ctx: Context,
+    handle: Handle,
+    inbox: Vec<u8>,
+}
+
+impl<'a> Step<'a> for CreateStep {
+    type Output = Result<Obj>;
+
+    fn finish(self: Box<Self>, out: Result<Vec<u8>>) -> Result<Obj> {
+        // A failed create made nothing; the provider forgot the handle.
+        self.ctx.adopt(self.handle, &self.inbox, out?)
+    }
+
+    fn abandon(self: Box<Self>, completion: Completion<'a>) {
+        drop(completion);
+        // Destroys the object, or dooms it while the firmware has not made
+        // it yet; a handle already gone had its create fail.
+        if let Err(e) = self.ctx.inner.provider.destroy(self.handle, &[]) {
+            if e.errno() != libc::ENOENT {
+                self.ctx.inner.deferred.keep_obj(self.handle, Vec::new());
+                self.ctx.retry_deferred();
+            }
+        }
     }
 }

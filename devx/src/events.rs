@@ -28,7 +28,9 @@ pub mod event_type {
     pub const PORT_CHANGE: u16 = 0x09;
     pub const WQ_INVAL_REQ_ERROR: u16 = 0x10;
     pub const WQ_ACCESS_ERROR: u16 = 0x11;
+    pub const SRQ_CATAS_ERROR: u16 = 0x12;
     pub const SRQ_LAST_WQE: u16 = 0x13;
+    pub const SRQ_RQ_LIMIT: u16 = 0x14;
 }
 
 /// Sub types of a [`event_type::PORT_CHANGE`] event

@@ -4,6 +4,7 @@
 //! `emulator` feature, on by default), or recorded fixtures.
 
 pub mod admission;
+pub mod async_event;
 pub mod cmd_comp;
 pub mod context;
 mod deferred;
@@ -17,6 +18,7 @@ pub mod fixture;
 pub mod kernel;
 pub mod live;
 pub mod obj;
+pub mod pending;
 pub mod provider;
 pub mod reactor;
 #[cfg(feature = "emulator")]
@@ -24,6 +26,7 @@ pub mod sim;
 pub mod uar;
 pub mod umem;
 
+pub use async_event::{ib_event, AsyncEventDesc, AsyncEventFile};
 pub use cmd_comp::CmdComp;
 pub use context::Context;
 pub use device::Device;
@@ -31,6 +34,7 @@ pub use error::{Error, FwReport, Result};
 pub use events::{event_type, port_change, Events};
 pub use live::{live_objects, LiveObject};
 pub use obj::{DestroyFailed, Obj};
+pub use pending::Pending;
 pub use provider::{
     AsyncCompletion, CmdChannel, DeviceInfo, DevxEvent, EventChannel, GidTableEntry, GidType,
     Handle, Provider, ProviderContext, UarAlloc, UarKind, UarPage,

@@ -3,9 +3,10 @@
 use std::fmt;
 
 use crate::admission::ObjKey;
-use crate::cmd_comp::CmdComp;
+use crate::cmd_comp::{CmdComp, Completion};
 use crate::context::{check_lengths, Context};
 use crate::error::{Error, Result};
+use crate::pending::{Pending, Step};
 use crate::provider::Handle;
 
 /// A firmware object created through DEVX. Dropping it destroys the object;
@@ -211,6 +212,49 @@ impl Obj {
             .modify_async(self.handle, inbox, outlen, wr_id, comp.channel())
     }
 
+    /// Queues the destroy on `comp`, tagged `wr_id`; the future resolves
+    /// like [`Obj::destroy`]. On the emulated device it runs on the
+    /// firmware's command queue. DEVX has no asynchronous destroy: the
+    /// kernel provider (and the emulated one after a fatal error) runs it
+    /// during this call and the future is ready at once. Dropping the
+    /// future leaves the destroy to finish: if the firmware refuses it, the
+    /// object is dropped like any other (destroyed again once what holds it
+    /// is gone).
+    pub fn destroy_async(
+        self,
+        wr_id: u64,
+        comp: &CmdComp,
+    ) -> Pending<'_, Result<(), DestroyFailed>> {
+        if let Err(error) = self.ctx.check_comp(comp) {
+            return Pending::ready(Err(DestroyFailed {
+                obj: Box::new(self),
+                error,
+            }));
+        }
+        let queued = comp.completion(wr_id);
+        let provider = std::sync::Arc::clone(&self.ctx.inner.provider);
+        match provider.destroy_async(self.handle, &self.destroy_in, wr_id, comp.channel()) {
+            Ok(true) => Pending::queued(queued, Box::new(DestroyStep { obj: self })),
+            Ok(false) => {
+                queued.unsubmitted();
+                Pending::ready(self.destroy())
+            }
+            Err(error) => {
+                queued.unsubmitted();
+                Pending::ready(Err(DestroyFailed {
+                    obj: Box::new(self),
+                    error,
+                }))
+            }
+        }
+    }
+
+    /// The provider destroyed the object: forget it.
+    fn disown(mut self) {
+        self.alive = false;
+        self.ctx.retry_deferred();
+    }
+
     /// Destroys the object now. On failure the object comes back inside the
     /// error, still alive, so the caller can destroy what references it first.
     pub fn destroy(mut self) -> Result<(), DestroyFailed> {
@@ -256,5 +300,40 @@ impl Drop for Obj {
                 self.ctx.retry_deferred();
             }
         }
+    }
+}
+
+/// A queued destroy, holding its object until the completion.
+struct DestroyStep {
+    obj: Obj,
+}
+
+impl<'a> Step<'a> for DestroyStep {
+    type Output = Result<(), DestroyFailed>;
+
+    fn finish(self: Box<Self>, out: Result<Vec<u8>>) -> Result<(), DestroyFailed> {
+        match out {
+            Ok(_) => {
+                self.obj.disown();
+                Ok(())
+            }
+            Err(error) => Err(DestroyFailed {
+                obj: Box::new(self.obj),
+                error,
+            }),
+        }
+    }
+
+    fn abandon(self: Box<Self>, completion: Completion<'a>) {
+        let obj = self.obj;
+        completion.abandon_with(Box::new(move |out| match out {
+            Ok(_) => obj.disown(),
+            // The outcome will not be known: if the firmware refuses, the
+            // provider names the object again and destroys it when the
+            // context closes.
+            Err(e) if e.is_cancelled() => obj.disown(),
+            // Refused: the provider names it again; dropping retries.
+            Err(_) => drop(obj),
+        }));
     }
 }

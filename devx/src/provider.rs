@@ -173,6 +173,68 @@ pub trait ProviderContext: Send + Sync {
             "this provider queues only queries",
         ))
     }
+    /// A create queued like `query_async`. Returns the handle the object
+    /// has once its completion (the create's outbox, or the error) arrives
+    /// on `channel` tagged `wr_id`. Releasing the handle (`destroy`) before
+    /// that destroys the object as soon as the firmware makes it. `None`:
+    /// this provider cannot queue creates; the caller runs `create`.
+    fn create_async(
+        &self,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<Option<Handle>> {
+        let _ = (inbox, outlen, wr_id, channel);
+        Ok(None)
+    }
+    /// A destroy queued like `query_async`: the handle is gone once its
+    /// completion reports success, and names the object again when it
+    /// reports a refusal. `false`: this provider cannot queue destroys
+    /// (the caller runs `destroy`).
+    fn destroy_async(
+        &self,
+        obj: Handle,
+        destroy_inbox: &[u8],
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<bool> {
+        let _ = (obj, destroy_inbox, wr_id, channel);
+        Ok(false)
+    }
+    /// UMEM_REG queued like `create_async`; the completion carries a
+    /// CREATE_UMEM outbox naming the umem id. `None`: run `umem_reg`.
+    fn umem_reg_async(
+        &self,
+        addr: usize,
+        len: usize,
+        access: u32,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<Option<Handle>> {
+        let _ = (addr, len, access, wr_id, channel);
+        Ok(None)
+    }
+    /// UAR allocation queued like `create_async`; the completion carries
+    /// the ALLOC_UAR outbox, then `uar_allocated` gives the mapped page.
+    /// `None`: run `uar_alloc`.
+    fn uar_alloc_async(
+        &self,
+        kind: UarKind,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<Option<Handle>> {
+        let _ = (kind, wr_id, channel);
+        Ok(None)
+    }
+    /// The page of a UAR whose queued allocation completed.
+    fn uar_allocated(&self, uar: Handle) -> Result<UarAlloc> {
+        let _ = uar;
+        Err(crate::Error::unsupported(
+            "queued UAR allocation",
+            "this provider allocates UARs synchronously",
+        ))
+    }
     /// UMEM_REG of `len` bytes at `addr` in this process; returns (handle, umem id).
     fn umem_reg(&self, addr: usize, len: usize, access: u32) -> Result<(Handle, u32)>;
     fn umem_dereg(&self, umem: Handle) -> Result<()>;
@@ -184,6 +246,13 @@ pub trait ProviderContext: Send + Sync {
     /// (uverbs QUERY_GID_TABLE): the way to read GIDs on any port type, since
     /// DEVX does not admit QUERY_HCA_VPORT_GID.
     fn query_gid_table(&self) -> Result<Vec<GidTableEntry>>;
+    /// The context's async-event file (port changes, device fatal).
+    fn async_event_file(&self) -> Result<Arc<dyn crate::AsyncEventFile>> {
+        Err(crate::Error::unsupported(
+            "the async-event file",
+            "this provider reports no port or device events",
+        ))
+    }
     /// A new event channel; `omit_data` delivers only cookies.
     fn create_event_channel(&self, omit_data: bool) -> Result<Arc<dyn EventChannel>> {
         let _ = omit_data;

@@ -95,7 +95,8 @@ impl Reactor {
 }
 
 /// Wakes `waker` once `fd` polls readable (at once if it already does).
-pub(crate) fn wake_when_readable(fd: RawFd, waker: &Waker) -> Result<()> {
+/// `fd` must stay open until then.
+pub fn wake_when_readable(fd: RawFd, waker: &Waker) -> Result<()> {
     let r = reactor()?;
     {
         let mut w = lock(&r.waiting);
@@ -164,6 +165,51 @@ where
                 Ok(()) => Poll::Pending,
                 Err(e) => Poll::Ready(Err(e)),
             },
+        }
+    }
+}
+
+/// How long [`block_on`] watches for a wake-up before it parks: an answer
+/// that comes sooner (the emulated firmware's, typically) costs no futex
+/// sleep and wake.
+const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Runs a future to completion on the calling thread, parking it between
+/// polls: the blocking form of every future of this crate.
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    struct Unpark {
+        thread: std::thread::Thread,
+        woken: AtomicBool,
+    }
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.woken.store(true, Ordering::Release);
+            self.thread.unpark();
+        }
+    }
+    let unpark = Arc::new(Unpark {
+        thread: std::thread::current(),
+        woken: AtomicBool::new(false),
+    });
+    let waker = Waker::from(Arc::clone(&unpark));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        let until = std::time::Instant::now() + WAIT_SPIN;
+        while !unpark.woken.load(Ordering::Acquire) && std::time::Instant::now() < until {
+            std::thread::yield_now();
+        }
+        if !unpark.woken.swap(false, Ordering::AcqRel) {
+            std::thread::park();
+            unpark.woken.store(false, Ordering::Release);
         }
     }
 }

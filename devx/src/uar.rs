@@ -4,8 +4,10 @@ use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::cmd_comp::{CmdComp, Completion};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::pending::{self, Pending, Step};
 use crate::provider::{Handle, UarKind, UarPage};
 
 /// Offset of the first doorbell/BlueFlame register in a UAR page.
@@ -129,6 +131,37 @@ impl Uar {
         })
     }
 
+    /// Queues the allocation on `comp`, tagged `wr_id`; the future resolves
+    /// to the UAR. On the emulated device ALLOC_UAR waits for a slot of the
+    /// firmware's command queue. DEVX has no asynchronous UAR allocation:
+    /// the kernel provider allocates during this call and the future is
+    /// ready at once. Dropping the future frees what was allocated (at
+    /// once, or as soon as the firmware allocates it).
+    pub fn alloc_async<'c>(
+        ctx: &Context,
+        kind: UarKind,
+        wr_id: u64,
+        comp: &'c CmdComp,
+    ) -> Result<Pending<'c, Result<Uar>>> {
+        ctx.check_comp(comp)?;
+        pending::submit(
+            comp,
+            wr_id,
+            || {
+                let queued = ctx
+                    .inner
+                    .provider
+                    .uar_alloc_async(kind, wr_id, comp.channel())?;
+                Ok(queued.map(|handle| UarStep {
+                    ctx: ctx.clone(),
+                    handle,
+                    kind,
+                }))
+            },
+            || Uar::alloc_kind(ctx, kind),
+        )
+    }
+
     /// The UAR index that `uar_page` fields of CQs and QPs take.
     pub fn page_id(&self) -> u32 {
         self.page_id
@@ -168,6 +201,43 @@ impl Uar {
 
 impl Drop for Uar {
     fn drop(&mut self) {
+        let _ = self.ctx.inner.provider.uar_free(self.handle);
+    }
+}
+
+/// A queued UAR allocation.
+struct UarStep {
+    ctx: Context,
+    handle: Handle,
+    kind: UarKind,
+}
+
+impl<'a> Step<'a> for UarStep {
+    type Output = Result<Uar>;
+
+    fn finish(self: Box<Self>, out: Result<Vec<u8>>) -> Result<Uar> {
+        out?;
+        let provider = &self.ctx.inner.provider;
+        let a = match provider.uar_allocated(self.handle) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = provider.uar_free(self.handle);
+                return Err(e);
+            }
+        };
+        Ok(Uar {
+            ctx: self.ctx,
+            handle: a.handle,
+            page_id: a.page_id,
+            kind: self.kind,
+            page: a.page,
+            bf: BlueFlame::new(),
+        })
+    }
+
+    fn abandon(self: Box<Self>, completion: Completion<'a>) {
+        drop(completion);
+        // Frees it, or dooms an allocation the firmware has not made yet.
         let _ = self.ctx.inner.provider.uar_free(self.handle);
     }
 }

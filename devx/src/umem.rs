@@ -18,9 +18,13 @@
 
 use std::fmt;
 
+use prm_layouts::CreateUmemOut;
+
+use crate::cmd_comp::{CmdComp, Completion};
 use crate::context::Context;
 use crate::devmem;
 use crate::error::{Error, Result};
+use crate::pending::{self, Pending, Step};
 use crate::provider::Handle;
 
 /// UMEM access flags (the DEVX UMEM_REG `access` attribute).
@@ -168,6 +172,48 @@ impl<M: ExclusiveMemory> Umem<M> {
         Umem::reg(ctx, memory, access)
     }
 
+    /// Queues the registration on `comp`, tagged `wr_id`; the future
+    /// resolves to the UMEM. The range is checked (pinned) during this
+    /// call; on the emulated device the firmware command then waits for a
+    /// slot of the firmware's command queue. DEVX has no asynchronous
+    /// registration: the kernel provider registers during this call and
+    /// the future is ready at once. Dropping the future deregisters what
+    /// was registered (at once, or as soon as the firmware registers it).
+    pub fn register_async<'c>(
+        ctx: &Context,
+        memory: M,
+        access: u32,
+        wr_id: u64,
+        comp: &'c CmdComp,
+    ) -> Result<Pending<'c, Result<Umem<M>>>> {
+        ctx.check_comp(comp)?;
+        let (addr, len) = Umem::check(&memory, access)?;
+        // Goes to whichever of the two closures runs.
+        let memory = std::cell::Cell::new(Some(memory));
+        pending::submit(
+            comp,
+            wr_id,
+            || {
+                let queued =
+                    ctx.inner
+                        .provider
+                        .umem_reg_async(addr, len, access, wr_id, comp.channel())?;
+                Ok(queued.map(|handle| UmemStep {
+                    ctx: ctx.clone(),
+                    handle,
+                    access,
+                    addr,
+                    len,
+                    memory: memory.take(),
+                }))
+            },
+            || match memory.take() {
+                Some(m) => Umem::reg(ctx, m, access),
+                None => Err(Error::argument("the memory went to a queued registration")),
+            },
+        )
+    }
+
     /// Copies `data` into the memory at `offset`.
     pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
         let r = self.region();
@@ -213,7 +259,8 @@ impl<M: StableMemory> Umem<M> {
         Umem::reg(ctx, memory, access)
     }
 
-    fn reg(ctx: &Context, memory: M, access: u32) -> Result<Umem<M>> {
+    /// The checks every registration makes first; the range to register.
+    fn check(memory: &M, access: u32) -> Result<(usize, usize)> {
         if access & !access::ALL != 0 {
             return Err(Error::argument(format!(
                 "umem access {access:#x} has unknown bits {:#x}",
@@ -229,13 +276,18 @@ impl<M: StableMemory> Umem<M> {
         if len == 0 {
             return Err(Error::argument("cannot register an empty memory range"));
         }
-        let (handle, id) = ctx.inner.provider.umem_reg(addr as usize, len, access)?;
+        Ok((addr as usize, len))
+    }
+
+    fn reg(ctx: &Context, memory: M, access: u32) -> Result<Umem<M>> {
+        let (addr, len) = Umem::check(&memory, access)?;
+        let (handle, id) = ctx.inner.provider.umem_reg(addr, len, access)?;
         Ok(Umem {
             ctx: ctx.clone(),
             handle,
             id,
             access,
-            addr: addr as usize,
+            addr,
             len,
             memory: Some(memory),
         })
@@ -326,6 +378,59 @@ impl<M: StableMemory> Drop for Umem<M> {
                 .keep_umem(self.handle, Box::new(memory));
             // Its last user may have gone since the refusal.
             self.ctx.retry_deferred();
+        }
+    }
+}
+
+/// A queued registration, holding its memory until the completion.
+struct UmemStep<M> {
+    ctx: Context,
+    handle: Handle,
+    access: u32,
+    addr: usize,
+    len: usize,
+    memory: Option<M>,
+}
+
+impl<'a, M: StableMemory> Step<'a> for UmemStep<M> {
+    type Output = Result<Umem<M>>;
+
+    fn finish(self: Box<Self>, out: Result<Vec<u8>>) -> Result<Umem<M>> {
+        let out = out?;
+        let id = CreateUmemOut::from_slice(&out).map(|o| o.umem_id());
+        let umem = Umem {
+            ctx: self.ctx,
+            handle: self.handle,
+            id: id.unwrap_or(0),
+            access: self.access,
+            addr: self.addr,
+            len: self.len,
+            memory: self.memory,
+        };
+        match id {
+            Some(_) => Ok(umem),
+            // Dropping `umem` deregisters it.
+            None => Err(Error::argument(
+                "the UMEM registration completed without a CREATE_UMEM outbox",
+            )),
+        }
+    }
+
+    fn abandon(self: Box<Self>, completion: Completion<'a>) {
+        drop(completion);
+        let Some(memory) = self.memory else {
+            return;
+        };
+        // Deregisters, or dooms a registration the firmware has not made
+        // yet; a handle already gone had its registration fail.
+        if let Err(e) = self.ctx.inner.provider.umem_dereg(self.handle) {
+            if e.errno() != libc::ENOENT {
+                self.ctx
+                    .inner
+                    .deferred
+                    .keep_umem(self.handle, Box::new(memory));
+                self.ctx.retry_deferred();
+            }
         }
     }
 }

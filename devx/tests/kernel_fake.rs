@@ -118,8 +118,20 @@ fn open_allocates_a_devx_context_through_the_ioctl() {
     assert_eq!(opened[0].0, std::path::Path::new(DEV));
     assert_eq!(opened[0].1, libc::O_RDWR | libc::O_CLOEXEC);
 
+    // GET_CONTEXT, then the async-event file, as rdma-core allocates it.
     let calls = k.calls();
-    assert_eq!(calls.len(), 1);
+    assert_eq!(calls.len(), 2);
+    expect_raw(
+        &calls[1],
+        abi::verbs::UVERBS_OBJECT_ASYNC_EVENT,
+        abi::verbs::UVERBS_METHOD_ASYNC_EVENT_ALLOC,
+        &[attr(
+            abi::verbs::UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE,
+            0,
+            M,
+            0,
+        )],
+    );
     let c = &calls[0];
     assert_eq!(c.hdr.object_id, 0);
     assert_eq!(c.hdr.method_id, 3);
@@ -563,7 +575,8 @@ fn closing_the_context_releases_everything() {
     }
     let ch = ctx.create_cmd_channel().unwrap();
     let ev = ctx.create_event_channel(false).unwrap();
-    assert_eq!(k.open_fds(), 3);
+    // The uverbs file, its async-event file and the two channels.
+    assert_eq!(k.open_fds(), 4);
     drop(ctx);
     assert_eq!(k.destroyed_on_close(), 3);
     drop((ch, ev));
@@ -1248,4 +1261,89 @@ fn an_async_general_command_runs_at_once_and_completes_on_the_channel() {
     assert_eq!(wr_id, 31);
     assert_eq!(out.unwrap()[16..20], 0xfeed_beefu32.to_be_bytes());
     assert!(ch.try_get().unwrap().is_none());
+}
+
+#[test]
+fn async_creates_destroys_umems_and_uars_run_at_once_on_the_kernel() {
+    let k = fake();
+    let ctx = devx::Device::from_provider(Arc::new(device(&k)))
+        .open()
+        .unwrap();
+    let comp = devx::CmdComp::new(&ctx).unwrap();
+    let mut pd = prm_layouts::AllocPdIn::new();
+    pd.set_opcode(prm_layouts::Opcode::AllocPd.raw());
+    // DEVX has no asynchronous create: it ran during the call.
+    let pending = ctx
+        .create_async(pd.as_bytes(), prm_layouts::AllocPdOut::SIZE_BYTES, 1, &comp)
+        .unwrap();
+    assert!(!pending.is_queued());
+    let obj = pending.wait().unwrap();
+    let destroy = obj.destroy_async(2, &comp);
+    assert!(!destroy.is_queued());
+    destroy.wait().unwrap();
+    let umem = devx::Umem::register_async(&ctx, vec![0u8; 4096], 1, 3, &comp).unwrap();
+    assert!(!umem.is_queued());
+    let umem = umem.wait().unwrap();
+    let uar = devx::Uar::alloc_async(&ctx, UarKind::BlueFlame, 4, &comp).unwrap();
+    assert!(!uar.is_queued());
+    let uar = uar.wait().unwrap();
+    drop((umem, uar));
+    // None of them left a completion behind for `get`.
+    assert!(comp.try_get().unwrap().is_none());
+    no_violations(&k);
+}
+
+#[test]
+fn the_async_event_file_delivers_port_and_fatal_events_on_either_open_path() {
+    use devx::{ib_event, AsyncEventDesc};
+    for ioctl in [true, false] {
+        let k = fake();
+        k.set_ioctl_get_context(ioctl);
+        let ctx = open(&k);
+        let file = ctx.async_event_file().unwrap();
+        assert_eq!(file.try_get().unwrap(), None);
+        assert_eq!(k.raise_async_event(ib_event::PORT_ERR, 1), 1);
+        assert_eq!(k.raise_async_event(ib_event::DEVICE_FATAL, 0), 1);
+        assert_eq!(
+            file.try_get().unwrap(),
+            Some(AsyncEventDesc {
+                element: 1,
+                event_type: ib_event::PORT_ERR
+            })
+        );
+        assert_eq!(
+            file.try_get().unwrap(),
+            Some(AsyncEventDesc {
+                element: 0,
+                event_type: ib_event::DEVICE_FATAL
+            })
+        );
+        assert_eq!(file.try_get().unwrap(), None);
+        // A record of another size is the kernel's fault, named.
+        k.push_read(file.fd(), Ok(vec![0u8; 8]));
+        let e = file.try_get().unwrap_err();
+        assert!(matches!(e, Error::Provider { .. }), "{e}");
+        // The file outlives the context while someone holds it.
+        drop(ctx);
+        assert_eq!(k.open_fds(), 1);
+        drop(file);
+        assert_eq!(k.open_fds(), 0);
+        no_violations(&k);
+    }
+}
+
+#[test]
+fn a_kernel_without_the_async_event_method_still_opens() {
+    let k = fake();
+    k.tamper_next(
+        abi::verbs::UVERBS_OBJECT_ASYNC_EVENT,
+        abi::verbs::UVERBS_METHOD_ASYNC_EVENT_ALLOC,
+        Tamper::Errno(libc::EPROTONOSUPPORT),
+    );
+    let ctx = open(&k);
+    let Err(e) = ctx.async_event_file() else {
+        panic!("no async-event file was allocated");
+    };
+    assert_eq!(e.errno(), libc::EPROTONOSUPPORT, "{e}");
+    assert_eq!(k.open_fds(), 1);
 }

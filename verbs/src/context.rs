@@ -3,11 +3,12 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use prm_layouts::enums::{HcaCapType, Opcode};
 use prm_layouts::{CmdHcaCap, HcaCapUnion, QueryHcaCapIn, QueryHcaCapOut};
 
+use crate::async_event::{AsyncEvent, AsyncEvents, Subscriber};
 use crate::error::{Error, Result, VerbResult};
 use crate::port::GidEntry;
 use crate::qp::gid_rank;
@@ -39,6 +40,8 @@ struct ContextInner {
     devx: devx::Context,
     caps: CmdHcaCap,
     key_variant: AtomicU8,
+    /// Made by the first use of async events.
+    async_events: Mutex<Option<Arc<AsyncEvents>>>,
 }
 
 /// An open device (`ibv_context`). Cheap to clone; every object keeps the
@@ -119,6 +122,7 @@ impl Context {
                 devx,
                 caps,
                 key_variant: AtomicU8::new(0),
+                async_events: Mutex::new(None),
             }),
         })
     }
@@ -153,6 +157,71 @@ impl Context {
     /// Physical ports of this function (at least 1).
     pub fn num_ports(&self) -> u8 {
         self.inner.caps.num_ports().max(1)
+    }
+
+    /// The context's async-event queue (`ibv_get_async_event`), made on
+    /// first use. Port and device events reach it from the moment the
+    /// context opened; CQs, QPs and SRQs report their events only when
+    /// created after this first use.
+    ///
+    /// ```
+    /// # fn main() -> verbs::Result<()> {
+    /// let ctx = verbs::Context::open_by_name("sim0")?;
+    /// let events = ctx.async_events()?;
+    /// assert!(events.try_get()?.is_none());
+    /// events.close(); // waiters wake with `Error::Cancelled`
+    /// assert!(events.get().unwrap_err().is_cancelled());
+    /// # Ok(()) }
+    /// ```
+    pub fn async_events(&self) -> Result<Arc<AsyncEvents>> {
+        let mut slot = self
+            .inner
+            .async_events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(q) = &*slot {
+            return Ok(Arc::clone(q));
+        }
+        let q = Arc::new(AsyncEvents::open(&self.inner.devx)?);
+        *slot = Some(Arc::clone(&q));
+        Ok(q)
+    }
+
+    /// `ibv_get_async_event`: blocks until the next async event.
+    pub fn get_async_event(&self) -> Result<AsyncEvent> {
+        self.async_events()?.get()
+    }
+
+    /// The next async event, as a future (no async runtime needed).
+    pub async fn next_async_event(&self) -> Result<AsyncEvent> {
+        self.async_events()?.next().await
+    }
+
+    /// Closes the async-event queue: every waiter wakes with
+    /// [`Error::Cancelled`], as do later waits.
+    pub fn close_async_events(&self) -> Result<()> {
+        self.async_events()?.close();
+        Ok(())
+    }
+
+    /// Subscribes a new object's affiliated events to the queue, if there
+    /// is one.
+    pub(crate) fn subscribe_async(
+        &self,
+        verb: &'static str,
+        obj: &devx::Obj,
+        kind: Subscriber,
+    ) -> Result<()> {
+        let q = self
+            .inner
+            .async_events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match q {
+            Some(q) => q.subscribe(obj, kind).verb(verb),
+            None => Ok(()),
+        }
     }
 
     /// True when both handles name the same open context.

@@ -202,6 +202,7 @@ impl Cq {
             .devx()
             .create(inbox.as_bytes(), CreateCqOut::SIZE_BYTES)
             .verb(VERB)?;
+        ctx.subscribe_async(VERB, &obj, crate::async_event::Subscriber::Cq)?;
         let notify = Arc::new(CqNotify::default());
         if let Some(ch) = &init.channel {
             cq_notify::subscribe(VERB, ch, &obj, &notify)?;

@@ -43,6 +43,9 @@ pub enum Error {
         verb: &'static str,
         waited: std::time::Duration,
     },
+    /// The wait was cancelled: what it waited on was closed.
+    #[error("{verb}: cancelled: {why}")]
+    Cancelled { verb: &'static str, why: String },
     /// An explicit destroy found the object still used by others.
     #[error("{verb}: {what} is still in use by {users} other object(s) or handle(s)")]
     Busy {
@@ -76,6 +79,7 @@ impl Error {
             | Error::Busy { verb, .. }
             | Error::QpState { verb, .. }
             | Error::Timeout { verb, .. }
+            | Error::Cancelled { verb, .. }
             | Error::QueueFull { verb, .. } => verb,
         }
     }
@@ -119,6 +123,12 @@ impl Error {
             || self.devx().is_some_and(devx::Error::is_unsupported)
     }
 
+    /// True for a cancelled wait, here or in the DEVX layer.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Error::Cancelled { .. })
+            || self.devx().is_some_and(devx::Error::is_cancelled)
+    }
+
     pub fn is_busy(&self) -> bool {
         matches!(self, Error::Busy { .. })
     }
@@ -133,6 +143,7 @@ impl Error {
             Error::QueueFull { .. } => libc::ENOMEM,
             Error::QpState { .. } => libc::EINVAL,
             Error::Timeout { .. } => libc::ETIMEDOUT,
+            Error::Cancelled { .. } => libc::ECANCELED,
         }
     }
 }

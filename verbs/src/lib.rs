@@ -25,6 +25,7 @@
 
 mod access;
 mod ah;
+mod async_event;
 mod comp_channel;
 mod context;
 mod cq;
@@ -50,6 +51,7 @@ pub use devx;
 
 pub use access::AccessFlags;
 pub use ah::{Ah, AhAttr, GlobalRoute};
+pub use async_event::{AsyncElement, AsyncEvent, AsyncEventType, AsyncEvents, NextAsyncEvent};
 pub use comp_channel::CompChannel;
 pub use context::{Context, LinkLayer};
 pub use cq::{Cq, CqAttr, CqInit, CQE_SIZE};

@@ -174,6 +174,7 @@ impl Srq {
             .devx()
             .create(inbox.as_bytes(), CreateRmpOut::SIZE_BYTES)
             .verb(VERB)?;
+        ctx.subscribe_async(VERB, &obj, crate::async_event::Subscriber::Srq)?;
 
         let buf_addr = buf.addr();
         let deps = SrqDeps {

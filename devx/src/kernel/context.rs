@@ -81,8 +81,10 @@ pub struct KernelContext {
     num_comp_vectors: u32,
     core_support: u64,
     path: AllocPath,
-    /// The verbs async-event fd the write() path creates; closed with us.
-    async_event_fd: Option<RawFd>,
+    /// The context's async-event file: the one the write() path creates,
+    /// or allocated (UVERBS_OBJECT_ASYNC_EVENT) after the ioctl path, as
+    /// rdma-core does. `Err`: the kernel gave none, and why.
+    async_events: std::result::Result<Arc<KernelAsyncFile>, Errno>,
 }
 
 impl fmt::Debug for KernelContext {
@@ -98,9 +100,7 @@ impl fmt::Debug for KernelContext {
 
 impl Drop for KernelContext {
     fn drop(&mut self) {
-        if let Some(fd) = self.async_event_fd {
-            let _ = self.sys.close(fd);
-        }
+        // The async-event file closes with its last holder.
         // Closing the uverbs file destroys every object left in the context.
         let _ = self.sys.close(self.fd);
     }
@@ -226,6 +226,19 @@ impl KernelContext {
                 }
                 Err(e) => return Err(get_context_error(e)),
             };
+        let afd = match async_event_fd {
+            Some(afd) => Ok(afd),
+            None => Self::alloc_async_event_file(&*sys, fd),
+        };
+        let async_events = afd.and_then(|afd| {
+            let file = KernelAsyncFile {
+                sys: sys.clone(),
+                fd: afd,
+            };
+            // Read with `try_get`: never sleeps.
+            sys.set_nonblocking(afd)?;
+            Ok(Arc::new(file))
+        });
         let fd = guard.release();
         Ok(KernelContext {
             sys,
@@ -235,8 +248,25 @@ impl KernelContext {
             num_comp_vectors,
             core_support,
             path,
-            async_event_fd,
+            async_events,
         })
+    }
+
+    /// UVERBS_METHOD_ASYNC_EVENT_ALLOC: the context's async-event file.
+    fn alloc_async_event_file(sys: &dyn Sys, fd: RawFd) -> std::result::Result<RawFd, Errno> {
+        let mut cmd = IoctlCmd::new(
+            verbs::UVERBS_OBJECT_ASYNC_EVENT,
+            verbs::UVERBS_METHOD_ASYNC_EVENT_ALLOC,
+            [IoctlAttr::new_obj(
+                verbs::UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE,
+            )],
+        );
+        // SAFETY: the method carries no pointer attributes.
+        unsafe { cmd.exec(sys, fd) }?;
+        RawFd::try_from(cmd.attrs[0].data)
+            .ok()
+            .filter(|fd| *fd >= 0)
+            .ok_or(Errno::EPROTO)
     }
 
     fn get_context_ioctl(
@@ -753,6 +783,17 @@ impl ProviderContext for KernelContext {
             .collect()
     }
 
+    /// The async-event file allocated when the context opened.
+    fn async_event_file(&self) -> Result<Arc<dyn crate::AsyncEventFile>> {
+        match &self.async_events {
+            Ok(f) => Ok(Arc::clone(f) as Arc<dyn crate::AsyncEventFile>),
+            Err(e) => Err(Error::os(
+                "the context's async-event file (ASYNC_EVENT_ALLOC at open)",
+                *e as i32,
+            )),
+        }
+    }
+
     fn create_event_channel(&self, omit_data: bool) -> Result<Arc<dyn EventChannel>> {
         const NAME: &str = "DEVX_ASYNC_EVENT_FD_ALLOC";
         let flags = if omit_data {
@@ -857,6 +898,48 @@ impl KernelContext {
         r.map_err(|e| Error::os(NAME, e as i32))
     }
 }
+
+/// The context's uverbs async-event file: `struct
+/// ib_uverbs_async_event_desc` records, one per read.
+pub struct KernelAsyncFile {
+    sys: Arc<dyn Sys>,
+    fd: RawFd,
+}
+
+impl Drop for KernelAsyncFile {
+    fn drop(&mut self) {
+        let _ = self.sys.close(self.fd);
+    }
+}
+
+impl crate::AsyncEventFile for KernelAsyncFile {
+    fn fd(&self) -> RawFd {
+        self.fd
+    }
+
+    fn try_get(&self) -> Result<Option<crate::AsyncEventDesc>> {
+        let mut buf = [0u8; ASYNC_EVENT_DESC_LEN];
+        match self.sys.read(self.fd, &mut buf) {
+            Ok(ASYNC_EVENT_DESC_LEN) => Ok(Some(crate::AsyncEventDesc {
+                element: u64::from_ne_bytes(buf[0..8].try_into().expect("8 bytes")),
+                event_type: ne32(&buf, 8),
+            })),
+            Ok(n) => Err(provider_error(format!(
+                "read(async event file) returned {n} bytes; an event is {ASYNC_EVENT_DESC_LEN}"
+            ))),
+            Err(Errno::EAGAIN) => Ok(None),
+            Err(e) => Err(Error::os("read(async event file)", e as i32)),
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// `sizeof(struct ib_uverbs_async_event_desc)`: u64 element, u32
+/// event_type, u32 reserved.
+pub const ASYNC_EVENT_DESC_LEN: usize = 16;
 
 /// A DEVX async command fd: completions of `query_async`.
 pub struct KernelCmdChannel {

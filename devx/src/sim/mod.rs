@@ -75,6 +75,8 @@ pub(crate) struct DeviceShared {
     pub(crate) contexts: AtomicUsize,
     /// Set by an injected internal error; never cleared.
     pub(crate) fatal: std::sync::atomic::AtomicBool,
+    /// Every open context's async-event file.
+    pub(crate) async_files: kernel::async_file::AsyncFiles,
 }
 
 /// The last reference is gone (only privately owned devices get here):
@@ -205,6 +207,7 @@ impl SimDevice {
                 next_ctx: AtomicU64::new(1),
                 contexts: AtomicUsize::new(0),
                 fatal: std::sync::atomic::AtomicBool::new(false),
+                async_files: Default::default(),
             }),
         }
     }
@@ -312,8 +315,13 @@ impl SimDevice {
     /// [`crate::Error::DeviceFatal`], queued asynchronous commands complete
     /// with it, and the data path stops. Destroying objects, UMEMs and UARs
     /// still works, so contexts and objects can be dropped cleanly.
+    /// Every open context's async-event file reports DEVICE_FATAL once.
     pub fn inject_fatal_error(&self) {
-        self.shared.fatal.store(true, Ordering::Release);
+        if !self.shared.fatal.swap(true, Ordering::AcqRel) {
+            self.shared
+                .async_files
+                .raise(crate::async_event::ib_event::DEVICE_FATAL, 0);
+        }
         self.shared.dp.pause(true);
         self.shared.engine.fail_all(&self.shared.info.name);
     }
@@ -321,12 +329,14 @@ impl SimDevice {
     /// Takes the port's link down (`false`) or up: the port reports Down or
     /// Active from then on and every channel subscribed to the device's
     /// PORT_CHANGE event gets one (sub type DOWN or ACTIVE). Setting the
-    /// state it already has raises nothing.
+    /// state it already has raises nothing. Every open context's
+    /// async-event file reports PORT_ACTIVE or PORT_ERR for port 1.
     pub fn set_link(&self, up: bool) {
+        use crate::async_event::ib_event;
         use fw::events::{port_change, port_change_eqe};
-        self.shared.fw.with_mut(|st| {
+        let changed = self.shared.fw.with_mut(|st| {
             if st.link_up == up {
-                return;
+                return false;
             }
             st.link_up = up;
             let sub = if up {
@@ -335,7 +345,16 @@ impl SimDevice {
                 port_change::DOWN
             };
             st.events.raise(None, &port_change_eqe(1, sub));
+            true
         });
+        if changed {
+            let t = if up {
+                ib_event::PORT_ACTIVE
+            } else {
+                ib_event::PORT_ERR
+            };
+            self.shared.async_files.raise(t, 1);
+        }
     }
 
     /// True once the device hit a fatal error.

@@ -21,6 +21,8 @@ pub enum BenchKind {
     Datapath,
     /// RC over RoCEv2 between two processes on loopback.
     Wire,
+    /// Asynchronous commands and events on the emulated device.
+    Async,
 }
 
 /// One measured quantity.
@@ -38,6 +40,10 @@ pub fn run(kind: BenchKind, json: bool, iterations: Option<u64>) -> CliResult {
         BenchKind::Datapath => (
             "datapath",
             crate::bench_datapath::datapath(iterations.unwrap_or(1_000_000))?,
+        ),
+        BenchKind::Async => (
+            "async",
+            crate::bench_async::bench(iterations.unwrap_or(100_000))?,
         ),
         BenchKind::Wire if crate::bench_wire::is_responder() => {
             return crate::bench_wire::responder();

@@ -2,6 +2,7 @@
 //! emulated) from the shell.
 
 mod bench;
+mod bench_async;
 mod bench_cmd;
 mod bench_datapath;
 mod bench_wire;

@@ -359,3 +359,24 @@ fn replay_on_a_device_reports_every_field_that_differs() {
     );
     let _ = std::fs::remove_file(path);
 }
+
+#[test]
+fn bench_async_reports_every_metric_as_json() {
+    let o = cli(&["bench", "async", "--iterations", "200", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["bench"], "async");
+    for key in [
+        "nop_per_s_1_in_flight",
+        "nop_per_s_32_in_flight",
+        "nop_per_s_1000_in_flight",
+        "nop_blocking_ns",
+        "nop_awaited_ns",
+        "nop_awaited_over_blocking",
+        "pd_pair_blocking_ns",
+        "pd_pair_awaited_ns",
+        "events_per_s",
+    ] {
+        assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {v}");
+    }
+}

@@ -111,6 +111,7 @@ impl Qp {
             .devx()
             .create(inbox.as_bytes(), CreateQpOut::SIZE_BYTES)
             .verb(VERB)?;
+        ctx.subscribe_async(VERB, &obj, crate::async_event::Subscriber::Qp)?;
 
         let buf_addr = buf.addr();
         let layout = Layout {

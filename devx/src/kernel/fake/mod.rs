@@ -255,6 +255,26 @@ impl FakeKernel {
         self.wake.notify_all();
     }
 
+    /// Queues an async event (`struct ib_uverbs_async_event_desc`:
+    /// `element`, `event_type`) on every open async-event file; returns
+    /// how many got it.
+    pub fn raise_async_event(&self, event_type: u32, element: u64) -> usize {
+        let mut s = self.lock();
+        let mut desc = [0u8; 16];
+        desc[0..8].copy_from_slice(&element.to_ne_bytes());
+        desc[8..12].copy_from_slice(&event_type.to_ne_bytes());
+        let mut n = 0;
+        for st in s.fds.values_mut() {
+            if let FdState::VerbsAsync { queue, .. } = st {
+                queue.push_back(desc);
+                n += 1;
+            }
+        }
+        drop(s);
+        self.wake.notify_all();
+        n
+    }
+
     /// Raises firmware event `event_type` (for object handle `obj`, or
     /// device-wide) with this EQE; returns how many channels and redirect
     /// eventfds got it.

@@ -150,6 +150,10 @@ static ASYNC_EVENT_ALLOC: &[AttrSpec] = &[
         Kind::FlagsIn(async_fd::FLAG_OMIT_DATA as u64),
     ),
 ];
+static VERBS_ASYNC_EVENT_ALLOC: &[AttrSpec] = &[m(
+    verbs::UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE,
+    Kind::FdNew,
+)];
 static UAR_ALLOC: &[AttrSpec] = &[
     m(uar::HANDLE, Kind::IdrNew),
     m(uar::TYPE, Kind::ConstIn),
@@ -163,6 +167,9 @@ pub(super) fn method_spec(object: u16, method: u16) -> Option<&'static [AttrSpec
     Some(match (object, method) {
         (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_GET_CONTEXT) => GET_CONTEXT,
         (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_QUERY_GID_TABLE) => QUERY_GID_TABLE,
+        (verbs::UVERBS_OBJECT_ASYNC_EVENT, verbs::UVERBS_METHOD_ASYNC_EVENT_ALLOC) => {
+            VERBS_ASYNC_EVENT_ALLOC
+        }
         (obj::DEVX, devx::METHOD_OTHER) => OTHER,
         (obj::DEVX, devx::METHOD_QUERY_UAR) => QUERY_UAR,
         (obj::DEVX, devx::METHOD_QUERY_EQN) => QUERY_EQN,

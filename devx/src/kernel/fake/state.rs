@@ -42,8 +42,13 @@ pub(super) enum FdState {
     Uverbs {
         file: u32,
     },
-    /// The verbs async-event fd the write() GET_CONTEXT creates.
-    VerbsAsync,
+    /// The verbs async-event file: the one the write() GET_CONTEXT creates
+    /// or UVERBS_METHOD_ASYNC_EVENT_ALLOC makes; `struct
+    /// ib_uverbs_async_event_desc` records queued.
+    VerbsAsync {
+        queue: VecDeque<[u8; 16]>,
+        nonblock: bool,
+    },
     AsyncCmd {
         file: u32,
         queue: VecDeque<Vec<u8>>,
@@ -110,6 +115,15 @@ pub(super) struct State {
     pub(super) next_uar: u32,
     pub(super) violations: Vec<String>,
     pub(super) destroyed_on_close: usize,
+}
+
+impl FdState {
+    pub(super) fn verbs_async() -> FdState {
+        FdState::VerbsAsync {
+            queue: VecDeque::new(),
+            nonblock: false,
+        }
+    }
 }
 
 impl FakeKernel {

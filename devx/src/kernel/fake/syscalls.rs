@@ -109,6 +109,23 @@ impl Sys for FakeKernel {
                 queue.pop_front();
                 Ok(n)
             }
+            Some(FdState::VerbsAsync { queue, nonblock }) => {
+                let Some(head) = queue.front() else {
+                    if !*nonblock {
+                        s.violations
+                            .push("blocking read of an empty async-event file".into());
+                    }
+                    return Err(Errno::EAGAIN);
+                };
+                // ib_uverbs_event_read: one whole record per read.
+                if head.len() > buf.len() {
+                    return Err(Errno::EINVAL);
+                }
+                let n = head.len();
+                buf[..n].copy_from_slice(head);
+                queue.pop_front();
+                Ok(n)
+            }
             Some(_) => Err(Errno::EINVAL),
         }
     }
@@ -192,6 +209,7 @@ impl Sys for FakeKernel {
                 None => return Ok(libc::POLLNVAL),
                 Some(FdState::AsyncCmd { queue, .. }) => !queue.is_empty(),
                 Some(FdState::AsyncEvent { queue, .. }) => !queue.is_empty(),
+                Some(FdState::VerbsAsync { queue, .. }) => !queue.is_empty(),
                 Some(_) => false,
             };
             if raw || ready {
@@ -214,7 +232,8 @@ impl Sys for FakeKernel {
         match s.fds.get_mut(&fd) {
             None => Err(Errno::EBADF),
             Some(FdState::AsyncCmd { nonblock, .. })
-            | Some(FdState::AsyncEvent { nonblock, .. }) => {
+            | Some(FdState::AsyncEvent { nonblock, .. })
+            | Some(FdState::VerbsAsync { nonblock, .. }) => {
                 *nonblock = true;
                 Ok(())
             }

@@ -45,7 +45,7 @@ impl FakeKernel {
             return Err(Errno::EFAULT);
         }
         let (resp, devx) = alloc_ucontext(&s.cfg, &buf[16..])?;
-        let afd = Self::alloc_fd(&mut s, FdState::VerbsAsync);
+        let afd = Self::alloc_fd(&mut s, FdState::verbs_async());
         let mut out = Vec::with_capacity(8 + ALLOC_UCONTEXT_RESP_LEN);
         out.extend_from_slice(&(afd as u32).to_ne_bytes());
         out.extend_from_slice(&s.cfg.num_comp_vectors.to_ne_bytes());

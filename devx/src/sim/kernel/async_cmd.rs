@@ -17,6 +17,7 @@
 use std::any::Any;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,8 @@ struct ChanQ {
     bytes: usize,
     /// Futures waiting for the next completion.
     wakers: Vec<std::task::Waker>,
+    /// Threads blocked in `get` (notified only when there are some).
+    blocked: usize,
 }
 
 pub(crate) struct ChanInner {
@@ -79,7 +82,9 @@ impl ChanInner {
         }
         q.done.push_back((c, outlen));
         let wakers = std::mem::take(&mut q.wakers);
-        self.cv.notify_all();
+        if q.blocked > 0 {
+            self.cv.notify_all();
+        }
         drop(q);
         wakers.into_iter().for_each(std::task::Waker::wake);
     }
@@ -103,7 +108,9 @@ impl ChanInner {
                     "no asynchronous command is outstanding on this channel",
                 ));
             }
+            q.blocked += 1;
             q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+            q.blocked -= 1;
         }
     }
 }
@@ -125,6 +132,7 @@ impl SimCmdChannel {
                     pending: 0,
                     bytes: 0,
                     wakers: Vec::new(),
+                    blocked: 0,
                 }),
                 cv: Condvar::new(),
                 efd,
@@ -164,12 +172,19 @@ impl CmdChannel for SimCmdChannel {
     }
 }
 
+/// What a queued command does on the firmware thread instead of running
+/// its inbox as is: a create that also enters its handle, a UMEM
+/// registration. Dropped unrun when the command is cancelled.
+pub(crate) type Work = Box<dyn FnOnce(&Firmware) -> Result<Vec<u8>> + Send>;
+
 struct Job {
     ctx: u64,
+    /// The command (names it, picks its latency; run as is without `work`).
     inbox: Vec<u8>,
     outlen: usize,
     wr_id: u64,
     chan: Arc<ChanInner>,
+    work: Option<Work>,
 }
 
 /// A started command holding a queue slot until `due`.
@@ -197,7 +212,15 @@ struct EngineQ {
     stop: bool,
     /// Context of the job being executed, if any.
     running: Option<u64>,
+    /// The firmware thread waits on the condition variable (a submit must
+    /// notify it; while it runs or watches, it sees new commands itself).
+    sleeping: bool,
 }
+
+/// How long the firmware thread watches for a new command before it
+/// sleeps: a command submitted meanwhile starts without a thread wake-up,
+/// as a polling firmware picks up a doorbell.
+const IDLE_SPIN: Duration = Duration::from_micros(50);
 
 /// The device's firmware command thread.
 pub(crate) struct AsyncEngine {
@@ -208,6 +231,8 @@ pub(crate) struct AsyncEngine {
     q: Mutex<EngineQ>,
     cv: Condvar,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Commands submitted so far; the idle firmware thread watches it.
+    submitted: AtomicU64,
 }
 
 impl AsyncEngine {
@@ -227,9 +252,11 @@ impl AsyncEngine {
                 started: false,
                 stop: false,
                 running: None,
+                sleeping: false,
             }),
             cv: Condvar::new(),
             thread: Mutex::new(None),
+            submitted: AtomicU64::new(0),
         }
     }
 
@@ -263,6 +290,19 @@ impl AsyncEngine {
         wr_id: u64,
         chan: &Arc<ChanInner>,
     ) -> Result<()> {
+        self.submit_work(ctx, inbox, outlen, wr_id, chan, None)
+    }
+
+    /// Queues a command that runs `work` (when given) in place of `inbox`.
+    pub(crate) fn submit_work(
+        self: &Arc<Self>,
+        ctx: u64,
+        inbox: Vec<u8>,
+        outlen: usize,
+        wr_id: u64,
+        chan: &Arc<ChanInner>,
+        work: Option<Work>,
+    ) -> Result<()> {
         chan.reserve(outlen)?;
         let mut q = lock(&self.q);
         if !q.started {
@@ -295,13 +335,19 @@ impl AsyncEngine {
             outlen,
             wr_id,
             chan: Arc::clone(chan),
+            work,
         });
-        self.cv.notify_all();
+        self.submitted.fetch_add(1, Ordering::Release);
+        if q.sleeping {
+            self.cv.notify_all();
+        }
         Ok(())
     }
 
     fn run(&self) {
         let mut q = lock(&self.q);
+        // Watched for new commands since the queue last ran dry.
+        let mut spun = false;
         loop {
             if q.stop {
                 return;
@@ -316,16 +362,22 @@ impl AsyncEngine {
                 done.into_iter().for_each(InFlight::post);
                 q = lock(&self.q);
                 self.cv.notify_all();
+                spun = false;
                 continue;
             }
             if !q.paused && q.slots.len() < CMD_QUEUE_SLOTS {
                 if let Some(job) = q.jobs.pop_front() {
                     q.running = Some(job.ctx);
                     drop(q);
-                    let mut out = vec![0u8; job.outlen];
-                    let result = match self.fw.execute(&job.inbox, &mut out) {
-                        Ok(()) => Ok(out),
-                        Err(e) => Err(super::with_outbox(&job.inbox, e)),
+                    let result = match job.work {
+                        Some(work) => work(&self.fw),
+                        None => {
+                            let mut out = vec![0u8; job.outlen];
+                            match self.fw.execute(&job.inbox, &mut out) {
+                                Ok(()) => Ok(out),
+                                Err(e) => Err(super::with_outbox(&job.inbox, e)),
+                            }
+                        }
                     };
                     let slot = InFlight {
                         due: Instant::now() + self.latency_of(&job.inbox),
@@ -339,18 +391,38 @@ impl AsyncEngine {
                     q.running = None;
                     q.slots.push(slot);
                     self.cv.notify_all();
+                    spun = false;
                     continue;
                 }
             }
             q = match q.slots.iter().map(|s| s.due).min() {
                 Some(next) => {
                     let wait = next.saturating_duration_since(Instant::now());
-                    self.cv
+                    q.sleeping = true;
+                    let mut q = self
+                        .cv
                         .wait_timeout(q, wait)
                         .unwrap_or_else(|e| e.into_inner())
-                        .0
+                        .0;
+                    q.sleeping = false;
+                    q
                 }
-                None => self.cv.wait(q).unwrap_or_else(|e| e.into_inner()),
+                None if !spun && !q.paused => {
+                    spun = true;
+                    let seen = self.submitted.load(Ordering::Acquire);
+                    drop(q);
+                    let until = Instant::now() + IDLE_SPIN;
+                    while self.submitted.load(Ordering::Acquire) == seen && Instant::now() < until {
+                        std::thread::yield_now();
+                    }
+                    lock(&self.q)
+                }
+                None => {
+                    q.sleeping = true;
+                    let mut q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+                    q.sleeping = false;
+                    q
+                }
             };
         }
     }

@@ -21,6 +21,10 @@ pub(crate) enum Named {
     Umem { umem_id: u32 },
     /// An allocated UAR page.
     Uar { page_id: u32, page: Arc<SimUarPage> },
+    /// Named by a queued create, UMEM registration or UAR allocation that
+    /// has not run yet. `doomed`: released before it ran, so what it makes
+    /// is destroyed at once.
+    Pending { doomed: bool },
 }
 
 pub(crate) struct Entry {
@@ -73,5 +77,47 @@ impl Handles {
         let mut v: Vec<_> = self.map.drain().collect();
         v.sort_by_key(|e| std::cmp::Reverse(e.1.seq));
         v
+    }
+
+    /// Marks a pending entry doomed; false when `h` names no pending entry.
+    pub(crate) fn doom(&mut self, h: Handle) -> bool {
+        match self.map.get_mut(&h) {
+            Some(Entry {
+                named: Named::Pending { doomed },
+                ..
+            }) => {
+                *doomed = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Replaces pending entry `h` with what its command made. Returns
+    /// `named` back, and takes the entry out, when it was doomed or is gone.
+    pub(crate) fn fill(&mut self, h: Handle, named: Named) -> Option<Named> {
+        match self.map.get_mut(&h) {
+            Some(e) if matches!(e.named, Named::Pending { doomed: false }) => {
+                e.named = named;
+                None
+            }
+            _ => {
+                if matches!(self.map.get(&h), Some(e) if matches!(e.named, Named::Pending { .. })) {
+                    self.map.remove(&h);
+                }
+                Some(named)
+            }
+        }
+    }
+
+    /// Takes pending entry `h` out (its command failed or was cancelled).
+    pub(crate) fn drop_pending(&mut self, h: Handle) {
+        if matches!(self.map.get(&h), Some(e) if matches!(e.named, Named::Pending { .. })) {
+            self.map.remove(&h);
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
     }
 }

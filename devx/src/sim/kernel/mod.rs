@@ -8,6 +8,8 @@
 //! remaining object destroyed newest first and async commands cancelled.
 
 pub(crate) mod async_cmd;
+pub(crate) mod async_file;
+mod async_res;
 pub(crate) mod edits;
 pub(crate) mod events;
 pub(crate) mod handles;
@@ -54,7 +56,11 @@ pub struct SimContext {
     dev: Arc<DeviceShared>,
     id: u64,
     uid: u16,
-    handles: Mutex<Handles>,
+    /// Shared with the firmware thread, which enters what queued creates,
+    /// registrations and allocations make.
+    handles: Arc<Mutex<Handles>>,
+    /// Opened with the context, as the kernel's is.
+    async_file: Arc<async_file::SimAsyncFile>,
 }
 
 /// The kernel's GID table of the emulated port 1. An Ethernet port holds
@@ -92,6 +98,14 @@ fn gid_table(st: &State) -> Vec<GidTableEntry> {
 
 fn einval(what: impl Into<String>) -> Error {
     Error::os(what, libc::EINVAL)
+}
+
+/// Why handle `h`, naming `named`, is not a DEVX object.
+fn not_an_object(h: Handle, named: &Named) -> String {
+    match named {
+        Named::Pending { .. } => format!("handle {h} is still being created"),
+        _ => format!("handle {h} is a UMEM or UAR, not a DEVX object"),
+    }
 }
 
 /// A firmware failure whose outbox went back to the caller. Status and
@@ -153,6 +167,7 @@ impl SimContext {
             .fw
             .create_uctx()
             .map_err(|e| errno_only(Opcode::CreateUctx.raw(), 0, e))?;
+        let async_file = dev.async_files.open()?;
         let id = dev
             .next_ctx
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -162,13 +177,19 @@ impl SimContext {
             dev,
             id,
             uid,
-            handles: Mutex::new(Handles::default()),
+            handles: Arc::new(Mutex::new(Handles::default())),
+            async_file,
         })
     }
 
     /// The DEVX uid of this context.
     pub fn uid(&self) -> u16 {
         self.uid
+    }
+
+    /// Handles this context holds (objects, UMEMs, UARs, pending creates).
+    pub fn handle_count(&self) -> usize {
+        self.handles().len()
     }
 
     fn handles(&self) -> MutexGuard<'_, Handles> {
@@ -247,9 +268,7 @@ impl SimContext {
             ));
         };
         let Named::Obj { key, span, .. } = &entry.named else {
-            return Err(einval(format!(
-                "handle {obj} is a UMEM or UAR, not a DEVX object"
-            )));
+            return Err(einval(not_an_object(obj, &entry.named)));
         };
         // A flow counter bulk answers to every id in it, as the kernel allows.
         let bound = admission::named_key(inbox).is_some_and(|named| {
@@ -314,6 +333,8 @@ impl SimContext {
                 page.mark_freed();
                 Ok(())
             }
+            // Its queued command was cancelled: nothing was made.
+            Named::Pending { .. } => Ok(()),
         }
     }
 
@@ -329,6 +350,28 @@ impl SimContext {
         }
         given == built
     }
+}
+
+/// The region UMEM_REG registers, after the kernel's checks of the access
+/// flags and of the range (pinned: it must be mapped, and writable when the
+/// device may write it).
+fn umem_region(addr: usize, len: usize, access: u32) -> Result<umem::UmemObj> {
+    if access & !UMEM_ACCESS_ALLOWED != 0 {
+        return Err(einval(format!(
+            "UMEM access flags {access:#x} include unknown bits"
+        )));
+    }
+    let write = access & umem::access::LOCAL_WRITE != 0;
+    if access & umem::access::REMOTE_WRITE != 0 && !write {
+        return Err(einval("UMEM remote write requires local write"));
+    }
+    memprobe::check_range(addr, len, write)
+        .map_err(|errno| Error::os(format!("UMEM_REG of {len} bytes at {addr:#x}"), errno))?;
+    Ok(umem::UmemObj {
+        addr: addr as u64,
+        len: len as u64,
+        access,
+    })
 }
 
 /// Counters an ALLOC_FLOW_COUNTER inbox asks for (1 for any other create).
@@ -396,7 +439,12 @@ impl ProviderContext for SimContext {
         self.exec(&cmd, outbox)
     }
 
+    /// A handle whose queued create has not run yet is doomed instead: the
+    /// object is destroyed as soon as the firmware makes it.
     fn destroy(&self, obj: Handle, destroy_inbox: &[u8]) -> Result<()> {
+        if self.handles().doom(obj) {
+            return Ok(());
+        }
         let Some(entry) = self.handles().take(obj) else {
             return Err(Error::os(
                 format!("handle {obj} is not an object of this context"),
@@ -500,24 +548,64 @@ impl ProviderContext for SimContext {
             .submit(self.id, cmd, outlen, wr_id, &chan.inner)
     }
 
+    fn create_async(
+        &self,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<Option<Handle>> {
+        self.queue_create(inbox, outlen, wr_id, channel).map(Some)
+    }
+
+    fn destroy_async(
+        &self,
+        obj: Handle,
+        destroy_inbox: &[u8],
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<bool> {
+        self.queue_destroy(obj, destroy_inbox, wr_id, channel)
+    }
+
+    fn umem_reg_async(
+        &self,
+        addr: usize,
+        len: usize,
+        access: u32,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<Option<Handle>> {
+        self.queue_umem_reg(addr, len, access, wr_id, channel)
+            .map(Some)
+    }
+
+    fn uar_alloc_async(
+        &self,
+        kind: UarKind,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<Option<Handle>> {
+        self.queue_uar_alloc(kind, wr_id, channel).map(Some)
+    }
+
+    fn uar_allocated(&self, uar: Handle) -> Result<UarAlloc> {
+        match self.handles().get(uar).map(|e| &e.named) {
+            Some(Named::Uar { page_id, page }) => Ok(UarAlloc {
+                handle: uar,
+                page_id: *page_id,
+                page: Arc::clone(page) as Arc<dyn crate::provider::UarPage>,
+            }),
+            _ => Err(Error::os(
+                format!("handle {uar} is not an allocated UAR of this context"),
+                libc::ENOENT,
+            )),
+        }
+    }
+
     fn umem_reg(&self, addr: usize, len: usize, access: u32) -> Result<(Handle, u32)> {
         self.dev.check_alive("UMEM registration")?;
-        if access & !UMEM_ACCESS_ALLOWED != 0 {
-            return Err(einval(format!(
-                "UMEM access flags {access:#x} include unknown bits"
-            )));
-        }
-        let write = access & umem::access::LOCAL_WRITE != 0;
-        if access & umem::access::REMOTE_WRITE != 0 && !write {
-            return Err(einval("UMEM remote write requires local write"));
-        }
-        memprobe::check_range(addr, len, write)
-            .map_err(|errno| Error::os(format!("UMEM_REG of {len} bytes at {addr:#x}"), errno))?;
-        let region = umem::UmemObj {
-            addr: addr as u64,
-            len: len as u64,
-            access,
-        };
+        let region = umem_region(addr, len, access)?;
         let umem_id = self
             .dev
             .fw
@@ -527,6 +615,9 @@ impl ProviderContext for SimContext {
     }
 
     fn umem_dereg(&self, h: Handle) -> Result<()> {
+        if self.handles().doom(h) {
+            return Ok(());
+        }
         let Some(entry) = self.handles().take(h) else {
             return Err(Error::os(
                 format!("handle {h} is not a UMEM of this context"),
@@ -565,6 +656,9 @@ impl ProviderContext for SimContext {
     }
 
     fn uar_free(&self, h: Handle) -> Result<()> {
+        if self.handles().doom(h) {
+            return Ok(());
+        }
         let Some(entry) = self.handles().take(h) else {
             return Err(Error::os(
                 format!("handle {h} is not a UAR of this context"),
@@ -596,6 +690,10 @@ impl ProviderContext for SimContext {
 
     fn query_gid_table(&self) -> Result<Vec<GidTableEntry>> {
         Ok(self.dev.fw.with(gid_table))
+    }
+
+    fn async_event_file(&self) -> Result<Arc<dyn crate::AsyncEventFile>> {
+        Ok(Arc::clone(&self.async_file) as Arc<dyn crate::AsyncEventFile>)
     }
 
     fn create_event_channel(&self, omit_data: bool) -> Result<Arc<dyn EventChannel>> {
@@ -667,9 +765,7 @@ impl SimContext {
                     ));
                 };
                 let Named::Obj { key, .. } = &entry.named else {
-                    return Err(einval(format!(
-                        "handle {h} is a UMEM or UAR, not a DEVX object"
-                    )));
+                    return Err(einval(not_an_object(h, &entry.named)));
                 };
                 Some((h, *key))
             }

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use crate::kernel::abi::async_fd;
+use crate::kernel::abi::{async_fd, verbs};
 use crate::kernel::fake::ctx::Ctx;
 use crate::kernel::fake::state::{FdState, State};
 use crate::kernel::fake::FakeKernel;
@@ -37,5 +37,12 @@ pub(super) fn alloc_event_fd(s: &mut State, file: u32, ctx: &mut Ctx<'_>) -> Sys
         },
     );
     ctx.set_data(async_fd::HANDLE, fd as u64);
+    Ok(0)
+}
+
+/// UVERBS_METHOD_ASYNC_EVENT_ALLOC: the context's verbs async-event file.
+pub(super) fn alloc_verbs_async(s: &mut State, ctx: &mut Ctx<'_>) -> SysResult<i32> {
+    let fd = FakeKernel::alloc_fd(s, FdState::verbs_async());
+    ctx.set_data(verbs::UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE, fd as u64);
     Ok(0)
 }

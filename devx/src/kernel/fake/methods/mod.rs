@@ -34,6 +34,9 @@ impl FakeKernel {
             (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_GET_CONTEXT) => {
                 context::get_context(s, file, ctx)
             }
+            (verbs::UVERBS_OBJECT_ASYNC_EVENT, verbs::UVERBS_METHOD_ASYNC_EVENT_ALLOC) => {
+                async_fd::alloc_verbs_async(s, ctx)
+            }
             (verbs::UVERBS_OBJECT_DEVICE, verbs::UVERBS_METHOD_QUERY_GID_TABLE) => {
                 context::query_gid_table(s, ctx)
             }
