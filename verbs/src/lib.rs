@@ -49,7 +49,7 @@ mod util;
 pub use devx;
 
 pub use access::AccessFlags;
-pub use ah::{Ah, AhAttr, GlobalRoute};
+pub use ah::{mac_from_gid, Ah, AhAttr, GlobalRoute};
 pub use comp_channel::CompChannel;
 pub use context::{Context, LinkLayer};
 pub use cq::{Cq, CqAttr, CqInit, CQE_SIZE};
@@ -66,8 +66,8 @@ pub use mw::{Mw, MwType};
 pub use pd::{Pd, Td};
 pub use port::{Gid, GidEntry, GidType, Mtu, PortAttr, PortState};
 pub use qp::{
-    ConnectOpts, InitAttr, Qp, QpAttr, QpCap, QpInit, QpServiceType, QpState, QpType, RtrAttr,
-    RtsAttr, RtsModify,
+    ConnectOpts, InitAttr, Qp, QpAttr, QpCap, QpInit, QpServiceType, QpState, QpTarget, QpType,
+    RtrAttr, RtsAttr, RtsModify,
 };
 pub use report::{phys_state_name, DeviceReport, PortReport};
 pub use srq::{Srq, SrqAttr, SrqInit};

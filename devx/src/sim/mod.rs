@@ -181,6 +181,13 @@ impl SimDevice {
         self.shared.fw.commands_executed()
     }
 
+    /// A doorbell found in a UAR page mapped into a program: the store is
+    /// already in the page (the program made it), so it only goes to the
+    /// sink, as `UarPage::write64` hands it on after storing.
+    pub fn notice_doorbell(&self, page_id: u32, offset: usize, value: u64) {
+        self.shared.doorbell.deliver(page_id, offset, value);
+    }
+
     /// Installs (or removes) the receiver of doorbells rung on this device's
     /// UARs. The data-path engine is installed at creation; replacing it
     /// turns the data path off for this device.

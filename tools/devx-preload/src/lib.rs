@@ -12,6 +12,7 @@
 //! See the crate's README for what is intercepted and why.
 
 pub mod abi;
+pub mod doorbell;
 mod methods;
 pub mod paths;
 pub mod state;

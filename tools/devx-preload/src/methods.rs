@@ -20,8 +20,11 @@ use crate::abi::{
     self as uabi, device_cap, ExQueryDevice, ExQueryDeviceResp, Mlx5QueryDeviceResp,
     QueryDeviceResp, QueryPortRespEx,
 };
+use crate::doorbell::Watcher;
 use crate::state;
 use crate::uverbs::{page_size, Errno, Request, UverbsFile};
+
+mod qp;
 
 /// A ucontext: the DEVX context of the emulated device behind one uverbs
 /// file, and the objects made through it.
@@ -32,6 +35,8 @@ pub struct Ucontext {
     pub devx: bool,
     pub num_comp_vectors: u32,
     objects: Mutex<Objects>,
+    /// Notices the doorbells the program stores into its UAR pages.
+    pub watcher: Watcher,
 }
 
 #[derive(Default)]
@@ -60,15 +65,18 @@ enum Object {
         ring: devx::Umem<ProgramMemory>,
         dbr: devx::Umem<ProgramMemory>,
     },
+    /// A QP over the program's buffer and doorbell record.
+    Qp(Box<qp::QpObj>),
 }
 
 impl Object {
     /// Teardown order on close: users before what they use.
     fn rank(&self) -> u8 {
         match self {
-            Object::Devx(_) | Object::Mr { .. } | Object::Cq { .. } => 0,
-            Object::Pd(_) | Object::Umem(_) => 1,
-            Object::Uar(_) => 2,
+            Object::Qp(_) => 0,
+            Object::Devx(_) | Object::Mr { .. } | Object::Cq { .. } => 1,
+            Object::Pd(_) | Object::Umem(_) => 2,
+            Object::Uar(_) => 3,
         }
     }
 }
@@ -122,6 +130,15 @@ impl Ucontext {
 
 impl Drop for Ucontext {
     fn drop(&mut self) {
+        // No doorbell is looked for once the objects start to go.
+        self.watcher.stop();
+        let w = self.watcher.stats();
+        state::log(|| {
+            format!(
+                "doorbell watch: {} doorbells noticed in {} looks, {} sleeps",
+                w.noticed, w.looks, w.sleeps
+            )
+        });
         // Closing the file destroys what is left, as the kernel does.
         let mut left: Vec<(u32, Object)> = self.objects().table.drain().collect();
         // Users first, newest first within a kind.
@@ -167,6 +184,8 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
             | (ids::UVERBS_OBJECT_MR, ids::UVERBS_METHOD_MR_DESTROY)
             | (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_CREATE)
             | (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_DESTROY)
+            | (ids::UVERBS_OBJECT_QP, ids::UVERBS_METHOD_QP_CREATE)
+            | (ids::UVERBS_OBJECT_QP, ids::UVERBS_METHOD_QP_DESTROY)
             | (obj::DEVX_OBJ, obj_ids::METHOD_CREATE)
             | (obj::DEVX_OBJ, obj_ids::METHOD_DESTROY)
             | (obj::DEVX_OBJ, obj_ids::METHOD_QUERY)
@@ -205,6 +224,8 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         (ids::UVERBS_OBJECT_MR, ids::UVERBS_METHOD_MR_DESTROY) => destroy_mr(&ctx, req),
         (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_CREATE) => create_cq(&ctx, req),
         (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_DESTROY) => destroy_cq(&ctx, req),
+        (ids::UVERBS_OBJECT_QP, ids::UVERBS_METHOD_QP_CREATE) => qp::create_qp(&ctx, req),
+        (ids::UVERBS_OBJECT_QP, ids::UVERBS_METHOD_QP_DESTROY) => qp::destroy_qp(&ctx, req),
         (obj::DEVX_OBJ, obj_ids::METHOD_CREATE) => devx_obj_create(&ctx, req),
         (obj::DEVX_OBJ, obj_ids::METHOD_DESTROY) => devx_obj_destroy(&ctx, req),
         (obj::DEVX_OBJ, obj_ids::METHOD_QUERY) => devx_obj_query_modify(&ctx, req, false),
@@ -264,6 +285,7 @@ fn get_context(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         devx: ureq.flags & MLX5_IB_ALLOC_UCTX_DEVX != 0,
         num_comp_vectors,
         objects: Mutex::new(Objects::default()),
+        watcher: Watcher::new(Arc::clone(&shown.sim)),
     }));
     Ok(())
 }
@@ -405,6 +427,8 @@ fn invoke_write(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         QueryPort,
         AllocPd,
         RegMr,
+        ModifyQp,
+        QueryQp,
     }
     let ext = u64::from(ids::IB_USER_VERBS_CMD_FLAG_EXTENDED);
     let (w, need_in) = match cmd {
@@ -418,6 +442,12 @@ fn invoke_write(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         c if c == u64::from(ids::IB_USER_VERBS_CMD_ALLOC_PD) => (W::AllocPd, 8),
         c if c == u64::from(ids::IB_USER_VERBS_CMD_REG_MR) => {
             (W::RegMr, std::mem::size_of::<uabi::RegMr>())
+        }
+        c if c == u64::from(ids::IB_USER_VERBS_CMD_MODIFY_QP) => {
+            (W::ModifyQp, std::mem::size_of::<uabi::ModifyQp>())
+        }
+        c if c == u64::from(ids::IB_USER_VERBS_CMD_QUERY_QP) => {
+            (W::QueryQp, std::mem::size_of::<uabi::QueryQp>())
         }
         _ => {
             state::log(|| format!("INVOKE_WRITE: command {cmd:#x} not supported"));
@@ -469,6 +499,8 @@ fn invoke_write(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         }
         W::AllocPd => alloc_pd(&ctx, req),
         W::RegMr => reg_mr(&ctx, req, &core_in),
+        W::ModifyQp => qp::modify_qp(&ctx, &core_in),
+        W::QueryQp => qp::query_qp(&ctx, req, &core_in),
     }
 }
 
@@ -816,6 +848,7 @@ fn uar_alloc(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
         .uar_alloc(kind)
         .map_err(|e| e.errno())?;
     let page_id = alloc.page_id;
+    ctx.watcher.watch(page_id, Arc::clone(&alloc.page));
     let (handle, offset) = {
         let mut o = ctx.objects();
         let offset = uabi::dyn_mmap_offset(o.next_mmap_index, page_size().trailing_zeros());
@@ -839,6 +872,7 @@ fn uar_destroy(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     let Object::Uar(uar) = take(ctx, handle, |o| matches!(o, Object::Uar(_)))? else {
         return Err(libc::EINVAL);
     };
+    ctx.watcher.unwatch(uar.alloc.page_id);
     ctx.verbs
         .devx()
         .provider()
@@ -1034,11 +1068,11 @@ fn alloc_pd(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
 fn destroy_pd(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     req.known(&[ids::UVERBS_ATTR_DESTROY_PD_HANDLE])?;
     let handle = req.need(ids::UVERBS_ATTR_DESTROY_PD_HANDLE)?.data;
-    let in_use = ctx
-        .objects()
-        .table
-        .values()
-        .any(|o| matches!(o, Object::Mr { pd_handle, .. } if u64::from(*pd_handle) == handle));
+    let in_use = ctx.objects().table.values().any(|o| match o {
+        Object::Mr { pd_handle, .. } => u64::from(*pd_handle) == handle,
+        Object::Qp(q) => u64::from(q.pd_handle) == handle,
+        _ => false,
+    });
     if in_use {
         return Err(libc::EBUSY);
     }
@@ -1214,6 +1248,7 @@ fn create_cq(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
         .map_err(|e| e.errno())?;
     let cqn = obj.id();
     let handle = ctx.objects().insert(Object::Cq { obj, ring, dbr });
+    ctx.watcher.start();
     req.output(
         ids::UVERBS_ATTR_CREATE_CQ_RESP_CQE,
         &(entries - 1).to_ne_bytes(),
@@ -1233,6 +1268,13 @@ fn destroy_cq(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     ])?;
     let handle = req.need(ids::UVERBS_ATTR_DESTROY_CQ_HANDLE)?.data;
     require_out(req, ids::UVERBS_ATTR_DESTROY_CQ_RESP, 8).map_err(|_| libc::EINVAL)?;
+    let in_use = ctx.objects().table.values().any(|o| match o {
+        Object::Qp(q) => u64::from(q.send_cq) == handle || u64::from(q.recv_cq) == handle,
+        _ => false,
+    });
+    if in_use {
+        return Err(libc::EBUSY);
+    }
     let Object::Cq { obj, ring, dbr } = take(ctx, handle, |o| matches!(o, Object::Cq { .. }))?
     else {
         return Err(libc::EINVAL);
