@@ -26,17 +26,21 @@
 //! change per doorbell (microseconds), needs the program's SIGSEGV, and
 //! cannot see BlueFlame copies made with vector stores any cheaper. The
 //! watch costs nothing on the program's path; its price is latency and idle
-//! CPU, bounded by an adaptive poll: after a doorbell it keeps looking
+//! CPU, bounded by an adaptive poll: after activity it keeps looking
 //! (yielding the CPU between looks) for [`SPIN`], then sleeps, doubling the
 //! sleep from [`MIN_SLEEP`] up to [`MAX_SLEEP`] while nothing happens. An
 //! idle context thus wakes at most 1000 times a second; a busy one notices
-//! a doorbell within one look. The thread ends when the context closes.
+//! a doorbell within one look. Activity is a doorbell, or a packet the
+//! device received from the network: programs answer completions with new
+//! work (a ping-pong's reply), so that is when the next doorbell comes. The
+//! thread ends when the context closes.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use devx::sim::wire::Counter;
 use devx::sim::SimDevice;
 use devx::uar::{BF_OFFSET, CQ_DOORBELL_OFFSET, UAR_PAGE_SIZE};
 use devx::UarPage;
@@ -44,7 +48,7 @@ use devx::UarPage;
 use crate::state;
 
 /// How long the thread keeps looking after a doorbell before it sleeps.
-pub const SPIN: Duration = Duration::from_micros(200);
+pub const SPIN: Duration = Duration::from_millis(2);
 /// First and longest sleep of an idle thread.
 pub const MIN_SLEEP: Duration = Duration::from_micros(10);
 pub const MAX_SLEEP: Duration = Duration::from_millis(1);
@@ -199,6 +203,13 @@ fn run(shared: &Shared) {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64, 0u64, 0u64, 0u64) };
     let mut last_activity = Instant::now();
     let mut sleep = MIN_SLEEP;
+    let received = || {
+        shared
+            .sim
+            .net_counters()
+            .map_or(0, |c| c.get(Counter::RxPackets))
+    };
+    let mut rx_seen = received();
     while !shared.stop.load(Ordering::Acquire) {
         let mut rung = 0u64;
         {
@@ -215,8 +226,10 @@ fn run(shared: &Shared) {
             }
         }
         shared.looks.fetch_add(1, Ordering::Relaxed);
-        if rung != 0 {
-            shared.noticed.fetch_add(rung, Ordering::Relaxed);
+        shared.noticed.fetch_add(rung, Ordering::Relaxed);
+        let rx = received();
+        if rung != 0 || rx != rx_seen {
+            rx_seen = rx;
             last_activity = Instant::now();
             sleep = MIN_SLEEP;
             continue;

@@ -1323,12 +1323,15 @@ mod tests {
 
     use devx::kernel::abi::{IoctlAttr, IoctlCmd, UVERBS_ID_DRIVER_NS};
 
-    fn run<const N: usize>(file: &UverbsFile, cmd: &mut IoctlCmd<N>) -> Result<i32, Errno> {
+    pub(super) fn run<const N: usize>(
+        file: &UverbsFile,
+        cmd: &mut IoctlCmd<N>,
+    ) -> Result<i32, Errno> {
         file.ioctl_at(cmd as *mut IoctlCmd<N> as usize as u64)
     }
 
     /// A uverbs file on sim0 with its ucontext, and the mlx5 response.
-    fn open_context() -> (UverbsFile, UcontextResp) {
+    pub(super) fn open_context() -> (UverbsFile, UcontextResp) {
         open_context_with(AllocUcontextReq::devx())
     }
 
@@ -1612,7 +1615,7 @@ mod tests {
     }
 
     /// ALLOC_PD through INVOKE_WRITE: (pd handle, pdn).
-    fn alloc_pd_cmd(file: &UverbsFile) -> Result<(u32, u32), Errno> {
+    pub(super) fn alloc_pd_cmd(file: &UverbsFile) -> Result<(u32, u32), Errno> {
         let core_in = [0u8; 8];
         let (mut handle, mut pdn) = (0u32, 0u32);
         let mut cmd = IoctlCmd::new(
@@ -1637,7 +1640,12 @@ mod tests {
 
     /// A destroy method whose only attribute is the handle (id 0 for core
     /// objects, 0x1000 for mlx5 ones).
-    fn destroy(file: &UverbsFile, object: u16, method: u16, handle: u32) -> Result<i32, Errno> {
+    pub(super) fn destroy(
+        file: &UverbsFile,
+        object: u16,
+        method: u16,
+        handle: u32,
+    ) -> Result<i32, Errno> {
         let id = if object & UVERBS_ID_DRIVER_NS != 0 {
             UVERBS_ID_DRIVER_NS
         } else {

@@ -119,7 +119,12 @@ fn wait_both(mut srv: Child, mut cli: Child, deadline: Instant) -> (bool, bool, 
         let _ = c.wait();
     }
     let ok = |s: &Option<std::process::ExitStatus>| s.is_some_and(|s| s.success());
-    (ok(&done[0]), ok(&done[1]), output(&mut srv), output(&mut cli))
+    (
+        ok(&done[0]),
+        ok(&done[1]),
+        output(&mut srv),
+        output(&mut cli),
+    )
 }
 
 /// The `usec/iter` and `Mbit/sec` of ibv_rc_pingpong's report lines.
@@ -153,7 +158,10 @@ fn ibv_rc_pingpong_between_two_processes_and_two_emulated_devices() {
     let listen_by = Instant::now() + LISTEN_WAIT;
     while !listening(port) && Instant::now() < listen_by {
         if let Ok(Some(st)) = srv.try_wait() {
-            panic!("server exited ({st}) before listening:\n{}", output(&mut srv));
+            panic!(
+                "server exited ({st}) before listening:\n{}",
+                output(&mut srv)
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }

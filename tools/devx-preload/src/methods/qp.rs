@@ -683,6 +683,326 @@ pub(super) fn query_qp(ctx: &Ucontext, req: &mut Request, core_in: &[u8]) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::methods::tests::{alloc_pd_cmd, destroy, open_context, run};
+    use crate::uverbs::UverbsFile;
+    use devx::kernel::abi::{obj, uar as uar_ids, IoctlAttr, IoctlCmd};
+
+    /// Program memory that outlives the test's objects.
+    fn leak(len: usize) -> u64 {
+        Box::leak(vec![0u8; len].into_boxed_slice()).as_ptr() as u64
+    }
+
+    /// A UAR page id and a CQ handle of `file`.
+    fn uar_and_cq(file: &UverbsFile) -> (u32, u32) {
+        let (mut offset, mut length, mut page_id) = (0u64, 0u32, 0u32);
+        let mut uar = IoctlCmd::new(
+            obj::UAR,
+            uar_ids::METHOD_ALLOC,
+            [
+                IoctlAttr::new_obj(uar_ids::HANDLE),
+                IoctlAttr::u64_in(uar_ids::TYPE, 0),
+                IoctlAttr::ptr_out(uar_ids::MMAP_OFFSET, (&mut offset as *mut u64).cast(), 8),
+                IoctlAttr::ptr_out(uar_ids::MMAP_LENGTH, (&mut length as *mut u32).cast(), 4),
+                IoctlAttr::ptr_out(uar_ids::PAGE_ID, (&mut page_id as *mut u32).cast(), 4),
+            ],
+        );
+        assert_eq!(run(file, &mut uar), Ok(0));
+        let ucmd = uabi::Mlx5CreateCq {
+            buf_addr: leak(64 * 64),
+            db_addr: leak(8),
+            cqe_size: 64,
+            flags: uabi::create_cq_flags::UAR_PAGE_INDEX,
+            uar_page_index: page_id as u16,
+            ..Default::default()
+        };
+        let (mut cqe, mut resp) = (0u32, uabi::Mlx5CreateCqResp::default());
+        let mut cmd = IoctlCmd::new(
+            ids::UVERBS_OBJECT_CQ,
+            ids::UVERBS_METHOD_CQ_CREATE,
+            [
+                IoctlAttr::new_obj(ids::UVERBS_ATTR_CREATE_CQ_HANDLE),
+                IoctlAttr::u32_in(ids::UVERBS_ATTR_CREATE_CQ_CQE, 63),
+                IoctlAttr::u64_in(ids::UVERBS_ATTR_CREATE_CQ_USER_HANDLE, 1),
+                IoctlAttr::u32_in(ids::UVERBS_ATTR_CREATE_CQ_COMP_VECTOR, 0),
+                IoctlAttr::ptr_out(
+                    ids::UVERBS_ATTR_CREATE_CQ_RESP_CQE,
+                    (&mut cqe as *mut u32).cast(),
+                    4,
+                ),
+                IoctlAttr::ptr_in(ids::UVERBS_ATTR_UHW_IN, ucmd.as_bytes()),
+                IoctlAttr::ptr_out(
+                    ids::UVERBS_ATTR_UHW_OUT,
+                    (&mut resp as *mut uabi::Mlx5CreateCqResp).cast(),
+                    8,
+                ),
+            ],
+        );
+        assert_eq!(run(file, &mut cmd), Ok(0));
+        (page_id, cmd.attrs[0].data as u32)
+    }
+
+    /// QP_CREATE as libibverbs sends it: (handle, qpn, driver response).
+    fn create(
+        file: &UverbsFile,
+        qp_type: u64,
+        pd: u32,
+        cq: u32,
+        ucmd: &uabi::Mlx5CreateQp,
+    ) -> Result<(u32, u32, uabi::Mlx5CreateQpResp), Errno> {
+        let cap = uabi::QpCap {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let (mut cap_out, mut qpn) = (uabi::QpCap::default(), 0u32);
+        let mut resp = uabi::Mlx5CreateQpResp::default();
+        let mut cmd = IoctlCmd::new(
+            ids::UVERBS_OBJECT_QP,
+            ids::UVERBS_METHOD_QP_CREATE,
+            [
+                IoctlAttr::new_obj(ids::UVERBS_ATTR_CREATE_QP_HANDLE),
+                IoctlAttr::obj(ids::UVERBS_ATTR_CREATE_QP_PD_HANDLE, u64::from(pd)),
+                IoctlAttr::obj(ids::UVERBS_ATTR_CREATE_QP_SEND_CQ_HANDLE, u64::from(cq)),
+                IoctlAttr::obj(ids::UVERBS_ATTR_CREATE_QP_RECV_CQ_HANDLE, u64::from(cq)),
+                IoctlAttr::u64_in(ids::UVERBS_ATTR_CREATE_QP_TYPE, qp_type),
+                IoctlAttr::u64_in(ids::UVERBS_ATTR_CREATE_QP_USER_HANDLE, 9),
+                IoctlAttr::ptr_in(ids::UVERBS_ATTR_CREATE_QP_CAP, cap.as_bytes()),
+                IoctlAttr::ptr_out(
+                    ids::UVERBS_ATTR_CREATE_QP_RESP_CAP,
+                    (&mut cap_out as *mut uabi::QpCap).cast(),
+                    20,
+                ),
+                IoctlAttr::ptr_out(
+                    ids::UVERBS_ATTR_CREATE_QP_RESP_QP_NUM,
+                    (&mut qpn as *mut u32).cast(),
+                    4,
+                ),
+                IoctlAttr::ptr_in(ids::UVERBS_ATTR_UHW_IN, ucmd.as_bytes()),
+                IoctlAttr::ptr_out(
+                    ids::UVERBS_ATTR_UHW_OUT,
+                    (&mut resp as *mut uabi::Mlx5CreateQpResp).cast(),
+                    std::mem::size_of::<uabi::Mlx5CreateQpResp>(),
+                ),
+            ],
+        );
+        run(file, &mut cmd)?;
+        assert_eq!(cap_out, cap);
+        Ok((cmd.attrs[0].data as u32, qpn, resp))
+    }
+
+    /// A write command through INVOKE_WRITE with an optional core output.
+    fn write_cmd(
+        file: &UverbsFile,
+        cmd: u32,
+        core_in: &[u8],
+        out: &mut [u8],
+    ) -> Result<i32, Errno> {
+        let mut c = IoctlCmd::new(
+            ids::UVERBS_OBJECT_DEVICE,
+            ids::UVERBS_METHOD_INVOKE_WRITE,
+            [
+                IoctlAttr::u64_in(ids::UVERBS_ATTR_WRITE_CMD, u64::from(cmd)),
+                IoctlAttr::ptr_in(ids::UVERBS_ATTR_CORE_IN, core_in),
+                IoctlAttr::ptr_out(ids::UVERBS_ATTR_CORE_OUT, out.as_mut_ptr(), out.len()),
+            ],
+        );
+        run(file, &mut c)
+    }
+
+    fn modify(file: &UverbsFile, m: &uabi::ModifyQp) -> Result<i32, Errno> {
+        write_cmd(
+            file,
+            ids::IB_USER_VERBS_CMD_MODIFY_QP,
+            m.as_bytes(),
+            &mut [],
+        )
+    }
+
+    fn query(file: &UverbsFile, handle: u32) -> Result<uabi::QueryQpResp, Errno> {
+        let q = uabi::QueryQp {
+            response: 0,
+            qp_handle: handle,
+            attr_mask: 0,
+        };
+        let mut resp = uabi::QueryQpResp::default();
+        let out = resp.as_mut_bytes();
+        write_cmd(file, ids::IB_USER_VERBS_CMD_QUERY_QP, q.as_bytes(), out)?;
+        Ok(resp)
+    }
+
+    fn geometry(page_id: u32) -> uabi::Mlx5CreateQp {
+        uabi::Mlx5CreateQp {
+            buf_addr: leak(16 * 16 + 16 * 64),
+            db_addr: leak(8),
+            sq_wqe_count: 16,
+            rq_wqe_count: 16,
+            rq_wqe_shift: 4,
+            flags: cflags::UAR_PAGE_INDEX | cflags::SCATTER_CQE,
+            uidx: 7,
+            bfreg_index: page_id,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn rc_uc_and_ud_qps_are_created_brought_up_queried_and_destroyed() {
+        use qp_attr as a;
+        let (file, _) = open_context();
+        let (pd, _) = alloc_pd_cmd(&file).unwrap();
+        let (page_id, cq) = uar_and_cq(&file);
+        let ctx = file.ucontext().unwrap();
+        let gid = ctx.verbs.query_gid(1, 1).unwrap().gid;
+        for (t, qp_type) in [
+            (ids::IB_UVERBS_QPT_RC, QpType::Rc),
+            (ids::IB_UVERBS_QPT_UC, QpType::Uc),
+            (ids::IB_UVERBS_QPT_UD, QpType::Ud),
+        ] {
+            let (h, qpn, resp) = create(&file, t, pd, cq, &geometry(page_id)).unwrap();
+            assert_ne!(qpn, 0);
+            assert_eq!(resp.bfreg_index, uabi::MLX5_IB_INVALID_BFREG);
+            assert_eq!(query(&file, h).unwrap().qp_state, qp_state::RESET);
+
+            let mut m = uabi::ModifyQp {
+                qp_handle: h,
+                qp_state: qp_state::INIT,
+                port_num: 1,
+                attr_mask: a::STATE | a::PKEY_INDEX | a::PORT,
+                ..Default::default()
+            };
+            if qp_type == QpType::Ud {
+                m.attr_mask |= a::QKEY;
+                m.qkey = 0x1111;
+            } else {
+                m.attr_mask |= a::ACCESS_FLAGS;
+                m.qp_access_flags = (AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).bits();
+            }
+            // A mask the transition does not take: EINVAL, as Linux answers.
+            let mut bad = m;
+            bad.attr_mask |= a::SQ_PSN;
+            assert_eq!(modify(&file, &bad), Err(libc::EINVAL));
+            bad = m;
+            bad.attr_mask &= !a::PORT;
+            assert_eq!(modify(&file, &bad), Err(libc::EINVAL));
+            assert_eq!(modify(&file, &m), Ok(0));
+
+            m.qp_state = qp_state::RTR;
+            m.attr_mask = a::STATE;
+            if qp_type != QpType::Ud {
+                m.attr_mask |= a::AV | a::PATH_MTU | a::DEST_QPN | a::RQ_PSN;
+                m.dest = uabi::QpDest {
+                    dgid: gid.0,
+                    sgid_index: 1,
+                    hop_limit: 64,
+                    is_global: 1,
+                    port_num: 1,
+                    ..Default::default()
+                };
+                m.path_mtu = Mtu::Mtu1024 as u8;
+                m.dest_qp_num = qpn;
+                m.rq_psn = 0x42;
+            }
+            if qp_type == QpType::Rc {
+                m.attr_mask |= a::MAX_DEST_RD_ATOMIC | a::MIN_RNR_TIMER;
+                m.max_dest_rd_atomic = 1;
+                m.min_rnr_timer = 12;
+            }
+            assert_eq!(modify(&file, &m), Ok(0));
+
+            m.qp_state = qp_state::RTS;
+            m.attr_mask = a::STATE | a::SQ_PSN;
+            m.sq_psn = 0x77;
+            if qp_type == QpType::Rc {
+                m.attr_mask |= a::TIMEOUT | a::RETRY_CNT | a::RNR_RETRY | a::MAX_QP_RD_ATOMIC;
+                m.timeout = 14;
+                m.retry_cnt = 7;
+                m.rnr_retry = 7;
+                m.max_rd_atomic = 1;
+            }
+            assert_eq!(modify(&file, &m), Ok(0));
+
+            let q = query(&file, h).unwrap();
+            assert_eq!(q.qp_state, qp_state::RTS, "{qp_type:?}");
+            assert_eq!(q.sq_psn, 0x77);
+            assert_eq!(q.max_send_wr, 16);
+            if qp_type == QpType::Ud {
+                assert_eq!(q.qkey, 0x1111);
+            } else {
+                assert_eq!(q.dest_qp_num, qpn);
+                assert_eq!(q.rq_psn, 0x42);
+                assert_eq!(q.path_mtu, Mtu::Mtu1024 as u8);
+                assert_eq!(q.dest.dgid, gid.0);
+                assert_eq!(q.dest.is_global, 1);
+            }
+            // RTS back to INIT is no transition.
+            m.qp_state = qp_state::INIT;
+            m.attr_mask = a::STATE;
+            assert_eq!(modify(&file, &m), Err(libc::EINVAL));
+
+            // The CQ and PD are in use while the QP lives.
+            let (cqo, cqd) = (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_DESTROY);
+            let mut counts = [0u8; 8];
+            let mut dcq = IoctlCmd::new(
+                cqo,
+                cqd,
+                [
+                    IoctlAttr::obj(ids::UVERBS_ATTR_DESTROY_CQ_HANDLE, u64::from(cq)),
+                    IoctlAttr::ptr_out(ids::UVERBS_ATTR_DESTROY_CQ_RESP, counts.as_mut_ptr(), 8),
+                ],
+            );
+            assert_eq!(run(&file, &mut dcq), Err(libc::EBUSY));
+            let (pdo, pdd) = (ids::UVERBS_OBJECT_PD, ids::UVERBS_METHOD_PD_DESTROY);
+            assert_eq!(destroy(&file, pdo, pdd, pd), Err(libc::EBUSY));
+
+            let mut events = 0u32;
+            let mut d = IoctlCmd::new(
+                ids::UVERBS_OBJECT_QP,
+                ids::UVERBS_METHOD_QP_DESTROY,
+                [
+                    IoctlAttr::obj(ids::UVERBS_ATTR_DESTROY_QP_HANDLE, u64::from(h)),
+                    IoctlAttr::ptr_out(
+                        ids::UVERBS_ATTR_DESTROY_QP_RESP,
+                        (&mut events as *mut u32).cast(),
+                        4,
+                    ),
+                ],
+            );
+            assert_eq!(run(&file, &mut d), Ok(0));
+            assert_eq!(run(&file, &mut d), Err(libc::ENOENT));
+            assert_eq!(query(&file, h).err(), Some(libc::EINVAL));
+        }
+    }
+
+    #[test]
+    fn bad_driver_data_is_refused_before_the_device() {
+        let (file, _) = open_context();
+        let (pd, _) = alloc_pd_cmd(&file).unwrap();
+        let (page_id, cq) = uar_and_cq(&file);
+        let rc = ids::IB_UVERBS_QPT_RC;
+        let mut g = geometry(page_id);
+        g.sq_wqe_count = 24;
+        assert_eq!(create(&file, rc, pd, cq, &g).unwrap_err(), libc::EINVAL);
+        g = geometry(page_id);
+        g.flags &= !cflags::UAR_PAGE_INDEX;
+        assert_eq!(create(&file, rc, pd, cq, &g).unwrap_err(), libc::EINVAL);
+        g = geometry(page_id);
+        g.flags |= cflags::TYPE_DCI;
+        assert_eq!(create(&file, rc, pd, cq, &g).unwrap_err(), libc::EOPNOTSUPP);
+        g = geometry(page_id);
+        g.buf_addr = 8;
+        assert_eq!(create(&file, rc, pd, cq, &g).unwrap_err(), libc::EFAULT);
+        // A PD handle that is a CQ, and an XRC QP type.
+        assert_eq!(
+            create(&file, rc, cq, cq, &geometry(page_id)).unwrap_err(),
+            libc::EINVAL
+        );
+        let xrc_ini = 9;
+        assert_eq!(
+            create(&file, xrc_ini, pd, cq, &geometry(page_id)).unwrap_err(),
+            libc::EOPNOTSUPP
+        );
+    }
 
     #[test]
     fn transitions_need_the_attributes_linux_requires() {
