@@ -1,6 +1,9 @@
 //! ibv_rc_pingpong between two processes: each opens an emulated ConnectX
-//! with a network address, they swap QPN, PSN, GID and MAC over TCP as
-//! ibv_rc_pingpong does, then bounce SENDs over RoCEv2, every byte checked.
+//! with a network address, they swap LID, QPN, PSN and GID over TCP exactly
+//! as ibv_rc_pingpong does (so either side may be ibv_rc_pingpong itself,
+//! run on the preload library's emulated device), then bounce SENDs over
+//! RoCEv2, every byte checked, unless the peer sends ibv_rc_pingpong's own
+//! payload (as its client does; its server echoes what it receives).
 //!
 //! server: cargo run -p verbs --example rc_pingpong_net -- -a 127.0.0.2
 //! client: cargo run -p verbs --example rc_pingpong_net -- -a 127.0.0.3 127.0.0.2
@@ -8,7 +11,7 @@
 //! `-a` gives the device its address (`DEVX_SIM_ADDR_<dev>`), `-w file`
 //! captures what it sends and receives (`DEVX_SIM_PCAP_<dev>`).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -79,30 +82,43 @@ fn parse() -> Opts {
     o
 }
 
-/// What one side tells the other: ibv_rc_pingpong's `LID:QPN:PSN:GID`,
-/// plus the MAC an address vector needs.
+/// What one side tells the other: ibv_rc_pingpong's `LID:QPN:PSN:GID`
+/// message (LID 0 on RoCE).
 struct Dest {
     qpn: u32,
     psn: u32,
     gid: [u8; 16],
-    mac: [u8; 6],
 }
 
+/// ibv_rc_pingpong's message size: `sizeof "0000:000000:000000:" + 32 hex
+/// digits`, its NUL included.
+const MSG_LEN: usize = 52;
+/// The client's last word, NUL included.
+const DONE: &[u8; 5] = b"done\0";
+/// What ibv_rc_pingpong sends: its buffer, set to this byte (page starts
+/// zeroed with `-c`).
+const IBV_PAYLOAD: u8 = 0x7b;
+
 impl Dest {
-    fn line(&self) -> String {
-        format!(
-            "0000:{:06x}:{:06x}:{}:{}\n",
+    fn message(&self) -> [u8; MSG_LEN] {
+        let text = format!(
+            "{:04x}:{:06x}:{:06x}:{}",
+            0,
             self.qpn,
             self.psn,
-            hex(&self.gid),
-            hex(&self.mac)
-        )
+            hex(&self.gid)
+        );
+        let mut m = [0u8; MSG_LEN];
+        m[..text.len()].copy_from_slice(text.as_bytes());
+        m
     }
 
-    fn parse(s: &str) -> Result<Dest, String> {
-        let bad = || format!("bad peer address message '{}'", s.trim());
-        let f: Vec<&str> = s.trim().split(':').collect();
-        let [_, qpn, psn, gid, mac] = f[..] else {
+    fn parse(m: &[u8]) -> Result<Dest, String> {
+        let s = String::from_utf8_lossy(m);
+        let s = s.trim_end_matches('\0');
+        let bad = || format!("bad peer address message '{s}'");
+        let f: Vec<&str> = s.split(':').collect();
+        let [_, qpn, psn, gid] = f[..] else {
             return Err(bad());
         };
         let num = |x: &str| u32::from_str_radix(x, 16).map_err(|_| bad());
@@ -110,7 +126,6 @@ impl Dest {
             qpn: num(qpn)?,
             psn: num(psn)?,
             gid: unhex(gid).ok_or_else(bad)?,
-            mac: unhex(mac).ok_or_else(bad)?,
         })
     }
 }
@@ -130,11 +145,17 @@ fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
     Some(out)
 }
 
-/// Swaps addresses with the peer over TCP: the client connects, writes
-/// first, reads; the server accepts, reads, writes.
-fn exchange(o: &Opts, me: &Dest) -> Result<Dest, String> {
+/// Swaps addresses with the peer over TCP as ibv_rc_pingpong does: the
+/// client connects, writes, reads, connects its QP and says "done"; the
+/// server accepts, reads, connects its QP (so the client's first SEND finds
+/// it ready), writes and waits for "done".
+fn exchange(
+    o: &Opts,
+    me: &Dest,
+    connect_qp: impl FnOnce(&Dest) -> Result<(), String>,
+) -> Result<Dest, String> {
     let io = |e: std::io::Error| format!("TCP exchange: {e}");
-    let stream = match &o.server {
+    let mut stream = match &o.server {
         Some(host) => TcpStream::connect((host.as_str(), o.port)).map_err(io)?,
         None => {
             let host = o.addr.as_deref().unwrap_or("127.0.0.1");
@@ -143,17 +164,23 @@ fn exchange(o: &Opts, me: &Dest) -> Result<Dest, String> {
         }
     };
     stream.set_read_timeout(Some(WAIT)).map_err(io)?;
-    let mut w = stream.try_clone().map_err(io)?;
-    let mut r = BufReader::new(stream);
-    let mut line = String::new();
+    let mut msg = [0u8; MSG_LEN];
     if o.server.is_some() {
-        w.write_all(me.line().as_bytes()).map_err(io)?;
-        r.read_line(&mut line).map_err(io)?;
+        stream.write_all(&me.message()).map_err(io)?;
+        stream.read_exact(&mut msg).map_err(io)?;
+        let peer = Dest::parse(&msg)?;
+        connect_qp(&peer)?;
+        stream.write_all(DONE).map_err(io)?;
+        Ok(peer)
     } else {
-        r.read_line(&mut line).map_err(io)?;
-        w.write_all(me.line().as_bytes()).map_err(io)?;
+        stream.read_exact(&mut msg).map_err(io)?;
+        let peer = Dest::parse(&msg)?;
+        connect_qp(&peer)?;
+        stream.write_all(&me.message()).map_err(io)?;
+        let mut done = [0u8; DONE.len()];
+        stream.read_exact(&mut done).map_err(io)?;
+        Ok(peer)
     }
-    Dest::parse(&line)
 }
 
 fn fill(mr: &Mr<Vec<u8>>, size: usize, iter: u64) {
@@ -181,6 +208,16 @@ fn check(mr: &Mr<Vec<u8>>, size: usize, iter: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether the received half holds what ibv_rc_pingpong sends.
+fn is_ibv_payload(mr: &Mr<Vec<u8>>, size: usize) -> bool {
+    let base = mr.addr() as *const u8;
+    (0..size).all(|i| {
+        // SAFETY: the receive half, completed (its CQE was polled).
+        let b = unsafe { base.add(size + i).read_volatile() };
+        b == IBV_PAYLOAD || (b == 0 && i % 4096 == 0)
+    })
+}
+
 fn wait_one(cq: &mut Cq, wr_id: u64) -> Result<(), String> {
     let mut wc = [Wc::default(); 1];
     let deadline = Instant::now() + WAIT;
@@ -203,7 +240,10 @@ fn wait_one(cq: &mut Cq, wr_id: u64) -> Result<(), String> {
 }
 
 fn connect(qp: &Qp, o: &Opts, my_psn: u32, peer: &Dest) -> verbs::Result<()> {
-    let path = AhAttr::roce(1, Gid(peer.gid), GID_INDEX, Some(peer.mac));
+    // The message carries no MAC. The emulated link routes by GID; the
+    // loopback neighbour's all-zero MAC is what the kernel would resolve
+    // for these 127/8 addresses.
+    let path = AhAttr::roce(1, Gid(peer.gid), GID_INDEX, Some([0; 6]));
     qp.to_rtr(&RtrAttr::new(o.mtu, peer.qpn, peer.psn, path).min_rnr_timer(12))?;
     qp.to_rts(&RtsAttr::new(my_psn).timeout(14).retry_cnt(7).rnr_retry(7))
 }
@@ -250,7 +290,6 @@ fn run() -> Result<(), String> {
         qpn: qp.qpn(),
         psn: std::process::id() & 0xff_ffff,
         gid: gid.0,
-        mac: sim.identity().mac,
     };
     println!(
         "  local address:  QPN {:#08x}, PSN {:#08x}, GID {}, UDP {local}",
@@ -265,16 +304,16 @@ fn run() -> Result<(), String> {
     for _ in 0..o.rx_depth {
         qp.post_recv(&RecvWr::new(RECV_WRID, &recv)).map_err(err)?;
     }
-    let peer = exchange(&o, &me)?;
+    let peer = exchange(&o, &me, |peer| connect(&qp, &o, me.psn, peer).map_err(err))?;
     println!(
         "  remote address: QPN {:#08x}, PSN {:#08x}, GID {}",
         peer.qpn,
         peer.psn,
         Gid(peer.gid).to_ipv6()
     );
-    connect(&qp, &o, me.psn, &peer).map_err(err)?;
     let send = [Sge::from_mr(&mr, 0, o.size as u32)];
     let client = o.server.is_some();
+    let mut peer_is_ibv = false;
     let start = Instant::now();
     for iter in 0..o.iters {
         if client {
@@ -283,7 +322,13 @@ fn run() -> Result<(), String> {
             wait_one(&mut cq, SEND_WRID)?;
         }
         wait_one(&mut cq, RECV_WRID)?;
-        check(&mr, o.size, iter)?;
+        if iter == 0 && is_ibv_payload(&mr, o.size) {
+            peer_is_ibv = true;
+            println!("  peer sends ibv_rc_pingpong's payload: not checked");
+        }
+        if !peer_is_ibv {
+            check(&mr, o.size, iter)?;
+        }
         qp.post_recv(&RecvWr::new(RECV_WRID, &recv)).map_err(err)?;
         if !client {
             fill(&mr, o.size, iter);

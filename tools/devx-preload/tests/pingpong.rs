@@ -2,7 +2,9 @@
 //! with its own emulated device (`sim0` of its process) bound to its own
 //! loopback address: RC traffic between the two emulated devices over
 //! RoCE v2 on UDP, the QPs and doorbells served by the preload library.
-//! Skips, saying so, when ibverbs-utils is not installed.
+//! Then the Rust verbs example `rc_pingpong_net` against it, either side
+//! as server. Skips, saying so, when ibverbs-utils (or the example) is
+//! not there.
 
 use std::io::Read;
 use std::net::{Ipv4Addr, TcpListener};
@@ -16,6 +18,7 @@ const GID_INDEX: &str = "3";
 /// How long the server may take to listen, and the whole exchange to end.
 const LISTEN_WAIT: Duration = Duration::from_secs(20);
 const RUN_WAIT: Duration = Duration::from_secs(120);
+const ITERS: &str = "100";
 
 fn preload_lib() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
@@ -72,22 +75,42 @@ fn listening(port: u16) -> bool {
     })
 }
 
-fn spawn(exe: &Path, side: u8, port: u16, iters: &str, server: Option<&str>) -> Child {
-    let mut cmd = Command::new(exe);
-    cmd.args(["-d", "sim0", "-g", GID_INDEX, "-n", iters, "-p"])
-        .arg(port.to_string());
+/// One side of a ping-pong: ibv_rc_pingpong on the preload library, or
+/// the Rust verbs example.
+#[derive(Clone, Copy)]
+enum Prog<'a> {
+    Ibv(&'a Path),
+    Rust(&'a Path),
+}
+
+/// Starts `prog` as side `side` (its device at `addr(side)`), a client of
+/// `server` when given.
+fn spawn(prog: Prog<'_>, side: u8, port: u16, server: Option<String>) -> Child {
+    let mut cmd = match prog {
+        Prog::Ibv(exe) => {
+            let mut c = Command::new(exe);
+            c.args(["-d", "sim0", "-g", GID_INDEX])
+                .env("LD_PRELOAD", preload_lib())
+                .env("DEVX_PRELOAD_DEVICES", "sim0")
+                .env("DEVX_PRELOAD_LOG", "1")
+                .env("DEVX_SIM_ADDR_sim0", addr(side).to_string());
+            c
+        }
+        Prog::Rust(exe) => {
+            let mut c = Command::new(exe);
+            c.arg("-a").arg(addr(side).to_string());
+            c
+        }
+    };
+    cmd.args(["-n", ITERS, "-p"]).arg(port.to_string());
     if let Some(s) = server {
         cmd.arg(s);
     }
-    cmd.env("LD_PRELOAD", preload_lib())
-        .env("DEVX_PRELOAD_DEVICES", "sim0")
-        .env("DEVX_PRELOAD_LOG", "1")
-        .env("DEVX_SIM_ADDR_sim0", addr(side).to_string())
-        .stdin(Stdio::null())
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn ibv_rc_pingpong")
+        .expect("spawn a ping-pong program")
 }
 
 /// Output of a finished (or killed) child.
@@ -147,14 +170,13 @@ fn numbers(out: &str) -> (f64, f64) {
     (usec, mbit)
 }
 
-#[test]
-fn ibv_rc_pingpong_between_two_processes_and_two_emulated_devices() {
-    let Some(exe) = tool("ibv_rc_pingpong") else {
-        eprintln!("skipped: {SKIP}");
-        return;
-    };
+/// Runs `server` and then `client` against it, as sides `base + 1` and
+/// `base + 2` (tests running at once use different bases); both must exit
+/// 0 and print their report lines. Returns both outputs.
+fn ping_pong(base: u8, server: Prog<'_>, client: Prog<'_>) -> (String, String) {
+    let (s_side, c_side) = (base + 1, base + 2);
     let port = free_port();
-    let mut srv = spawn(&exe, 1, port, "100", None);
+    let mut srv = spawn(server, s_side, port, None);
     let listen_by = Instant::now() + LISTEN_WAIT;
     while !listening(port) && Instant::now() < listen_by {
         if let Ok(Some(st)) = srv.try_wait() {
@@ -173,22 +195,28 @@ fn ibv_rc_pingpong_between_two_processes_and_two_emulated_devices() {
             output(&mut srv)
         );
     }
-    let cli = spawn(&exe, 2, port, "100", Some("127.0.0.1"));
+    // ibv_rc_pingpong listens on every address, the Rust example on its own.
+    let host = match server {
+        Prog::Ibv(_) => "127.0.0.1".to_string(),
+        Prog::Rust(_) => addr(s_side).to_string(),
+    };
+    let cli = spawn(client, c_side, port, Some(host));
     let (srv_ok, cli_ok, srv_out, cli_out) = wait_both(srv, cli, Instant::now() + RUN_WAIT);
     let both = format!("--- server\n{srv_out}\n--- client\n{cli_out}");
-    assert!(srv_ok && cli_ok, "ibv_rc_pingpong failed:\n{both}");
+    assert!(srv_ok && cli_ok, "ping-pong failed:\n{both}");
     for out in [&srv_out, &cli_out] {
         // Both directions count: 2 × 4096-byte messages per iteration.
         assert!(out.contains("819200 bytes in "), "{both}");
-        assert!(out.contains("100 iters in "), "{both}");
+        assert!(out.contains(&format!("{ITERS} iters in ")), "{both}");
         // Each side reached the other's device by its RoCE v2 GID.
-        for side in [1, 2] {
-            assert!(
-                out.contains(&format!("GID ::ffff:{}", addr(side))),
-                "{both}"
-            );
-        }
-        assert!(out.contains("doorbell watch: "), "{both}");
+        assert!(
+            out.contains(&format!("GID ::ffff:{}", addr(s_side))),
+            "{both}"
+        );
+        assert!(
+            out.contains(&format!("GID ::ffff:{}", addr(c_side))),
+            "{both}"
+        );
     }
     for (who, out) in [("server", &srv_out), ("client", &cli_out)] {
         let (usec, mbit) = numbers(out);
@@ -197,5 +225,59 @@ fn ibv_rc_pingpong_between_two_processes_and_two_emulated_devices() {
             .find(|l| l.contains("doorbell watch: "))
             .unwrap_or_default();
         eprintln!("{who}: {usec} usec/iter, {mbit} Mbit/sec; {watch}");
+    }
+    (srv_out, cli_out)
+}
+
+/// The Rust verbs example, when cargo built it (`cargo test --workspace`
+/// or `cargo build -p verbs --examples`).
+fn rust_pingpong() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let profile = exe.parent()?.parent()?;
+    let p = profile.join("examples").join("rc_pingpong_net");
+    p.is_file().then_some(p)
+}
+
+const SKIP_RUST: &str = "the rc_pingpong_net example is not built; cargo build -p verbs --examples";
+
+#[test]
+fn ibv_rc_pingpong_between_two_processes_and_two_emulated_devices() {
+    let Some(exe) = tool("ibv_rc_pingpong") else {
+        eprintln!("skipped: {SKIP}");
+        return;
+    };
+    let (srv, cli) = ping_pong(10, Prog::Ibv(&exe), Prog::Ibv(&exe));
+    for out in [srv, cli] {
+        assert!(out.contains("doorbell watch: "), "{out}");
+    }
+}
+
+#[test]
+fn the_rust_rc_pingpong_interoperates_with_ibv_rc_pingpong_either_side_serving() {
+    let Some(ibv) = tool("ibv_rc_pingpong") else {
+        eprintln!("skipped: {SKIP}");
+        return;
+    };
+    let Some(rust) = rust_pingpong() else {
+        eprintln!("skipped: {SKIP_RUST}");
+        return;
+    };
+    for (base, server, client) in [
+        (20, Prog::Rust(&rust), Prog::Ibv(&ibv)),
+        (30, Prog::Ibv(&ibv), Prog::Rust(&rust)),
+    ] {
+        let (srv, cli) = ping_pong(base, server, client);
+        // ibv_rc_pingpong sends and receives in one buffer: as server it
+        // echoes the Rust client's bytes, which the client checks; as
+        // client it starts with its own payload, which the Rust server
+        // recognises and leaves unchecked.
+        if matches!(server, Prog::Rust(_)) {
+            assert!(
+                srv.contains("peer sends ibv_rc_pingpong's payload"),
+                "{srv}"
+            );
+        } else {
+            assert!(!cli.contains("not checked"), "{cli}");
+        }
     }
 }
