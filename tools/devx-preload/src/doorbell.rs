@@ -43,6 +43,7 @@
 //! and the next doorbell finds it looking. The thread ends when the context
 //! closes.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -165,7 +166,14 @@ impl Watcher {
             let shared = Arc::clone(&self.shared);
             let spawned = std::thread::Builder::new()
                 .name("devx-preload-db".into())
-                .spawn(move || run(&shared));
+                .spawn(move || {
+                    // A panic ends the watch (doorbells then go unnoticed),
+                    // never the program.
+                    let r = std::panic::catch_unwind(AssertUnwindSafe(|| run(&shared)));
+                    if r.is_err() {
+                        eprintln!("devx-preload: the doorbell watch thread stopped on a panic");
+                    }
+                });
             match spawned {
                 Ok(h) => *t = Some(h),
                 Err(e) => state::log(|| format!("doorbell watch thread: {e}")),
