@@ -253,6 +253,15 @@ fn ibv_rc_pingpong_between_two_processes_and_two_emulated_devices() {
 }
 
 #[test]
+fn ibv_uc_pingpong_between_two_processes_and_two_emulated_devices() {
+    let Some(exe) = tool("ibv_uc_pingpong") else {
+        eprintln!("skipped: {SKIP}");
+        return;
+    };
+    ping_pong(40, Prog::Ibv(&exe), Prog::Ibv(&exe));
+}
+
+#[test]
 fn the_rust_rc_pingpong_interoperates_with_ibv_rc_pingpong_either_side_serving() {
     let Some(ibv) = tool("ibv_rc_pingpong") else {
         eprintln!("skipped: {SKIP}");
