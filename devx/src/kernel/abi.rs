@@ -33,6 +33,7 @@ pub mod verbs {
     pub const UVERBS_OBJECT_PD: u16 = 1;
     pub const UVERBS_OBJECT_CQ: u16 = 3;
     pub const UVERBS_OBJECT_QP: u16 = 4;
+    pub const UVERBS_OBJECT_AH: u16 = 6;
     pub const UVERBS_OBJECT_MR: u16 = 7;
     pub const UVERBS_OBJECT_ASYNC_EVENT: u16 = 16;
 
@@ -55,6 +56,9 @@ pub mod verbs {
     /// `UVERBS_METHOD_MR_DESTROY` and its handle.
     pub const UVERBS_METHOD_MR_DESTROY: u16 = 1;
     pub const UVERBS_ATTR_DESTROY_MR_HANDLE: u16 = 0;
+    /// `UVERBS_METHOD_AH_DESTROY` and its handle.
+    pub const UVERBS_METHOD_AH_DESTROY: u16 = 0;
+    pub const UVERBS_ATTR_DESTROY_AH_HANDLE: u16 = 0;
     /// Methods of `UVERBS_OBJECT_QP` and their attributes.
     pub const UVERBS_METHOD_QP_CREATE: u16 = 0;
     pub const UVERBS_METHOD_QP_DESTROY: u16 = 1;
@@ -127,6 +131,7 @@ pub mod verbs {
     pub const IB_USER_VERBS_CMD_QUERY_PORT: u32 = 2;
     pub const IB_USER_VERBS_CMD_ALLOC_PD: u32 = 3;
     pub const IB_USER_VERBS_CMD_DEALLOC_PD: u32 = 4;
+    pub const IB_USER_VERBS_CMD_CREATE_AH: u32 = 5;
     pub const IB_USER_VERBS_CMD_REG_MR: u32 = 9;
     pub const IB_USER_VERBS_CMD_DEREG_MR: u32 = 13;
     pub const IB_USER_VERBS_CMD_QUERY_QP: u32 = 25;
@@ -710,6 +715,7 @@ pub fn method_name(object_id: u16, method_id: u16) -> &'static str {
         (verbs::UVERBS_OBJECT_MR, verbs::UVERBS_METHOD_MR_DESTROY) => "MR_DESTROY",
         (verbs::UVERBS_OBJECT_CQ, verbs::UVERBS_METHOD_CQ_CREATE) => "CQ_CREATE",
         (verbs::UVERBS_OBJECT_CQ, verbs::UVERBS_METHOD_CQ_DESTROY) => "CQ_DESTROY",
+        (verbs::UVERBS_OBJECT_AH, verbs::UVERBS_METHOD_AH_DESTROY) => "AH_DESTROY",
         (verbs::UVERBS_OBJECT_QP, verbs::UVERBS_METHOD_QP_CREATE) => "QP_CREATE",
         (verbs::UVERBS_OBJECT_QP, verbs::UVERBS_METHOD_QP_DESTROY) => "QP_DESTROY",
         (verbs::UVERBS_OBJECT_ASYNC_EVENT, verbs::UVERBS_METHOD_ASYNC_EVENT_ALLOC) => {

@@ -363,6 +363,45 @@ pub struct QueryQpResp {
     pub reserved: [u8; 5],
 }
 
+/// `struct ib_uverbs_ah_attr` (with its `ib_uverbs_global_route`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct AhAttr {
+    pub dgid: [u8; 16],
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub grh_reserved: u8,
+    pub dlid: u16,
+    pub sl: u8,
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    pub is_global: u8,
+    pub port_num: u8,
+    pub reserved: u8,
+}
+
+/// `struct ib_uverbs_create_ah` (the write command's core request).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct CreateAh {
+    pub response: u64,
+    pub user_handle: u64,
+    pub pd_handle: u32,
+    pub reserved: u32,
+    pub attr: AhAttr,
+}
+
+/// `struct mlx5_ib_create_ah_resp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Mlx5CreateAhResp {
+    pub response_length: u32,
+    pub dmac: [u8; 6],
+    pub reserved: [u8; 6],
+}
+
 /// `enum ib_qp_attr_mask` bits of MODIFY_QP / QUERY_QP.
 pub mod qp_attr {
     pub const STATE: u32 = 1 << 0;
@@ -496,6 +535,9 @@ mod tests {
         assert_eq!(std::mem::offset_of!(ModifyQp, qp_state), 96);
         assert_eq!(std::mem::size_of::<QueryQp>(), 16);
         assert_eq!(std::mem::size_of::<QueryQpResp>(), 128);
+        assert_eq!(std::mem::size_of::<AhAttr>(), 32);
+        assert_eq!(std::mem::size_of::<CreateAh>(), 56);
+        assert_eq!(std::mem::size_of::<Mlx5CreateAhResp>(), 16);
     }
 
     #[test]

@@ -24,6 +24,7 @@ use crate::doorbell::Watcher;
 use crate::state;
 use crate::uverbs::{page_size, Errno, Request, UverbsFile};
 
+mod ah;
 mod qp;
 
 /// A ucontext: the DEVX context of the emulated device behind one uverbs
@@ -67,6 +68,11 @@ enum Object {
     },
     /// A QP over the program's buffer and doorbell record.
     Qp(Box<qp::QpObj>),
+    /// An address handle (no device object on mlx5).
+    Ah {
+        _ah: verbs::Ah,
+        pd_handle: u32,
+    },
 }
 
 impl Object {
@@ -74,7 +80,7 @@ impl Object {
     fn rank(&self) -> u8 {
         match self {
             Object::Qp(_) => 0,
-            Object::Devx(_) | Object::Mr { .. } | Object::Cq { .. } => 1,
+            Object::Devx(_) | Object::Mr { .. } | Object::Cq { .. } | Object::Ah { .. } => 1,
             Object::Pd(_) | Object::Umem(_) => 2,
             Object::Uar(_) => 3,
         }
@@ -185,6 +191,7 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
             | (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_CREATE)
             | (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_DESTROY)
             | (ids::UVERBS_OBJECT_QP, ids::UVERBS_METHOD_QP_CREATE)
+            | (ids::UVERBS_OBJECT_AH, ids::UVERBS_METHOD_AH_DESTROY)
             | (ids::UVERBS_OBJECT_QP, ids::UVERBS_METHOD_QP_DESTROY)
             | (obj::DEVX_OBJ, obj_ids::METHOD_CREATE)
             | (obj::DEVX_OBJ, obj_ids::METHOD_DESTROY)
@@ -225,6 +232,7 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_CREATE) => create_cq(&ctx, req),
         (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_DESTROY) => destroy_cq(&ctx, req),
         (ids::UVERBS_OBJECT_QP, ids::UVERBS_METHOD_QP_CREATE) => qp::create_qp(&ctx, req),
+        (ids::UVERBS_OBJECT_AH, ids::UVERBS_METHOD_AH_DESTROY) => ah::destroy_ah(&ctx, req),
         (ids::UVERBS_OBJECT_QP, ids::UVERBS_METHOD_QP_DESTROY) => qp::destroy_qp(&ctx, req),
         (obj::DEVX_OBJ, obj_ids::METHOD_CREATE) => devx_obj_create(&ctx, req),
         (obj::DEVX_OBJ, obj_ids::METHOD_DESTROY) => devx_obj_destroy(&ctx, req),
@@ -429,6 +437,7 @@ fn invoke_write(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         RegMr,
         ModifyQp,
         QueryQp,
+        CreateAh,
     }
     let ext = u64::from(ids::IB_USER_VERBS_CMD_FLAG_EXTENDED);
     let (w, need_in) = match cmd {
@@ -445,6 +454,9 @@ fn invoke_write(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         }
         c if c == u64::from(ids::IB_USER_VERBS_CMD_MODIFY_QP) => {
             (W::ModifyQp, std::mem::size_of::<uabi::ModifyQp>())
+        }
+        c if c == u64::from(ids::IB_USER_VERBS_CMD_CREATE_AH) => {
+            (W::CreateAh, std::mem::size_of::<uabi::CreateAh>())
         }
         c if c == u64::from(ids::IB_USER_VERBS_CMD_QUERY_QP) => {
             (W::QueryQp, std::mem::size_of::<uabi::QueryQp>())
@@ -501,6 +513,7 @@ fn invoke_write(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         W::RegMr => reg_mr(&ctx, req, &core_in),
         W::ModifyQp => qp::modify_qp(&ctx, &core_in),
         W::QueryQp => qp::query_qp(&ctx, req, &core_in),
+        W::CreateAh => ah::create_ah(&ctx, req, &core_in),
     }
 }
 
@@ -1071,6 +1084,7 @@ fn destroy_pd(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     let in_use = ctx.objects().table.values().any(|o| match o {
         Object::Mr { pd_handle, .. } => u64::from(*pd_handle) == handle,
         Object::Qp(q) => u64::from(q.pd_handle) == handle,
+        Object::Ah { pd_handle, .. } => u64::from(*pd_handle) == handle,
         _ => false,
     });
     if in_use {

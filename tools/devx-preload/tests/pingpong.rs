@@ -85,7 +85,7 @@ enum Prog<'a> {
 
 /// Starts `prog` as side `side` (its device at `addr(side)`), a client of
 /// `server` when given.
-fn spawn(prog: Prog<'_>, side: u8, port: u16, server: Option<String>) -> Child {
+fn spawn(prog: Prog<'_>, side: u8, port: u16, size: u32, server: Option<String>) -> Child {
     let mut cmd = match prog {
         Prog::Ibv(exe) => {
             let mut c = Command::new(exe);
@@ -102,7 +102,10 @@ fn spawn(prog: Prog<'_>, side: u8, port: u16, server: Option<String>) -> Child {
             c
         }
     };
-    cmd.args(["-n", ITERS, "-p"]).arg(port.to_string());
+    cmd.args(["-n", ITERS, "-s"])
+        .arg(size.to_string())
+        .arg("-p")
+        .arg(port.to_string());
     if let Some(s) = server {
         cmd.arg(s);
     }
@@ -173,10 +176,10 @@ fn numbers(out: &str) -> (f64, f64) {
 /// Runs `server` and then `client` against it, as sides `base + 1` and
 /// `base + 2` (tests running at once use different bases); both must exit
 /// 0 and print their report lines. Returns both outputs.
-fn ping_pong(base: u8, server: Prog<'_>, client: Prog<'_>) -> (String, String) {
+fn ping_pong(base: u8, size: u32, server: Prog<'_>, client: Prog<'_>) -> (String, String) {
     let (s_side, c_side) = (base + 1, base + 2);
     let port = free_port();
-    let mut srv = spawn(server, s_side, port, None);
+    let mut srv = spawn(server, s_side, port, size, None);
     let listen_by = Instant::now() + LISTEN_WAIT;
     while !listening(port) && Instant::now() < listen_by {
         if let Ok(Some(st)) = srv.try_wait() {
@@ -200,13 +203,14 @@ fn ping_pong(base: u8, server: Prog<'_>, client: Prog<'_>) -> (String, String) {
         Prog::Ibv(_) => "127.0.0.1".to_string(),
         Prog::Rust(_) => addr(s_side).to_string(),
     };
-    let cli = spawn(client, c_side, port, Some(host));
+    let cli = spawn(client, c_side, port, size, Some(host));
     let (srv_ok, cli_ok, srv_out, cli_out) = wait_both(srv, cli, Instant::now() + RUN_WAIT);
     let both = format!("--- server\n{srv_out}\n--- client\n{cli_out}");
     assert!(srv_ok && cli_ok, "ping-pong failed:\n{both}");
     for out in [&srv_out, &cli_out] {
-        // Both directions count: 2 × 4096-byte messages per iteration.
-        assert!(out.contains("819200 bytes in "), "{both}");
+        // Both directions count: two messages per iteration.
+        let bytes = 2 * size * ITERS.parse::<u32>().unwrap_or_default();
+        assert!(out.contains(&format!("{bytes} bytes in ")), "{both}");
         assert!(out.contains(&format!("{ITERS} iters in ")), "{both}");
         // Each side reached the other's device by its RoCE v2 GID.
         assert!(
@@ -246,7 +250,7 @@ fn ibv_rc_pingpong_between_two_processes_and_two_emulated_devices() {
         eprintln!("skipped: {SKIP}");
         return;
     };
-    let (srv, cli) = ping_pong(10, Prog::Ibv(&exe), Prog::Ibv(&exe));
+    let (srv, cli) = ping_pong(10, 4096, Prog::Ibv(&exe), Prog::Ibv(&exe));
     for out in [srv, cli] {
         assert!(out.contains("doorbell watch: "), "{out}");
     }
@@ -258,7 +262,17 @@ fn ibv_uc_pingpong_between_two_processes_and_two_emulated_devices() {
         eprintln!("skipped: {SKIP}");
         return;
     };
-    ping_pong(40, Prog::Ibv(&exe), Prog::Ibv(&exe));
+    ping_pong(40, 4096, Prog::Ibv(&exe), Prog::Ibv(&exe));
+}
+
+/// UD: each send names an address handle (CREATE_AH for the peer's GID).
+#[test]
+fn ibv_ud_pingpong_between_two_processes_and_two_emulated_devices() {
+    let Some(exe) = tool("ibv_ud_pingpong") else {
+        eprintln!("skipped: {SKIP}");
+        return;
+    };
+    ping_pong(50, 1024, Prog::Ibv(&exe), Prog::Ibv(&exe));
 }
 
 #[test]
@@ -275,7 +289,7 @@ fn the_rust_rc_pingpong_interoperates_with_ibv_rc_pingpong_either_side_serving()
         (20, Prog::Rust(&rust), Prog::Ibv(&ibv)),
         (30, Prog::Ibv(&ibv), Prog::Rust(&rust)),
     ] {
-        let (srv, cli) = ping_pong(base, server, client);
+        let (srv, cli) = ping_pong(base, 4096, server, client);
         // ibv_rc_pingpong sends and receives in one buffer: as server it
         // echoes the Rust client's bytes, which the client checks; as
         // client it starts with its own payload, which the Rust server

@@ -79,7 +79,7 @@ fn verbs_errno(e: &devx::Error) -> Errno {
     }
 }
 
-fn verbs_err(e: verbs::Error) -> Errno {
+pub(super) fn verbs_err(e: verbs::Error) -> Errno {
     match &e {
         verbs::Error::Device { source, .. } => verbs_errno(source),
         _ => e.errno(),
@@ -422,7 +422,7 @@ fn access_of(bits: u32) -> Result<AccessFlags, Errno> {
 /// own MAC; other peers of the emulated link are reached by their GID (the
 /// engine routes by address), so the loopback neighbour's all-zero MAC is
 /// recorded, as Linux resolves addresses on `lo`.
-fn resolve_dmac(ctx: &verbs::Context, port: u8, dgid: &Gid) -> [u8; 6] {
+pub(super) fn resolve_dmac(ctx: &verbs::Context, port: u8, dgid: &Gid) -> [u8; 6] {
     if let Some(m) = verbs::mac_from_gid(dgid) {
         return m;
     }
