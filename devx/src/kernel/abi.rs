@@ -133,6 +133,7 @@ pub mod verbs {
     pub const IB_USER_VERBS_CMD_DEALLOC_PD: u32 = 4;
     pub const IB_USER_VERBS_CMD_CREATE_AH: u32 = 5;
     pub const IB_USER_VERBS_CMD_REG_MR: u32 = 9;
+    pub const IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL: u32 = 17;
     pub const IB_USER_VERBS_CMD_DEREG_MR: u32 = 13;
     pub const IB_USER_VERBS_CMD_QUERY_QP: u32 = 25;
     pub const IB_USER_VERBS_CMD_MODIFY_QP: u32 = 26;

@@ -105,10 +105,18 @@ impl Page {
     }
 }
 
+/// Something else the thread serves on each look: completion channels
+/// forward the device's events to the program.
+pub trait EventSource: Send + Sync {
+    /// Forwards what waits; returns how many.
+    fn forward(&self) -> usize;
+}
+
 /// What the thread and the context share.
 struct Shared {
     sim: Arc<SimDevice>,
     pages: Mutex<Vec<Page>>,
+    sources: Mutex<Vec<Arc<dyn EventSource>>>,
     stop: AtomicBool,
     noticed: AtomicU64,
     looks: AtomicU64,
@@ -141,6 +149,7 @@ impl Watcher {
             shared: Arc::new(Shared {
                 sim,
                 pages: Mutex::new(Vec::new()),
+                sources: Mutex::new(Vec::new()),
                 stop: AtomicBool::new(false),
                 noticed: AtomicU64::new(0),
                 looks: AtomicU64::new(0),
@@ -179,6 +188,15 @@ impl Watcher {
                 Err(e) => state::log(|| format!("doorbell watch thread: {e}")),
             }
         }
+    }
+
+    /// Serves `source` on every look from now on (until the context closes).
+    pub fn serve(&self, source: Arc<dyn EventSource>) {
+        self.shared
+            .sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(source);
     }
 
     /// Stops watching `page_id` (its UAR was freed).
@@ -236,10 +254,17 @@ fn run(shared: &Shared) {
                 }
             }
         }
+        let forwarded: usize = shared
+            .sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|s| s.forward())
+            .sum();
         shared.looks.fetch_add(1, Ordering::Relaxed);
         shared.noticed.fetch_add(rung, Ordering::Relaxed);
         let rx = shared.sim.arrivals();
-        if rung != 0 || rx != rx_seen {
+        if rung != 0 || forwarded != 0 || rx != rx_seen {
             rx_seen = rx;
             last_activity = Instant::now();
             sleep = MIN_SLEEP;

@@ -25,6 +25,7 @@ use crate::state;
 use crate::uverbs::{page_size, Errno, Request, UverbsFile};
 
 mod ah;
+mod channel;
 mod qp;
 
 /// A ucontext: the DEVX context of the emulated device behind one uverbs
@@ -65,7 +66,11 @@ enum Object {
         obj: devx::Obj,
         ring: devx::Umem<ProgramMemory>,
         dbr: devx::Umem<ProgramMemory>,
+        /// The completion channel delivering its events.
+        channel: Option<Arc<channel::CompChannel>>,
     },
+    /// A completion channel (the program holds its fd).
+    CompChannel(Arc<channel::CompChannel>),
     /// A QP over the program's buffer and doorbell record.
     Qp(Box<qp::QpObj>),
     /// An address handle (no device object on mlx5).
@@ -81,7 +86,7 @@ impl Object {
         match self {
             Object::Qp(_) => 0,
             Object::Devx(_) | Object::Mr { .. } | Object::Cq { .. } | Object::Ah { .. } => 1,
-            Object::Pd(_) | Object::Umem(_) => 2,
+            Object::Pd(_) | Object::Umem(_) | Object::CompChannel(_) => 2,
             Object::Uar(_) => 3,
         }
     }
@@ -438,6 +443,7 @@ fn invoke_write(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         ModifyQp,
         QueryQp,
         CreateAh,
+        CreateCompChannel,
     }
     let ext = u64::from(ids::IB_USER_VERBS_CMD_FLAG_EXTENDED);
     let (w, need_in) = match cmd {
@@ -454,6 +460,10 @@ fn invoke_write(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         }
         c if c == u64::from(ids::IB_USER_VERBS_CMD_MODIFY_QP) => {
             (W::ModifyQp, std::mem::size_of::<uabi::ModifyQp>())
+        }
+        c if c == u64::from(ids::IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL) => {
+            // `struct ib_uverbs_create_comp_channel`: the response pointer.
+            (W::CreateCompChannel, 8)
         }
         c if c == u64::from(ids::IB_USER_VERBS_CMD_CREATE_AH) => {
             (W::CreateAh, std::mem::size_of::<uabi::CreateAh>())
@@ -514,6 +524,7 @@ fn invoke_write(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         W::ModifyQp => qp::modify_qp(&ctx, &core_in),
         W::QueryQp => qp::query_qp(&ctx, req, &core_in),
         W::CreateAh => ah::create_ah(&ctx, req, &core_in),
+        W::CreateCompChannel => create_comp_channel(&ctx, req),
     }
 }
 
@@ -1188,10 +1199,20 @@ fn create_cq(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
         ids::UVERBS_ATTR_CREATE_CQ_FLAGS,
         uabi::CREATE_CQ_FLAGS_KNOWN,
     )?;
-    if req.attr(ids::UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL).is_some() {
-        state::log(|| "create_cq: completion channels are not served yet".into());
-        return Err(libc::EOPNOTSUPP);
-    }
+    let channel = match req.attr(ids::UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL) {
+        None => None,
+        Some(a) => {
+            let fd = i32::try_from(a.data).map_err(|_| libc::EINVAL)?;
+            let found = ctx.objects().table.values().find_map(|o| match o {
+                Object::CompChannel(c) if c.is(fd) => Some(Arc::clone(c)),
+                _ => None,
+            });
+            Some(found.ok_or(libc::EINVAL)?)
+        }
+    };
+    let user_handle = req
+        .const_in(ids::UVERBS_ATTR_CREATE_CQ_USER_HANDLE)?
+        .ok_or(libc::EINVAL)?;
     if vector >= ctx.num_comp_vectors {
         return Err(libc::EINVAL);
     }
@@ -1261,7 +1282,15 @@ fn create_cq(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
         .create(inbox.as_bytes(), CreateCqOut::SIZE_BYTES)
         .map_err(|e| e.errno())?;
     let cqn = obj.id();
-    let handle = ctx.objects().insert(Object::Cq { obj, ring, dbr });
+    if let Some(c) = &channel {
+        c.attach(&obj, user_handle)?;
+    }
+    let handle = ctx.objects().insert(Object::Cq {
+        obj,
+        ring,
+        dbr,
+        channel,
+    });
     ctx.watcher.start();
     req.output(
         ids::UVERBS_ATTR_CREATE_CQ_RESP_CQE,
@@ -1289,19 +1318,49 @@ fn destroy_cq(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     if in_use {
         return Err(libc::EBUSY);
     }
-    let Object::Cq { obj, ring, dbr } = take(ctx, handle, |o| matches!(o, Object::Cq { .. }))?
+    let Object::Cq {
+        obj,
+        ring,
+        dbr,
+        channel,
+    } = take(ctx, handle, |o| matches!(o, Object::Cq { .. }))?
     else {
         return Err(libc::EINVAL);
     };
+    let cqn = obj.id();
     if let Err(e) = obj.destroy() {
         let cq = Object::Cq {
             obj: *e.obj,
             ring,
             dbr,
+            channel,
         };
         return Err(put_back(ctx, handle, cq, e.error.errno()));
     }
-    req.output(ids::UVERBS_ATTR_DESTROY_CQ_RESP, &[0u8; 8])
+    // `struct ib_uverbs_destroy_cq_resp`: completion events the program read
+    // (it waits until it has acknowledged that many), async events.
+    let read = channel.as_ref().map_or(0, |c| c.detach(cqn));
+    let mut resp = [0u8; 8];
+    resp[..4].copy_from_slice(&read.to_ne_bytes());
+    req.output(ids::UVERBS_ATTR_DESTROY_CQ_RESP, &resp)
+}
+
+/// CREATE_COMP_CHANNEL: a completion channel; the fd the program reads
+/// events from.
+fn create_comp_channel(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
+    require_out(req, ids::UVERBS_ATTR_CORE_OUT, 4)?;
+    let ch = Arc::new(channel::CompChannel::new(ctx.verbs.devx())?);
+    let fd = ch.fd;
+    {
+        let mut o = ctx.objects();
+        // A channel whose fd number came back was closed by the program.
+        o.table
+            .retain(|_, v| !matches!(v, Object::CompChannel(c) if c.fd == fd));
+        o.insert(Object::CompChannel(Arc::clone(&ch)));
+    }
+    ctx.watcher.serve(ch);
+    ctx.watcher.start();
+    req.output(ids::UVERBS_ATTR_CORE_OUT, &fd.to_ne_bytes())
 }
 
 #[cfg(test)]

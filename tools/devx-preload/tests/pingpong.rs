@@ -79,7 +79,8 @@ fn listening(port: u16) -> bool {
 /// the Rust verbs example.
 #[derive(Clone, Copy)]
 enum Prog<'a> {
-    Ibv(&'a Path),
+    /// An ibverbs-utils program and extra options.
+    Ibv(&'a Path, &'a [&'a str]),
     Rust(&'a Path),
 }
 
@@ -87,9 +88,10 @@ enum Prog<'a> {
 /// `server` when given.
 fn spawn(prog: Prog<'_>, side: u8, port: u16, size: u32, server: Option<String>) -> Child {
     let mut cmd = match prog {
-        Prog::Ibv(exe) => {
+        Prog::Ibv(exe, extra) => {
             let mut c = Command::new(exe);
-            c.args(["-d", "sim0", "-g", GID_INDEX])
+            c.args(extra)
+                .args(["-d", "sim0", "-g", GID_INDEX])
                 .env("LD_PRELOAD", preload_lib())
                 .env("DEVX_PRELOAD_DEVICES", "sim0")
                 .env("DEVX_PRELOAD_LOG", "1")
@@ -200,7 +202,7 @@ fn ping_pong(base: u8, size: u32, server: Prog<'_>, client: Prog<'_>) -> (String
     }
     // ibv_rc_pingpong listens on every address, the Rust example on its own.
     let host = match server {
-        Prog::Ibv(_) => "127.0.0.1".to_string(),
+        Prog::Ibv(..) => "127.0.0.1".to_string(),
         Prog::Rust(_) => addr(s_side).to_string(),
     };
     let cli = spawn(client, c_side, port, size, Some(host));
@@ -250,7 +252,7 @@ fn ibv_rc_pingpong_between_two_processes_and_two_emulated_devices() {
         eprintln!("skipped: {SKIP}");
         return;
     };
-    let (srv, cli) = ping_pong(10, 4096, Prog::Ibv(&exe), Prog::Ibv(&exe));
+    let (srv, cli) = ping_pong(10, 4096, Prog::Ibv(&exe, &[]), Prog::Ibv(&exe, &[]));
     for out in [srv, cli] {
         assert!(out.contains("doorbell watch: "), "{out}");
     }
@@ -262,7 +264,18 @@ fn ibv_uc_pingpong_between_two_processes_and_two_emulated_devices() {
         eprintln!("skipped: {SKIP}");
         return;
     };
-    ping_pong(40, 4096, Prog::Ibv(&exe), Prog::Ibv(&exe));
+    ping_pong(40, 4096, Prog::Ibv(&exe, &[]), Prog::Ibv(&exe, &[]));
+}
+
+/// `-e`: the programs sleep on a completion channel and arm their CQ
+/// after each event instead of polling.
+#[test]
+fn ibv_rc_pingpong_with_completion_events() {
+    let Some(exe) = tool("ibv_rc_pingpong") else {
+        eprintln!("skipped: {SKIP}");
+        return;
+    };
+    ping_pong(60, 4096, Prog::Ibv(&exe, &["-e"]), Prog::Ibv(&exe, &["-e"]));
 }
 
 /// UD: each send names an address handle (CREATE_AH for the peer's GID).
@@ -272,7 +285,7 @@ fn ibv_ud_pingpong_between_two_processes_and_two_emulated_devices() {
         eprintln!("skipped: {SKIP}");
         return;
     };
-    ping_pong(50, 1024, Prog::Ibv(&exe), Prog::Ibv(&exe));
+    ping_pong(50, 1024, Prog::Ibv(&exe, &[]), Prog::Ibv(&exe, &[]));
 }
 
 #[test]
@@ -286,8 +299,8 @@ fn the_rust_rc_pingpong_interoperates_with_ibv_rc_pingpong_either_side_serving()
         return;
     };
     for (base, server, client) in [
-        (20, Prog::Rust(&rust), Prog::Ibv(&ibv)),
-        (30, Prog::Ibv(&ibv), Prog::Rust(&rust)),
+        (20, Prog::Rust(&rust), Prog::Ibv(&ibv, &[])),
+        (30, Prog::Ibv(&ibv, &[]), Prog::Rust(&rust)),
     ] {
         let (srv, cli) = ping_pong(base, 4096, server, client);
         // ibv_rc_pingpong sends and receives in one buffer: as server it
