@@ -30,18 +30,23 @@
 //! [`MIN_SLEEP`] until [`SPIN`] has passed, then sleeps, doubling the sleep
 //! up to [`MAX_SLEEP`] while nothing happens. An idle context thus wakes at
 //! most 1000 times a second; a busy one notices a doorbell within one short
-//! sleep. Short sleeps rather than spinning or yielding keep the thread a
-//! sleeper to the scheduler: on a machine whose CPUs are all busy (a
-//! program polling its CQ keeps one busy), a thread that spins or yields
-//! waits for a scheduler tick (4 ms) to run again, one that sleeps runs as
-//! soon as it wakes. Measured with ibv_rc_pingpong on two busy CPUs, a
-//! yielding watcher made each iteration 10 ms or more, a sleeping one as
-//! fast as the Rust verbs ringing doorbells themselves. Activity is a doorbell, or a message the
-//! device delivered (from the network or another device of the process):
-//! programs answer completions with new work (a ping-pong's reply), so the
-//! device wakes the thread on each delivery (`SimDevice::listen_arrivals`)
-//! and the next doorbell finds it looking. The thread ends when the context
-//! closes.
+//! sleep. Activity is a doorbell, or a message the device delivered (from
+//! the network or another device of the process): programs answer
+//! completions with new work (a ping-pong's reply), so the device wakes the
+//! thread on each delivery (`SimDevice::listen_arrivals`) and the next
+//! doorbell finds it looking.
+//!
+//! Short sleeps rather than spinning or yielding keep the thread a sleeper
+//! to the scheduler: on a machine whose CPUs are all busy (a program
+//! polling its CQ keeps one busy), a thread that spins or yields waits for
+//! a scheduler tick (4 ms) to run again, one that sleeps runs as soon as it
+//! wakes. Measured with ibv_rc_pingpong on two busy CPUs, a yielding
+//! watcher made each iteration 10 ms or more, a sleeping one as fast as the
+//! Rust verbs ringing doorbells themselves.
+//!
+//! The thread also serves the context's completion channels
+//! ([`EventSource`]): on each look it forwards the device's completion
+//! events to the program. It ends when the context closes.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
