@@ -974,6 +974,78 @@ mod tests {
         }
     }
 
+    /// A small deterministic generator (xorshift) for the fuzz tests.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn bytes(&mut self, out: &mut [u8]) {
+            for b in out {
+                *b = self.next() as u8;
+            }
+        }
+    }
+
+    /// Random requests get an errno or succeed; none crashes the library.
+    #[test]
+    fn random_modify_and_create_requests_get_errnos() {
+        let (file, _) = open_context();
+        let (pd, _) = alloc_pd_cmd(&file).unwrap();
+        let (page_id, cq) = uar_and_cq(&file);
+        let (h, _, _) = create(&file, ids::IB_UVERBS_QPT_RC, pd, cq, &geometry(page_id)).unwrap();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for i in 0..2000 {
+            let mut m = uabi::ModifyQp::default();
+            rng.bytes(m.as_mut_bytes());
+            // Mostly this QP, mostly known states and masks, so the
+            // requests reach past the first checks.
+            if i % 4 != 0 {
+                m.qp_handle = h;
+                m.qp_state %= 8;
+                m.cur_qp_state %= 8;
+                m.attr_mask &= qp_attr::KNOWN;
+            }
+            let _ = modify(&file, &m);
+            let _ = query(&file, h);
+        }
+        // Driver data with random fields over a buffer too small for most.
+        let buf = leak(1 << 16);
+        for _ in 0..500 {
+            let mut g = geometry(page_id);
+            g.buf_addr = buf;
+            g.sq_wqe_count = 1 << (rng.next() % 20);
+            g.rq_wqe_count = (1 << (rng.next() % 20)) & !(rng.next() as u32 & 1);
+            g.rq_wqe_shift = (rng.next() % 16) as u32;
+            g.flags = rng.next() as u32 & 0xfff;
+            g.uidx = rng.next() as u32;
+            g.bfreg_index = (rng.next() % 4) as u32;
+            if let Ok((qh, _, _)) = create(&file, ids::IB_UVERBS_QPT_UD, pd, cq, &g) {
+                let mut events = [0u8; 4];
+                let mut d = IoctlCmd::new(
+                    ids::UVERBS_OBJECT_QP,
+                    ids::UVERBS_METHOD_QP_DESTROY,
+                    [
+                        IoctlAttr::obj(ids::UVERBS_ATTR_DESTROY_QP_HANDLE, u64::from(qh)),
+                        IoctlAttr::ptr_out(
+                            ids::UVERBS_ATTR_DESTROY_QP_RESP,
+                            events.as_mut_ptr(),
+                            4,
+                        ),
+                    ],
+                );
+                let _ = run(&file, &mut d);
+            }
+        }
+        // The QP still answers.
+        assert!(query(&file, h).is_ok());
+    }
+
     #[test]
     fn bad_driver_data_is_refused_before_the_device() {
         let (file, _) = open_context();
