@@ -33,6 +33,7 @@ pub mod verbs {
     pub const UVERBS_OBJECT_PD: u16 = 1;
     pub const UVERBS_OBJECT_CQ: u16 = 3;
     pub const UVERBS_OBJECT_QP: u16 = 4;
+    pub const UVERBS_OBJECT_SRQ: u16 = 5;
     pub const UVERBS_OBJECT_AH: u16 = 6;
     pub const UVERBS_OBJECT_MR: u16 = 7;
     pub const UVERBS_OBJECT_ASYNC_EVENT: u16 = 16;
@@ -56,6 +57,27 @@ pub mod verbs {
     /// `UVERBS_METHOD_MR_DESTROY` and its handle.
     pub const UVERBS_METHOD_MR_DESTROY: u16 = 1;
     pub const UVERBS_ATTR_DESTROY_MR_HANDLE: u16 = 0;
+    /// Methods of `UVERBS_OBJECT_SRQ` and their attributes.
+    pub const UVERBS_METHOD_SRQ_CREATE: u16 = 0;
+    pub const UVERBS_METHOD_SRQ_DESTROY: u16 = 1;
+    pub const UVERBS_ATTR_CREATE_SRQ_HANDLE: u16 = 0;
+    pub const UVERBS_ATTR_CREATE_SRQ_PD_HANDLE: u16 = 1;
+    pub const UVERBS_ATTR_CREATE_SRQ_XRCD_HANDLE: u16 = 2;
+    pub const UVERBS_ATTR_CREATE_SRQ_CQ_HANDLE: u16 = 3;
+    pub const UVERBS_ATTR_CREATE_SRQ_USER_HANDLE: u16 = 4;
+    pub const UVERBS_ATTR_CREATE_SRQ_MAX_WR: u16 = 5;
+    pub const UVERBS_ATTR_CREATE_SRQ_MAX_SGE: u16 = 6;
+    pub const UVERBS_ATTR_CREATE_SRQ_LIMIT: u16 = 7;
+    pub const UVERBS_ATTR_CREATE_SRQ_MAX_NUM_TAGS: u16 = 8;
+    pub const UVERBS_ATTR_CREATE_SRQ_TYPE: u16 = 9;
+    pub const UVERBS_ATTR_CREATE_SRQ_EVENT_FD: u16 = 10;
+    pub const UVERBS_ATTR_CREATE_SRQ_RESP_MAX_WR: u16 = 11;
+    pub const UVERBS_ATTR_CREATE_SRQ_RESP_MAX_SGE: u16 = 12;
+    pub const UVERBS_ATTR_CREATE_SRQ_RESP_SRQ_NUM: u16 = 13;
+    pub const UVERBS_ATTR_DESTROY_SRQ_HANDLE: u16 = 0;
+    pub const UVERBS_ATTR_DESTROY_SRQ_RESP: u16 = 1;
+    /// `IB_UVERBS_SRQT_BASIC`.
+    pub const IB_UVERBS_SRQT_BASIC: u64 = 0;
     /// `UVERBS_METHOD_AH_DESTROY` and its handle.
     pub const UVERBS_METHOD_AH_DESTROY: u16 = 0;
     pub const UVERBS_ATTR_DESTROY_AH_HANDLE: u16 = 0;
@@ -717,6 +739,8 @@ pub fn method_name(object_id: u16, method_id: u16) -> &'static str {
         (verbs::UVERBS_OBJECT_CQ, verbs::UVERBS_METHOD_CQ_CREATE) => "CQ_CREATE",
         (verbs::UVERBS_OBJECT_CQ, verbs::UVERBS_METHOD_CQ_DESTROY) => "CQ_DESTROY",
         (verbs::UVERBS_OBJECT_AH, verbs::UVERBS_METHOD_AH_DESTROY) => "AH_DESTROY",
+        (verbs::UVERBS_OBJECT_SRQ, verbs::UVERBS_METHOD_SRQ_CREATE) => "SRQ_CREATE",
+        (verbs::UVERBS_OBJECT_SRQ, verbs::UVERBS_METHOD_SRQ_DESTROY) => "SRQ_DESTROY",
         (verbs::UVERBS_OBJECT_QP, verbs::UVERBS_METHOD_QP_CREATE) => "QP_CREATE",
         (verbs::UVERBS_OBJECT_QP, verbs::UVERBS_METHOD_QP_DESTROY) => "QP_DESTROY",
         (verbs::UVERBS_OBJECT_ASYNC_EVENT, verbs::UVERBS_METHOD_ASYNC_EVENT_ALLOC) => {

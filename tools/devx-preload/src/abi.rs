@@ -363,6 +363,29 @@ pub struct QueryQpResp {
     pub reserved: [u8; 5],
 }
 
+/// `struct mlx5_ib_create_srq`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Mlx5CreateSrq {
+    pub buf_addr: u64,
+    pub db_addr: u64,
+    pub flags: u32,
+    pub reserved0: u32,
+    pub uidx: u32,
+    pub reserved1: u32,
+}
+
+/// `MLX5_SRQ_FLAG_SIGNATURE`: the one flag of `mlx5_ib_create_srq`.
+pub const MLX5_SRQ_FLAG_SIGNATURE: u32 = 1 << 0;
+
+/// `struct mlx5_ib_create_srq_resp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Mlx5CreateSrqResp {
+    pub srqn: u32,
+    pub reserved: u32,
+}
+
 /// `struct ib_uverbs_ah_attr` (with its `ib_uverbs_global_route`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
@@ -536,6 +559,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<QueryQp>(), 16);
         assert_eq!(std::mem::size_of::<QueryQpResp>(), 128);
         assert_eq!(std::mem::size_of::<AhAttr>(), 32);
+        assert_eq!(std::mem::size_of::<Mlx5CreateSrq>(), 32);
         assert_eq!(std::mem::size_of::<CreateAh>(), 56);
         assert_eq!(std::mem::size_of::<Mlx5CreateAhResp>(), 16);
     }

@@ -27,6 +27,7 @@ use crate::uverbs::{page_size, Errno, Request, UverbsFile};
 mod ah;
 mod channel;
 mod qp;
+mod srq;
 
 /// A ucontext: the DEVX context of the emulated device behind one uverbs
 /// file, and the objects made through it.
@@ -73,6 +74,8 @@ enum Object {
     CompChannel(Arc<channel::CompChannel>),
     /// A QP over the program's buffer and doorbell record.
     Qp(Box<qp::QpObj>),
+    /// A shared receive queue over the program's ring and doorbell record.
+    Srq(Box<srq::SrqObj>),
     /// An address handle (no device object on mlx5).
     Ah {
         _ah: verbs::Ah,
@@ -85,7 +88,11 @@ impl Object {
     fn rank(&self) -> u8 {
         match self {
             Object::Qp(_) => 0,
-            Object::Devx(_) | Object::Mr { .. } | Object::Cq { .. } | Object::Ah { .. } => 1,
+            Object::Devx(_)
+            | Object::Mr { .. }
+            | Object::Cq { .. }
+            | Object::Ah { .. }
+            | Object::Srq(_) => 1,
             Object::Pd(_) | Object::Umem(_) | Object::CompChannel(_) => 2,
             Object::Uar(_) => 3,
         }
@@ -197,6 +204,8 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
             | (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_DESTROY)
             | (ids::UVERBS_OBJECT_QP, ids::UVERBS_METHOD_QP_CREATE)
             | (ids::UVERBS_OBJECT_AH, ids::UVERBS_METHOD_AH_DESTROY)
+            | (ids::UVERBS_OBJECT_SRQ, ids::UVERBS_METHOD_SRQ_CREATE)
+            | (ids::UVERBS_OBJECT_SRQ, ids::UVERBS_METHOD_SRQ_DESTROY)
             | (ids::UVERBS_OBJECT_QP, ids::UVERBS_METHOD_QP_DESTROY)
             | (obj::DEVX_OBJ, obj_ids::METHOD_CREATE)
             | (obj::DEVX_OBJ, obj_ids::METHOD_DESTROY)
@@ -238,6 +247,8 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_DESTROY) => destroy_cq(&ctx, req),
         (ids::UVERBS_OBJECT_QP, ids::UVERBS_METHOD_QP_CREATE) => qp::create_qp(&ctx, req),
         (ids::UVERBS_OBJECT_AH, ids::UVERBS_METHOD_AH_DESTROY) => ah::destroy_ah(&ctx, req),
+        (ids::UVERBS_OBJECT_SRQ, ids::UVERBS_METHOD_SRQ_CREATE) => srq::create_srq(&ctx, req),
+        (ids::UVERBS_OBJECT_SRQ, ids::UVERBS_METHOD_SRQ_DESTROY) => srq::destroy_srq(&ctx, req),
         (ids::UVERBS_OBJECT_QP, ids::UVERBS_METHOD_QP_DESTROY) => qp::destroy_qp(&ctx, req),
         (obj::DEVX_OBJ, obj_ids::METHOD_CREATE) => devx_obj_create(&ctx, req),
         (obj::DEVX_OBJ, obj_ids::METHOD_DESTROY) => devx_obj_destroy(&ctx, req),
@@ -1096,6 +1107,7 @@ fn destroy_pd(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
         Object::Mr { pd_handle, .. } => u64::from(*pd_handle) == handle,
         Object::Qp(q) => u64::from(q.pd_handle) == handle,
         Object::Ah { pd_handle, .. } => u64::from(*pd_handle) == handle,
+        Object::Srq(s) => u64::from(s.pd_handle) == handle,
         _ => false,
     });
     if in_use {

@@ -278,6 +278,16 @@ fn ibv_rc_pingpong_with_completion_events() {
     ping_pong(60, 4096, Prog::Ibv(&exe, &["-e"]), Prog::Ibv(&exe, &["-e"]));
 }
 
+/// Sixteen RC QPs receiving from one shared receive queue.
+#[test]
+fn ibv_srq_pingpong_between_two_processes_and_two_emulated_devices() {
+    let Some(exe) = tool("ibv_srq_pingpong") else {
+        eprintln!("skipped: {SKIP}");
+        return;
+    };
+    ping_pong(70, 4096, Prog::Ibv(&exe, &[]), Prog::Ibv(&exe, &[]));
+}
+
 /// UD: each send names an address handle (CREATE_AH for the peer's GID).
 #[test]
 fn ibv_ud_pingpong_between_two_processes_and_two_emulated_devices() {

@@ -21,6 +21,7 @@ use crate::uverbs::{Errno, Request};
 
 /// `qpc.rq_type`: a receive queue of the QP's own, or none at all.
 const RQ_TYPE_REGULAR: u8 = 0;
+const RQ_TYPE_SRQ: u8 = 1;
 const RQ_TYPE_ZERO_SIZE: u8 = 3;
 /// `qpc.pm_state`: migrated (no alternate path armed).
 const PM_STATE_MIGRATED: u8 = 3;
@@ -43,6 +44,8 @@ pub(super) struct QpObj {
     pub(super) pd_handle: u32,
     pub(super) send_cq: u32,
     pub(super) recv_cq: u32,
+    /// The SRQ it receives from (its handle).
+    pub(super) srq: Option<u32>,
     pdn: u32,
     send_cqn: u32,
     recv_cqn: u32,
@@ -70,7 +73,7 @@ impl QpObj {
 /// The errno mlx5_ib gives for a failed verbs command: firmware statuses
 /// map as `mlx5_cmd_check` maps them (DEVX methods instead answer
 /// EREMOTEIO with the outbox).
-fn verbs_errno(e: &devx::Error) -> Errno {
+pub(super) fn verbs_errno(e: &devx::Error) -> Errno {
     match e {
         devx::Error::Firmware { status, .. } => CmdStatus::from_raw(*status)
             .map(|s| s.errno())
@@ -136,7 +139,6 @@ pub(super) fn create_qp(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> 
     };
     for (id, what) in [
         (ids::UVERBS_ATTR_CREATE_QP_XRCD_HANDLE, "XRC domains"),
-        (ids::UVERBS_ATTR_CREATE_QP_SRQ_HANDLE, "SRQs"),
         (ids::UVERBS_ATTR_CREATE_QP_IND_TABLE_HANDLE, "RSS tables"),
         (ids::UVERBS_ATTR_CREATE_QP_SOURCE_QPN, "source QPNs"),
     ] {
@@ -168,6 +170,16 @@ pub(super) fn create_qp(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> 
     };
     let send_cqn = cqn_of(ctx, send_cq)?;
     let recv_cqn = cqn_of(ctx, recv_cq)?;
+    let srq = match req.attr(ids::UVERBS_ATTR_CREATE_QP_SRQ_HANDLE) {
+        None => None,
+        Some(a) => {
+            let h = u32::try_from(a.data).map_err(|_| libc::EINVAL)?;
+            match ctx.objects().table.get(&h) {
+                Some(Object::Srq(s)) => Some((h, s.srqn())),
+                _ => return Err(libc::EINVAL),
+            }
+        }
+    };
 
     // The driver data, zero-extended as the kernel's udata copy does.
     let blob = req.input(ids::UVERBS_ATTR_UHW_IN)?.unwrap_or_default();
@@ -220,7 +232,12 @@ pub(super) fn create_qp(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> 
     {
         return Err(libc::EINVAL);
     }
-    if cap.max_send_wr > ucmd.sq_wqe_count || cap.max_recv_wr > ucmd.rq_wqe_count {
+    // A QP on an SRQ has no receive queue of its own.
+    let own_rq = if srq.is_some() { 0 } else { cap.max_recv_wr };
+    if cap.max_send_wr > ucmd.sq_wqe_count || own_rq > ucmd.rq_wqe_count {
+        return Err(libc::EINVAL);
+    }
+    if srq.is_some() && ucmd.rq_wqe_count != 0 {
         return Err(libc::EINVAL);
     }
     let rq_len = u64::from(ucmd.rq_wqe_count) << ucmd.rq_wqe_shift;
@@ -251,7 +268,10 @@ pub(super) fn create_qp(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> 
     qpc.set_uar_page(ucmd.bfreg_index);
     qpc.set_ts_format(TS_FORMAT_DEFAULT);
     qpc.set_user_index(ucmd.uidx);
-    if ucmd.rq_wqe_count == 0 {
+    if let Some((_, srqn)) = srq {
+        qpc.set_rq_type(RQ_TYPE_SRQ);
+        qpc.set_srqn_rmpn_xrqn(srqn);
+    } else if ucmd.rq_wqe_count == 0 {
         qpc.set_rq_type(RQ_TYPE_ZERO_SIZE);
     } else {
         qpc.set_rq_type(RQ_TYPE_REGULAR);
@@ -282,6 +302,7 @@ pub(super) fn create_qp(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> 
         pd_handle,
         send_cq,
         recv_cq,
+        srq: srq.map(|(h, _)| h),
         pdn,
         send_cqn,
         recv_cqn,
@@ -323,6 +344,7 @@ pub(super) fn destroy_qp(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno>
         pd_handle,
         send_cq,
         recv_cq,
+        srq,
         pdn,
         send_cqn,
         recv_cqn,
@@ -340,6 +362,7 @@ pub(super) fn destroy_qp(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno>
             pd_handle,
             send_cq,
             recv_cq,
+            srq,
             pdn,
             send_cqn,
             recv_cqn,
