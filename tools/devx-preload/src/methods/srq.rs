@@ -220,3 +220,102 @@ pub(super) fn destroy_srq(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno
     // `struct ib_uverbs_destroy_srq_resp`: async events reported (none).
     req.output(ids::UVERBS_ATTR_DESTROY_SRQ_RESP, &0u32.to_ne_bytes())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::methods::tests::{alloc_pd_cmd, destroy, open_context, run};
+    use crate::uverbs::UverbsFile;
+    use devx::kernel::abi::{IoctlAttr, IoctlCmd};
+
+    fn leak(len: usize) -> u64 {
+        Box::leak(vec![0u8; len].into_boxed_slice()).as_ptr() as u64
+    }
+
+    /// SRQ_CREATE as libibverbs sends it: (handle, max_wr, max_sge, srqn).
+    fn create(
+        file: &UverbsFile,
+        pd: u32,
+        max_wr: u32,
+        max_sge: u32,
+        ucmd: &uabi::Mlx5CreateSrq,
+    ) -> Result<(u32, u32, u32, u32), Errno> {
+        let (mut wr, mut sge) = (0u32, 0u32);
+        let mut resp = uabi::Mlx5CreateSrqResp::default();
+        let mut cmd = IoctlCmd::new(
+            ids::UVERBS_OBJECT_SRQ,
+            ids::UVERBS_METHOD_SRQ_CREATE,
+            [
+                IoctlAttr::new_obj(ids::UVERBS_ATTR_CREATE_SRQ_HANDLE),
+                IoctlAttr::obj(ids::UVERBS_ATTR_CREATE_SRQ_PD_HANDLE, u64::from(pd)),
+                IoctlAttr::u64_in(ids::UVERBS_ATTR_CREATE_SRQ_TYPE, ids::IB_UVERBS_SRQT_BASIC),
+                IoctlAttr::u64_in(ids::UVERBS_ATTR_CREATE_SRQ_USER_HANDLE, 5),
+                IoctlAttr::u32_in(ids::UVERBS_ATTR_CREATE_SRQ_MAX_WR, max_wr),
+                IoctlAttr::u32_in(ids::UVERBS_ATTR_CREATE_SRQ_MAX_SGE, max_sge),
+                IoctlAttr::ptr_out(
+                    ids::UVERBS_ATTR_CREATE_SRQ_RESP_MAX_WR,
+                    (&mut wr as *mut u32).cast(),
+                    4,
+                ),
+                IoctlAttr::ptr_out(
+                    ids::UVERBS_ATTR_CREATE_SRQ_RESP_MAX_SGE,
+                    (&mut sge as *mut u32).cast(),
+                    4,
+                ),
+                IoctlAttr::ptr_in(ids::UVERBS_ATTR_UHW_IN, ucmd.as_bytes()),
+                IoctlAttr::ptr_out(
+                    ids::UVERBS_ATTR_UHW_OUT,
+                    (&mut resp as *mut uabi::Mlx5CreateSrqResp).cast(),
+                    8,
+                ),
+            ],
+        );
+        run(file, &mut cmd).map(|_| (cmd.attrs[0].data as u32, wr, sge, resp.srqn))
+    }
+
+    #[test]
+    fn srqs_report_their_geometry_and_refuse_bad_requests() {
+        let (file, _) = open_context();
+        let (pd, _) = alloc_pd_cmd(&file).unwrap();
+        let ucmd = uabi::Mlx5CreateSrq {
+            buf_addr: leak(128 * 64),
+            db_addr: leak(8),
+            ..Default::default()
+        };
+        // 100 WRs: 128 WQEs, one kept unused; 3 SGEs: 64-byte WQEs.
+        let (h, wr, sge, srqn) = create(&file, pd, 100, 3, &ucmd).unwrap();
+        assert_eq!((wr, sge), (127, 3));
+        assert_ne!(srqn, 0);
+        assert_eq!(create(&file, pd, 0, 1, &ucmd).unwrap_err(), libc::EINVAL);
+        assert_eq!(
+            create(&file, pd, 1 << 30, 1, &ucmd).unwrap_err(),
+            libc::EINVAL
+        );
+        let mut bad = ucmd;
+        bad.flags = 1 << 5;
+        assert_eq!(create(&file, pd, 100, 1, &bad).unwrap_err(), libc::EINVAL);
+        bad = ucmd;
+        bad.db_addr = 8;
+        assert_eq!(create(&file, pd, 100, 1, &bad).unwrap_err(), libc::EFAULT);
+        assert_eq!(create(&file, h, 100, 1, &ucmd).unwrap_err(), libc::EINVAL);
+
+        let (pdo, pdd) = (ids::UVERBS_OBJECT_PD, ids::UVERBS_METHOD_PD_DESTROY);
+        assert_eq!(destroy(&file, pdo, pdd, pd), Err(libc::EBUSY));
+        let mut events = 0u32;
+        let mut d = IoctlCmd::new(
+            ids::UVERBS_OBJECT_SRQ,
+            ids::UVERBS_METHOD_SRQ_DESTROY,
+            [
+                IoctlAttr::obj(ids::UVERBS_ATTR_DESTROY_SRQ_HANDLE, u64::from(h)),
+                IoctlAttr::ptr_out(
+                    ids::UVERBS_ATTR_DESTROY_SRQ_RESP,
+                    (&mut events as *mut u32).cast(),
+                    4,
+                ),
+            ],
+        );
+        assert_eq!(run(&file, &mut d), Ok(0));
+        assert_eq!(run(&file, &mut d), Err(libc::ENOENT));
+        assert_eq!(destroy(&file, pdo, pdd, pd), Ok(0));
+    }
+}
