@@ -151,7 +151,9 @@ impl CompChannel {
 impl EventSource for CompChannel {
     fn forward(&self) -> usize {
         let mut n = 0;
-        // Bounded: at most what is queued now, and a full socket stops it.
+        // Bounded: at most what is queued now. A CQ raises one event per
+        // arming, so the socket (hundreds of kilobytes) does not fill; an
+        // event it refuses (the program closed its end) is dropped.
         while let Ok(Some(ev)) = self.events.try_get() {
             let Ok(cqn) = u32::try_from(ev.cookie) else {
                 continue;
