@@ -92,7 +92,7 @@ pub(crate) fn flow_label_to_udp_sport(fl: u32) -> u16 {
 
 /// The MAC a GID maps to without neighbour resolution: IPv6/IPv4 multicast
 /// and EUI-64 link-local addresses.
-pub(crate) fn mac_from_gid(g: &Gid) -> Option<[u8; 6]> {
+pub fn mac_from_gid(g: &Gid) -> Option<[u8; 6]> {
     let b = &g.0;
     if b[0] == 0xff {
         return Some([0x33, 0x33, b[12], b[13], b[14], b[15]]);

@@ -50,7 +50,7 @@ mod util;
 pub use devx;
 
 pub use access::AccessFlags;
-pub use ah::{Ah, AhAttr, GlobalRoute};
+pub use ah::{mac_from_gid, Ah, AhAttr, GlobalRoute};
 pub use async_event::{AsyncElement, AsyncEvent, AsyncEventType, AsyncEvents, NextAsyncEvent};
 pub use comp_channel::CompChannel;
 pub use context::{Context, LinkLayer};
@@ -68,8 +68,8 @@ pub use mw::{Mw, MwType};
 pub use pd::{Pd, Td};
 pub use port::{Gid, GidEntry, GidType, Mtu, PortAttr, PortState};
 pub use qp::{
-    ConnectOpts, InitAttr, Qp, QpAttr, QpCap, QpInit, QpServiceType, QpState, QpType, RtrAttr,
-    RtsAttr, RtsModify,
+    ConnectOpts, InitAttr, Qp, QpAttr, QpCap, QpInit, QpServiceType, QpState, QpTarget, QpType,
+    RtrAttr, RtsAttr, RtsModify,
 };
 pub use report::{phys_state_name, DeviceReport, PortReport};
 pub use srq::{Srq, SrqAttr, SrqInit};

@@ -32,6 +32,9 @@ pub mod verbs {
     pub const UVERBS_OBJECT_DEVICE: u16 = 0;
     pub const UVERBS_OBJECT_PD: u16 = 1;
     pub const UVERBS_OBJECT_CQ: u16 = 3;
+    pub const UVERBS_OBJECT_QP: u16 = 4;
+    pub const UVERBS_OBJECT_SRQ: u16 = 5;
+    pub const UVERBS_OBJECT_AH: u16 = 6;
     pub const UVERBS_OBJECT_MR: u16 = 7;
     pub const UVERBS_OBJECT_ASYNC_EVENT: u16 = 16;
 
@@ -54,6 +57,56 @@ pub mod verbs {
     /// `UVERBS_METHOD_MR_DESTROY` and its handle.
     pub const UVERBS_METHOD_MR_DESTROY: u16 = 1;
     pub const UVERBS_ATTR_DESTROY_MR_HANDLE: u16 = 0;
+    /// Methods of `UVERBS_OBJECT_SRQ` and their attributes.
+    pub const UVERBS_METHOD_SRQ_CREATE: u16 = 0;
+    pub const UVERBS_METHOD_SRQ_DESTROY: u16 = 1;
+    pub const UVERBS_ATTR_CREATE_SRQ_HANDLE: u16 = 0;
+    pub const UVERBS_ATTR_CREATE_SRQ_PD_HANDLE: u16 = 1;
+    pub const UVERBS_ATTR_CREATE_SRQ_XRCD_HANDLE: u16 = 2;
+    pub const UVERBS_ATTR_CREATE_SRQ_CQ_HANDLE: u16 = 3;
+    pub const UVERBS_ATTR_CREATE_SRQ_USER_HANDLE: u16 = 4;
+    pub const UVERBS_ATTR_CREATE_SRQ_MAX_WR: u16 = 5;
+    pub const UVERBS_ATTR_CREATE_SRQ_MAX_SGE: u16 = 6;
+    pub const UVERBS_ATTR_CREATE_SRQ_LIMIT: u16 = 7;
+    pub const UVERBS_ATTR_CREATE_SRQ_MAX_NUM_TAGS: u16 = 8;
+    pub const UVERBS_ATTR_CREATE_SRQ_TYPE: u16 = 9;
+    pub const UVERBS_ATTR_CREATE_SRQ_EVENT_FD: u16 = 10;
+    pub const UVERBS_ATTR_CREATE_SRQ_RESP_MAX_WR: u16 = 11;
+    pub const UVERBS_ATTR_CREATE_SRQ_RESP_MAX_SGE: u16 = 12;
+    pub const UVERBS_ATTR_CREATE_SRQ_RESP_SRQ_NUM: u16 = 13;
+    pub const UVERBS_ATTR_DESTROY_SRQ_HANDLE: u16 = 0;
+    pub const UVERBS_ATTR_DESTROY_SRQ_RESP: u16 = 1;
+    /// `IB_UVERBS_SRQT_BASIC`.
+    pub const IB_UVERBS_SRQT_BASIC: u64 = 0;
+    /// `UVERBS_METHOD_AH_DESTROY` and its handle.
+    pub const UVERBS_METHOD_AH_DESTROY: u16 = 0;
+    pub const UVERBS_ATTR_DESTROY_AH_HANDLE: u16 = 0;
+    /// Methods of `UVERBS_OBJECT_QP` and their attributes.
+    pub const UVERBS_METHOD_QP_CREATE: u16 = 0;
+    pub const UVERBS_METHOD_QP_DESTROY: u16 = 1;
+    pub const UVERBS_ATTR_CREATE_QP_HANDLE: u16 = 0;
+    pub const UVERBS_ATTR_CREATE_QP_XRCD_HANDLE: u16 = 1;
+    pub const UVERBS_ATTR_CREATE_QP_PD_HANDLE: u16 = 2;
+    pub const UVERBS_ATTR_CREATE_QP_SRQ_HANDLE: u16 = 3;
+    pub const UVERBS_ATTR_CREATE_QP_SEND_CQ_HANDLE: u16 = 4;
+    pub const UVERBS_ATTR_CREATE_QP_RECV_CQ_HANDLE: u16 = 5;
+    pub const UVERBS_ATTR_CREATE_QP_IND_TABLE_HANDLE: u16 = 6;
+    pub const UVERBS_ATTR_CREATE_QP_USER_HANDLE: u16 = 7;
+    pub const UVERBS_ATTR_CREATE_QP_CAP: u16 = 8;
+    pub const UVERBS_ATTR_CREATE_QP_TYPE: u16 = 9;
+    pub const UVERBS_ATTR_CREATE_QP_FLAGS: u16 = 10;
+    pub const UVERBS_ATTR_CREATE_QP_SOURCE_QPN: u16 = 11;
+    pub const UVERBS_ATTR_CREATE_QP_EVENT_FD: u16 = 12;
+    pub const UVERBS_ATTR_CREATE_QP_RESP_CAP: u16 = 13;
+    pub const UVERBS_ATTR_CREATE_QP_RESP_QP_NUM: u16 = 14;
+    pub const UVERBS_ATTR_DESTROY_QP_HANDLE: u16 = 0;
+    pub const UVERBS_ATTR_DESTROY_QP_RESP: u16 = 1;
+    /// `enum ib_uverbs_qp_type` values of the QPs mlx5_ib creates here.
+    pub const IB_UVERBS_QPT_RC: u64 = 2;
+    pub const IB_UVERBS_QPT_UC: u64 = 3;
+    pub const IB_UVERBS_QPT_UD: u64 = 4;
+    /// `IB_UVERBS_QP_CREATE_SQ_SIG_ALL`.
+    pub const IB_UVERBS_QP_CREATE_SQ_SIG_ALL: u64 = 1 << 12;
 
     /// Methods of `UVERBS_OBJECT_DEVICE`.
     pub const UVERBS_METHOD_INVOKE_WRITE: u16 = 0;
@@ -100,8 +153,12 @@ pub mod verbs {
     pub const IB_USER_VERBS_CMD_QUERY_PORT: u32 = 2;
     pub const IB_USER_VERBS_CMD_ALLOC_PD: u32 = 3;
     pub const IB_USER_VERBS_CMD_DEALLOC_PD: u32 = 4;
+    pub const IB_USER_VERBS_CMD_CREATE_AH: u32 = 5;
     pub const IB_USER_VERBS_CMD_REG_MR: u32 = 9;
+    pub const IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL: u32 = 17;
     pub const IB_USER_VERBS_CMD_DEREG_MR: u32 = 13;
+    pub const IB_USER_VERBS_CMD_QUERY_QP: u32 = 25;
+    pub const IB_USER_VERBS_CMD_MODIFY_QP: u32 = 26;
     /// Marks an extended command (`IB_USER_VERBS_EX_CMD_*`).
     pub const IB_USER_VERBS_CMD_FLAG_EXTENDED: u32 = 0x8000_0000;
     /// `IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS`.
@@ -681,6 +738,11 @@ pub fn method_name(object_id: u16, method_id: u16) -> &'static str {
         (verbs::UVERBS_OBJECT_MR, verbs::UVERBS_METHOD_MR_DESTROY) => "MR_DESTROY",
         (verbs::UVERBS_OBJECT_CQ, verbs::UVERBS_METHOD_CQ_CREATE) => "CQ_CREATE",
         (verbs::UVERBS_OBJECT_CQ, verbs::UVERBS_METHOD_CQ_DESTROY) => "CQ_DESTROY",
+        (verbs::UVERBS_OBJECT_AH, verbs::UVERBS_METHOD_AH_DESTROY) => "AH_DESTROY",
+        (verbs::UVERBS_OBJECT_SRQ, verbs::UVERBS_METHOD_SRQ_CREATE) => "SRQ_CREATE",
+        (verbs::UVERBS_OBJECT_SRQ, verbs::UVERBS_METHOD_SRQ_DESTROY) => "SRQ_DESTROY",
+        (verbs::UVERBS_OBJECT_QP, verbs::UVERBS_METHOD_QP_CREATE) => "QP_CREATE",
+        (verbs::UVERBS_OBJECT_QP, verbs::UVERBS_METHOD_QP_DESTROY) => "QP_DESTROY",
         (verbs::UVERBS_OBJECT_ASYNC_EVENT, verbs::UVERBS_METHOD_ASYNC_EVENT_ALLOC) => {
             "ASYNC_EVENT_ALLOC"
         }

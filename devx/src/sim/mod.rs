@@ -268,6 +268,28 @@ impl SimDevice {
         self.shared.fw.commands_executed()
     }
 
+    /// How many times messages were delivered to this device.
+    pub fn arrivals(&self) -> u64 {
+        self.shared.dp.arrivals()
+    }
+
+    /// Unparks `thread` whenever messages are delivered to this device (a
+    /// doorbell watcher's cue to look); the id removes it.
+    pub fn listen_arrivals(&self, thread: std::thread::Thread) -> u64 {
+        self.shared.dp.listen_arrivals(thread)
+    }
+
+    pub fn unlisten_arrivals(&self, id: u64) {
+        self.shared.dp.unlisten_arrivals(id);
+    }
+
+    /// A doorbell found in a UAR page mapped into a program: the store is
+    /// already in the page (the program made it), so it only goes to the
+    /// sink, as `UarPage::write64` hands it on after storing.
+    pub fn notice_doorbell(&self, page_id: u32, offset: usize, value: u64) {
+        self.shared.doorbell.deliver(page_id, offset, value);
+    }
+
     /// Installs (or removes) the receiver of doorbells rung on this device's
     /// UARs. The data-path engine is installed at creation; replacing it
     /// turns the data path off for this device.

@@ -201,6 +201,272 @@ pub struct Mlx5CreateCqResp {
     pub reserved: u32,
 }
 
+/// `struct ib_uverbs_qp_cap` (CREATE_QP's CAP and RESP_CAP).
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct QpCap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+/// `struct mlx5_ib_create_qp` (driver part of QP creation).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Mlx5CreateQp {
+    pub buf_addr: u64,
+    pub db_addr: u64,
+    pub sq_wqe_count: u32,
+    pub rq_wqe_count: u32,
+    pub rq_wqe_shift: u32,
+    pub flags: u32,
+    pub uidx: u32,
+    pub bfreg_index: u32,
+    /// `sq_buf_addr` / `access_key` (raw packet and DCT QPs only).
+    pub sq_buf_addr: u64,
+    pub ece_options: u32,
+    pub dci_streams: [u8; 2],
+    pub reserved: u16,
+}
+
+/// `MLX5_QP_FLAG_*` of `mlx5_ib_create_qp.flags`.
+pub mod create_qp_flags {
+    pub const SIGNATURE: u32 = 1 << 0;
+    pub const SCATTER_CQE: u32 = 1 << 1;
+    pub const TUNNEL_OFFLOADS: u32 = 1 << 2;
+    pub const BFREG_INDEX: u32 = 1 << 3;
+    pub const TYPE_DCT: u32 = 1 << 4;
+    pub const TYPE_DCI: u32 = 1 << 5;
+    pub const TIR_ALLOW_SELF_LB_UC: u32 = 1 << 6;
+    pub const TIR_ALLOW_SELF_LB_MC: u32 = 1 << 7;
+    pub const ALLOW_SCATTER_CQE: u32 = 1 << 8;
+    pub const PACKET_BASED_CREDIT_MODE: u32 = 1 << 9;
+    pub const UAR_PAGE_INDEX: u32 = 1 << 10;
+    pub const DCI_STREAM: u32 = 1 << 11;
+}
+
+/// `MLX5_IB_INVALID_BFREG`: the `bfreg_index` answered for a QP on a
+/// dynamically allocated UAR page.
+pub const MLX5_IB_INVALID_BFREG: u32 = 1 << 31;
+
+/// `struct mlx5_ib_create_qp_resp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Mlx5CreateQpResp {
+    pub bfreg_index: u32,
+    pub ece_options: u32,
+    pub comp_mask: u32,
+    pub tirn: u32,
+    pub tisn: u32,
+    pub rqn: u32,
+    pub sqn: u32,
+    pub reserved1: u32,
+    pub tir_icm_addr: u64,
+}
+
+/// `struct ib_uverbs_qp_dest`: an address vector of MODIFY_QP / QUERY_QP.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct QpDest {
+    pub dgid: [u8; 16],
+    pub flow_label: u32,
+    pub dlid: u16,
+    pub reserved: u16,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub sl: u8,
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    pub is_global: u8,
+    pub port_num: u8,
+}
+
+/// `struct ib_uverbs_modify_qp` (the write command's core request).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct ModifyQp {
+    pub dest: QpDest,
+    pub alt_dest: QpDest,
+    pub qp_handle: u32,
+    pub attr_mask: u32,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: u32,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub qp_state: u8,
+    pub cur_qp_state: u8,
+    pub path_mtu: u8,
+    pub path_mig_state: u8,
+    pub en_sqd_async_notify: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub reserved: [u8; 2],
+}
+
+/// `struct ib_uverbs_query_qp` (response pointer first).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct QueryQp {
+    pub response: u64,
+    pub qp_handle: u32,
+    pub attr_mask: u32,
+}
+
+/// `struct ib_uverbs_query_qp_resp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct QueryQpResp {
+    pub dest: QpDest,
+    pub alt_dest: QpDest,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: u32,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub qp_state: u8,
+    pub cur_qp_state: u8,
+    pub path_mtu: u8,
+    pub path_mig_state: u8,
+    pub sq_draining: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub sq_sig_all: u8,
+    pub reserved: [u8; 5],
+}
+
+/// `struct mlx5_ib_create_srq`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Mlx5CreateSrq {
+    pub buf_addr: u64,
+    pub db_addr: u64,
+    pub flags: u32,
+    pub reserved0: u32,
+    pub uidx: u32,
+    pub reserved1: u32,
+}
+
+/// `MLX5_SRQ_FLAG_SIGNATURE`: the one flag of `mlx5_ib_create_srq`.
+pub const MLX5_SRQ_FLAG_SIGNATURE: u32 = 1 << 0;
+
+/// `struct mlx5_ib_create_srq_resp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Mlx5CreateSrqResp {
+    pub srqn: u32,
+    pub reserved: u32,
+}
+
+/// `struct ib_uverbs_ah_attr` (with its `ib_uverbs_global_route`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct AhAttr {
+    pub dgid: [u8; 16],
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub grh_reserved: u8,
+    pub dlid: u16,
+    pub sl: u8,
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    pub is_global: u8,
+    pub port_num: u8,
+    pub reserved: u8,
+}
+
+/// `struct ib_uverbs_create_ah` (the write command's core request).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct CreateAh {
+    pub response: u64,
+    pub user_handle: u64,
+    pub pd_handle: u32,
+    pub reserved: u32,
+    pub attr: AhAttr,
+}
+
+/// `struct mlx5_ib_create_ah_resp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Mlx5CreateAhResp {
+    pub response_length: u32,
+    pub dmac: [u8; 6],
+    pub reserved: [u8; 6],
+}
+
+/// `enum ib_qp_attr_mask` bits of MODIFY_QP / QUERY_QP.
+pub mod qp_attr {
+    pub const STATE: u32 = 1 << 0;
+    pub const CUR_STATE: u32 = 1 << 1;
+    pub const EN_SQD_ASYNC_NOTIFY: u32 = 1 << 2;
+    pub const ACCESS_FLAGS: u32 = 1 << 3;
+    pub const PKEY_INDEX: u32 = 1 << 4;
+    pub const PORT: u32 = 1 << 5;
+    pub const QKEY: u32 = 1 << 6;
+    pub const AV: u32 = 1 << 7;
+    pub const PATH_MTU: u32 = 1 << 8;
+    pub const TIMEOUT: u32 = 1 << 9;
+    pub const RETRY_CNT: u32 = 1 << 10;
+    pub const RNR_RETRY: u32 = 1 << 11;
+    pub const RQ_PSN: u32 = 1 << 12;
+    pub const MAX_QP_RD_ATOMIC: u32 = 1 << 13;
+    pub const ALT_PATH: u32 = 1 << 14;
+    pub const MIN_RNR_TIMER: u32 = 1 << 15;
+    pub const SQ_PSN: u32 = 1 << 16;
+    pub const MAX_DEST_RD_ATOMIC: u32 = 1 << 17;
+    pub const PATH_MIG_STATE: u32 = 1 << 18;
+    pub const CAP: u32 = 1 << 19;
+    pub const DEST_QPN: u32 = 1 << 20;
+    /// Every bit `ib_modify_qp_is_ok` knows (`IB_QP_ATTR_STANDARD_BITS`
+    /// before rate limit).
+    pub const KNOWN: u32 = (1 << 21) - 1;
+}
+
+/// `enum ib_qp_state` as uverbs carries it.
+pub mod qp_state {
+    pub const RESET: u8 = 0;
+    pub const INIT: u8 = 1;
+    pub const RTR: u8 = 2;
+    pub const RTS: u8 = 3;
+    pub const SQD: u8 = 4;
+    pub const SQE: u8 = 5;
+    pub const ERR: u8 = 6;
+}
+
+/// `IB_MIG_MIGRATED`: the path migration state of a QP with no alternate path.
+pub const MIG_MIGRATED: u8 = 0;
+
 /// `IB_UVERBS_ACCESS_OPTIONAL_RANGE`: access bits a kernel that does not
 /// know them ignores.
 pub const ACCESS_OPTIONAL_RANGE: u32 = (((1 << 29) << 1) - 1) & !((1 << 20) - 1);
@@ -284,6 +550,18 @@ mod tests {
         assert_eq!(std::mem::size_of::<Mlx5CreateCq>(), 32);
         assert_eq!(std::mem::offset_of!(Mlx5CreateCq, flags), 22);
         assert_eq!(ACCESS_OPTIONAL_RANGE, 0x3ff0_0000);
+        assert_eq!(std::mem::size_of::<QpCap>(), 20);
+        assert_eq!(std::mem::size_of::<Mlx5CreateQp>(), 56);
+        assert_eq!(std::mem::size_of::<Mlx5CreateQpResp>(), 40);
+        assert_eq!(std::mem::size_of::<QpDest>(), 32);
+        assert_eq!(std::mem::size_of::<ModifyQp>(), 112);
+        assert_eq!(std::mem::offset_of!(ModifyQp, qp_state), 96);
+        assert_eq!(std::mem::size_of::<QueryQp>(), 16);
+        assert_eq!(std::mem::size_of::<QueryQpResp>(), 128);
+        assert_eq!(std::mem::size_of::<AhAttr>(), 32);
+        assert_eq!(std::mem::size_of::<Mlx5CreateSrq>(), 32);
+        assert_eq!(std::mem::size_of::<CreateAh>(), 56);
+        assert_eq!(std::mem::size_of::<Mlx5CreateAhResp>(), 16);
     }
 
     #[test]

@@ -7,11 +7,14 @@
 //! * [`tree`]: the private sysfs tree those paths resolve to;
 //! * [`uverbs`]: the uverbs character device: the ioctl ABI of Linux 6.1's
 //!   uverbs + mlx5_ib, answered by the emulator;
+//! * [`doorbell`]: the watch thread through which the emulated device
+//!   notices the doorbells a program stores into its mapped UAR pages;
 //! * `interpose` (only in the built library): the libc entry points.
 //!
 //! See the crate's README for what is intercepted and why.
 
 pub mod abi;
+pub mod doorbell;
 mod methods;
 pub mod paths;
 pub mod state;

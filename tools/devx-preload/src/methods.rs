@@ -20,8 +20,14 @@ use crate::abi::{
     self as uabi, device_cap, ExQueryDevice, ExQueryDeviceResp, Mlx5QueryDeviceResp,
     QueryDeviceResp, QueryPortRespEx,
 };
+use crate::doorbell::Watcher;
 use crate::state;
 use crate::uverbs::{page_size, Errno, Request, UverbsFile};
+
+mod ah;
+mod channel;
+mod qp;
+mod srq;
 
 /// A ucontext: the DEVX context of the emulated device behind one uverbs
 /// file, and the objects made through it.
@@ -32,6 +38,8 @@ pub struct Ucontext {
     pub devx: bool,
     pub num_comp_vectors: u32,
     objects: Mutex<Objects>,
+    /// Notices the doorbells the program stores into its UAR pages.
+    pub watcher: Watcher,
 }
 
 #[derive(Default)]
@@ -59,6 +67,19 @@ enum Object {
         obj: devx::Obj,
         ring: devx::Umem<ProgramMemory>,
         dbr: devx::Umem<ProgramMemory>,
+        /// The completion channel delivering its events.
+        channel: Option<Arc<channel::CompChannel>>,
+    },
+    /// A completion channel (the program holds its fd).
+    CompChannel(Arc<channel::CompChannel>),
+    /// A QP over the program's buffer and doorbell record.
+    Qp(Box<qp::QpObj>),
+    /// A shared receive queue over the program's ring and doorbell record.
+    Srq(Box<srq::SrqObj>),
+    /// An address handle (no device object on mlx5).
+    Ah {
+        _ah: verbs::Ah,
+        pd_handle: u32,
     },
 }
 
@@ -66,9 +87,14 @@ impl Object {
     /// Teardown order on close: users before what they use.
     fn rank(&self) -> u8 {
         match self {
-            Object::Devx(_) | Object::Mr { .. } | Object::Cq { .. } => 0,
-            Object::Pd(_) | Object::Umem(_) => 1,
-            Object::Uar(_) => 2,
+            Object::Qp(_) => 0,
+            Object::Devx(_)
+            | Object::Mr { .. }
+            | Object::Cq { .. }
+            | Object::Ah { .. }
+            | Object::Srq(_) => 1,
+            Object::Pd(_) | Object::Umem(_) | Object::CompChannel(_) => 2,
+            Object::Uar(_) => 3,
         }
     }
 }
@@ -122,6 +148,15 @@ impl Ucontext {
 
 impl Drop for Ucontext {
     fn drop(&mut self) {
+        // No doorbell is looked for once the objects start to go.
+        self.watcher.stop();
+        let w = self.watcher.stats();
+        state::log(|| {
+            format!(
+                "doorbell watch: {} doorbells noticed in {} looks, {} sleeps",
+                w.noticed, w.looks, w.sleeps
+            )
+        });
         // Closing the file destroys what is left, as the kernel does.
         let mut left: Vec<(u32, Object)> = self.objects().table.drain().collect();
         // Users first, newest first within a kind.
@@ -167,6 +202,11 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
             | (ids::UVERBS_OBJECT_MR, ids::UVERBS_METHOD_MR_DESTROY)
             | (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_CREATE)
             | (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_DESTROY)
+            | (ids::UVERBS_OBJECT_QP, ids::UVERBS_METHOD_QP_CREATE)
+            | (ids::UVERBS_OBJECT_AH, ids::UVERBS_METHOD_AH_DESTROY)
+            | (ids::UVERBS_OBJECT_SRQ, ids::UVERBS_METHOD_SRQ_CREATE)
+            | (ids::UVERBS_OBJECT_SRQ, ids::UVERBS_METHOD_SRQ_DESTROY)
+            | (ids::UVERBS_OBJECT_QP, ids::UVERBS_METHOD_QP_DESTROY)
             | (obj::DEVX_OBJ, obj_ids::METHOD_CREATE)
             | (obj::DEVX_OBJ, obj_ids::METHOD_DESTROY)
             | (obj::DEVX_OBJ, obj_ids::METHOD_QUERY)
@@ -205,6 +245,11 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         (ids::UVERBS_OBJECT_MR, ids::UVERBS_METHOD_MR_DESTROY) => destroy_mr(&ctx, req),
         (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_CREATE) => create_cq(&ctx, req),
         (ids::UVERBS_OBJECT_CQ, ids::UVERBS_METHOD_CQ_DESTROY) => destroy_cq(&ctx, req),
+        (ids::UVERBS_OBJECT_QP, ids::UVERBS_METHOD_QP_CREATE) => qp::create_qp(&ctx, req),
+        (ids::UVERBS_OBJECT_AH, ids::UVERBS_METHOD_AH_DESTROY) => ah::destroy_ah(&ctx, req),
+        (ids::UVERBS_OBJECT_SRQ, ids::UVERBS_METHOD_SRQ_CREATE) => srq::create_srq(&ctx, req),
+        (ids::UVERBS_OBJECT_SRQ, ids::UVERBS_METHOD_SRQ_DESTROY) => srq::destroy_srq(&ctx, req),
+        (ids::UVERBS_OBJECT_QP, ids::UVERBS_METHOD_QP_DESTROY) => qp::destroy_qp(&ctx, req),
         (obj::DEVX_OBJ, obj_ids::METHOD_CREATE) => devx_obj_create(&ctx, req),
         (obj::DEVX_OBJ, obj_ids::METHOD_DESTROY) => devx_obj_destroy(&ctx, req),
         (obj::DEVX_OBJ, obj_ids::METHOD_QUERY) => devx_obj_query_modify(&ctx, req, false),
@@ -264,6 +309,7 @@ fn get_context(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         devx: ureq.flags & MLX5_IB_ALLOC_UCTX_DEVX != 0,
         num_comp_vectors,
         objects: Mutex::new(Objects::default()),
+        watcher: Watcher::new(Arc::clone(&shown.sim)),
     }));
     Ok(())
 }
@@ -405,6 +451,10 @@ fn invoke_write(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         QueryPort,
         AllocPd,
         RegMr,
+        ModifyQp,
+        QueryQp,
+        CreateAh,
+        CreateCompChannel,
     }
     let ext = u64::from(ids::IB_USER_VERBS_CMD_FLAG_EXTENDED);
     let (w, need_in) = match cmd {
@@ -418,6 +468,19 @@ fn invoke_write(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         c if c == u64::from(ids::IB_USER_VERBS_CMD_ALLOC_PD) => (W::AllocPd, 8),
         c if c == u64::from(ids::IB_USER_VERBS_CMD_REG_MR) => {
             (W::RegMr, std::mem::size_of::<uabi::RegMr>())
+        }
+        c if c == u64::from(ids::IB_USER_VERBS_CMD_MODIFY_QP) => {
+            (W::ModifyQp, std::mem::size_of::<uabi::ModifyQp>())
+        }
+        c if c == u64::from(ids::IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL) => {
+            // `struct ib_uverbs_create_comp_channel`: the response pointer.
+            (W::CreateCompChannel, 8)
+        }
+        c if c == u64::from(ids::IB_USER_VERBS_CMD_CREATE_AH) => {
+            (W::CreateAh, std::mem::size_of::<uabi::CreateAh>())
+        }
+        c if c == u64::from(ids::IB_USER_VERBS_CMD_QUERY_QP) => {
+            (W::QueryQp, std::mem::size_of::<uabi::QueryQp>())
         }
         _ => {
             state::log(|| format!("INVOKE_WRITE: command {cmd:#x} not supported"));
@@ -469,6 +532,10 @@ fn invoke_write(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         }
         W::AllocPd => alloc_pd(&ctx, req),
         W::RegMr => reg_mr(&ctx, req, &core_in),
+        W::ModifyQp => qp::modify_qp(&ctx, &core_in),
+        W::QueryQp => qp::query_qp(&ctx, req, &core_in),
+        W::CreateAh => ah::create_ah(&ctx, req, &core_in),
+        W::CreateCompChannel => create_comp_channel(&ctx, req),
     }
 }
 
@@ -816,6 +883,7 @@ fn uar_alloc(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
         .uar_alloc(kind)
         .map_err(|e| e.errno())?;
     let page_id = alloc.page_id;
+    ctx.watcher.watch(page_id, Arc::clone(&alloc.page));
     let (handle, offset) = {
         let mut o = ctx.objects();
         let offset = uabi::dyn_mmap_offset(o.next_mmap_index, page_size().trailing_zeros());
@@ -839,6 +907,7 @@ fn uar_destroy(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     let Object::Uar(uar) = take(ctx, handle, |o| matches!(o, Object::Uar(_)))? else {
         return Err(libc::EINVAL);
     };
+    ctx.watcher.unwatch(uar.alloc.page_id);
     ctx.verbs
         .devx()
         .provider()
@@ -1034,11 +1103,13 @@ fn alloc_pd(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
 fn destroy_pd(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     req.known(&[ids::UVERBS_ATTR_DESTROY_PD_HANDLE])?;
     let handle = req.need(ids::UVERBS_ATTR_DESTROY_PD_HANDLE)?.data;
-    let in_use = ctx
-        .objects()
-        .table
-        .values()
-        .any(|o| matches!(o, Object::Mr { pd_handle, .. } if u64::from(*pd_handle) == handle));
+    let in_use = ctx.objects().table.values().any(|o| match o {
+        Object::Mr { pd_handle, .. } => u64::from(*pd_handle) == handle,
+        Object::Qp(q) => u64::from(q.pd_handle) == handle,
+        Object::Ah { pd_handle, .. } => u64::from(*pd_handle) == handle,
+        Object::Srq(s) => u64::from(s.pd_handle) == handle,
+        _ => false,
+    });
     if in_use {
         return Err(libc::EBUSY);
     }
@@ -1140,10 +1211,20 @@ fn create_cq(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
         ids::UVERBS_ATTR_CREATE_CQ_FLAGS,
         uabi::CREATE_CQ_FLAGS_KNOWN,
     )?;
-    if req.attr(ids::UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL).is_some() {
-        state::log(|| "create_cq: completion channels are not served yet".into());
-        return Err(libc::EOPNOTSUPP);
-    }
+    let channel = match req.attr(ids::UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL) {
+        None => None,
+        Some(a) => {
+            let fd = i32::try_from(a.data).map_err(|_| libc::EINVAL)?;
+            let found = ctx.objects().table.values().find_map(|o| match o {
+                Object::CompChannel(c) if c.is(fd) => Some(Arc::clone(c)),
+                _ => None,
+            });
+            Some(found.ok_or(libc::EINVAL)?)
+        }
+    };
+    let user_handle = req
+        .const_in(ids::UVERBS_ATTR_CREATE_CQ_USER_HANDLE)?
+        .ok_or(libc::EINVAL)?;
     if vector >= ctx.num_comp_vectors {
         return Err(libc::EINVAL);
     }
@@ -1213,7 +1294,16 @@ fn create_cq(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
         .create(inbox.as_bytes(), CreateCqOut::SIZE_BYTES)
         .map_err(|e| e.errno())?;
     let cqn = obj.id();
-    let handle = ctx.objects().insert(Object::Cq { obj, ring, dbr });
+    if let Some(c) = &channel {
+        c.attach(&obj, user_handle)?;
+    }
+    let handle = ctx.objects().insert(Object::Cq {
+        obj,
+        ring,
+        dbr,
+        channel,
+    });
+    ctx.watcher.start();
     req.output(
         ids::UVERBS_ATTR_CREATE_CQ_RESP_CQE,
         &(entries - 1).to_ne_bytes(),
@@ -1233,19 +1323,56 @@ fn destroy_cq(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     ])?;
     let handle = req.need(ids::UVERBS_ATTR_DESTROY_CQ_HANDLE)?.data;
     require_out(req, ids::UVERBS_ATTR_DESTROY_CQ_RESP, 8).map_err(|_| libc::EINVAL)?;
-    let Object::Cq { obj, ring, dbr } = take(ctx, handle, |o| matches!(o, Object::Cq { .. }))?
+    let in_use = ctx.objects().table.values().any(|o| match o {
+        Object::Qp(q) => u64::from(q.send_cq) == handle || u64::from(q.recv_cq) == handle,
+        _ => false,
+    });
+    if in_use {
+        return Err(libc::EBUSY);
+    }
+    let Object::Cq {
+        obj,
+        ring,
+        dbr,
+        channel,
+    } = take(ctx, handle, |o| matches!(o, Object::Cq { .. }))?
     else {
         return Err(libc::EINVAL);
     };
+    let cqn = obj.id();
     if let Err(e) = obj.destroy() {
         let cq = Object::Cq {
             obj: *e.obj,
             ring,
             dbr,
+            channel,
         };
         return Err(put_back(ctx, handle, cq, e.error.errno()));
     }
-    req.output(ids::UVERBS_ATTR_DESTROY_CQ_RESP, &[0u8; 8])
+    // `struct ib_uverbs_destroy_cq_resp`: completion events the program read
+    // (it waits until it has acknowledged that many), async events.
+    let read = channel.as_ref().map_or(0, |c| c.detach(cqn));
+    let mut resp = [0u8; 8];
+    resp[..4].copy_from_slice(&read.to_ne_bytes());
+    req.output(ids::UVERBS_ATTR_DESTROY_CQ_RESP, &resp)
+}
+
+/// CREATE_COMP_CHANNEL: a completion channel; the fd the program reads
+/// events from.
+fn create_comp_channel(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
+    require_out(req, ids::UVERBS_ATTR_CORE_OUT, 4)?;
+    let ch = Arc::new(channel::CompChannel::new(ctx.verbs.devx())?);
+    let fd = ch.fd;
+    {
+        let mut o = ctx.objects();
+        // A channel whose fd number came back was closed by the program.
+        o.table
+            .retain(|_, v| !matches!(v, Object::CompChannel(c) if c.fd == fd));
+        o.insert(Object::CompChannel(Arc::clone(&ch)));
+    }
+    ctx.watcher.serve(ch);
+    ctx.watcher.start();
+    req.output(ids::UVERBS_ATTR_CORE_OUT, &fd.to_ne_bytes())
 }
 
 #[cfg(test)]
@@ -1281,12 +1408,15 @@ mod tests {
 
     use devx::kernel::abi::{IoctlAttr, IoctlCmd, UVERBS_ID_DRIVER_NS};
 
-    fn run<const N: usize>(file: &UverbsFile, cmd: &mut IoctlCmd<N>) -> Result<i32, Errno> {
+    pub(super) fn run<const N: usize>(
+        file: &UverbsFile,
+        cmd: &mut IoctlCmd<N>,
+    ) -> Result<i32, Errno> {
         file.ioctl_at(cmd as *mut IoctlCmd<N> as usize as u64)
     }
 
     /// A uverbs file on sim0 with its ucontext, and the mlx5 response.
-    fn open_context() -> (UverbsFile, UcontextResp) {
+    pub(super) fn open_context() -> (UverbsFile, UcontextResp) {
         open_context_with(AllocUcontextReq::devx())
     }
 
@@ -1570,7 +1700,7 @@ mod tests {
     }
 
     /// ALLOC_PD through INVOKE_WRITE: (pd handle, pdn).
-    fn alloc_pd_cmd(file: &UverbsFile) -> Result<(u32, u32), Errno> {
+    pub(super) fn alloc_pd_cmd(file: &UverbsFile) -> Result<(u32, u32), Errno> {
         let core_in = [0u8; 8];
         let (mut handle, mut pdn) = (0u32, 0u32);
         let mut cmd = IoctlCmd::new(
@@ -1595,7 +1725,12 @@ mod tests {
 
     /// A destroy method whose only attribute is the handle (id 0 for core
     /// objects, 0x1000 for mlx5 ones).
-    fn destroy(file: &UverbsFile, object: u16, method: u16, handle: u32) -> Result<i32, Errno> {
+    pub(super) fn destroy(
+        file: &UverbsFile,
+        object: u16,
+        method: u16,
+        handle: u32,
+    ) -> Result<i32, Errno> {
         let id = if object & UVERBS_ID_DRIVER_NS != 0 {
             UVERBS_ID_DRIVER_NS
         } else {

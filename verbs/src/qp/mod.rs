@@ -26,7 +26,7 @@ use crate::util::{sole, DoorbellRecord, Owned, QueueMemory};
 pub(crate) use connect::gid_rank;
 pub use connect::ConnectOpts;
 pub(crate) use geometry::Queue;
-pub use modify::{InitAttr, RtrAttr, RtsAttr, RtsModify};
+pub use modify::{InitAttr, QpTarget, RtrAttr, RtsAttr, RtsModify};
 pub use query::QpAttr;
 
 /// Transport service of a QP.

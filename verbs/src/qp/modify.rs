@@ -12,6 +12,7 @@ use super::path;
 use super::{Qp, QpType};
 use crate::access::AccessFlags;
 use crate::ah::AhAttr;
+use crate::context::Context;
 use crate::error::{Error, Result, VerbResult};
 use crate::port::Mtu;
 use crate::util::log2_ceil;
@@ -202,13 +203,45 @@ macro_rules! modify_inbox {
     }};
 }
 
-impl Qp {
+/// The QP a transition is built for: what the inboxes need to know about
+/// it. [`Qp`] builds one for itself; a QP whose queues live elsewhere (a
+/// program's memory, for the preload library) builds its own and submits
+/// the inboxes through its own object.
+#[derive(Clone, Copy)]
+pub struct QpTarget<'a> {
+    pub ctx: &'a Context,
+    pub qp_type: QpType,
+    pub qpn: u32,
+    pub pdn: u32,
+    pub send_cqn: u32,
+    pub recv_cqn: u32,
+    /// The port chosen at INIT (0 before).
+    pub port: u8,
+}
+
+impl QpTarget<'_> {
+    fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    fn context(&self) -> &Context {
+        self.ctx
+    }
+
+    fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    fn port(&self) -> u8 {
+        self.port
+    }
+
     /// Fields the kernel sets on every transition: service type, PD,
     /// migration state, and the fixed MTU of UD QPs.
     fn base_qpc(&self) -> Qpc {
         let mut qpc = Qpc::new();
         qpc.set_st(self.qp_type().service_type().raw());
-        qpc.set_pd(self.pd().pdn());
+        qpc.set_pd(self.pdn);
         qpc.set_pm_state(PM_STATE_MIGRATED);
         if self.qp_type() == QpType::Ud {
             qpc.set_mtu(UD_MTU as u8);
@@ -257,14 +290,8 @@ impl Qp {
         check_max(verb, "pkey_index", u32::from(index), len - 1)
     }
 
-    fn submit(&self, verb: &'static str, inbox: &[u8], reached: QpState) -> Result<()> {
-        self.obj().modify(inbox, 16).verb(verb)?;
-        self.set_state(reached);
-        Ok(())
-    }
-
     /// RST→INIT (RST2INIT_QP).
-    pub fn to_init(&self, attr: &InitAttr) -> Result<()> {
+    pub fn init_inbox(&self, attr: &InitAttr) -> Result<Vec<u8>> {
         const VERB: &str = "modify_qp(INIT)";
         self.context().check_port(VERB, attr.port_num)?;
         self.check_pkey(VERB, attr.pkey_index)?;
@@ -277,16 +304,14 @@ impl Qp {
         if self.qp_type() == QpType::Ud {
             qpc.set_q_key(attr.qkey);
         }
-        qpc.set_cqn_snd(self.send_cqn());
-        qpc.set_cqn_rcv(self.recv_cqn());
+        qpc.set_cqn_snd(self.send_cqn);
+        qpc.set_cqn_rcv(self.recv_cqn);
         let inbox = modify_inbox!(Rst2initQpIn, Opcode::Rst2initQp, self.qpn(), 0, &qpc);
-        self.submit(VERB, &inbox, QpState::Init)?;
-        self.port.store(attr.port_num, Ordering::Relaxed);
-        Ok(())
+        Ok(inbox)
     }
 
     /// INIT→RTR (INIT2RTR_QP).
-    pub fn to_rtr(&self, attr: &RtrAttr) -> Result<()> {
+    pub fn rtr_inbox(&self, attr: &RtrAttr) -> Result<Vec<u8>> {
         const VERB: &str = "modify_qp(RTR)";
         let l = self.context().limits();
         let mut qpc = self.base_qpc();
@@ -305,7 +330,7 @@ impl Qp {
                 mask |= opt::Q_KEY;
             }
             let inbox = modify_inbox!(Init2rtrQpIn, Opcode::Init2rtrQp, self.qpn(), mask, &qpc);
-            return self.submit(VERB, &inbox, QpState::Rtr);
+            return Ok(inbox);
         }
         check_max(VERB, "dest_qp_num", attr.dest_qp_num, 0xff_ffff)?;
         check_max(VERB, "rq_psn", attr.rq_psn, 0xff_ffff)?;
@@ -333,11 +358,11 @@ impl Qp {
         let salt = self.qpn() ^ attr.dest_qp_num;
         path::encode(qpc.primary_address_path_mut(), &ah, &resolved, true, salt);
         let inbox = modify_inbox!(Init2rtrQpIn, Opcode::Init2rtrQp, self.qpn(), mask, &qpc);
-        self.submit(VERB, &inbox, QpState::Rtr)
+        Ok(inbox)
     }
 
     /// RTR→RTS (RTR2RTS_QP).
-    pub fn to_rts(&self, attr: &RtsAttr) -> Result<()> {
+    pub fn rts_inbox(&self, attr: &RtsAttr) -> Result<Vec<u8>> {
         const VERB: &str = "modify_qp(RTS)";
         let l = self.context().limits();
         check_max(VERB, "sq_psn", attr.sq_psn, 0xff_ffff)?;
@@ -364,16 +389,16 @@ impl Qp {
             mask &= !opt::RNR_TIMEOUT;
         }
         let inbox = modify_inbox!(Rtr2rtsQpIn, Opcode::Rtr2rtsQp, self.qpn(), mask, &qpc);
-        self.submit(VERB, &inbox, QpState::Rts)
+        Ok(inbox)
     }
 
     /// RTS→RTS (RTS2RTS_QP): change access rights, RNR timer or Q_Key.
-    pub fn modify_rts(&self, attr: &RtsModify) -> Result<()> {
+    pub fn rts_modify_inbox(&self, attr: &RtsModify) -> Result<Vec<u8>> {
         const VERB: &str = "modify_qp(RTS→RTS)";
         let mut qpc = self.base_qpc();
         let mask = self.optional(VERB, &mut qpc, attr.access, attr.min_rnr_timer, attr.qkey)?;
         let inbox = modify_inbox!(Rts2rtsQpIn, Opcode::Rts2rtsQp, self.qpn(), mask, &qpc);
-        self.submit(VERB, &inbox, QpState::Rts)
+        Ok(inbox)
     }
 
     fn optional(
@@ -409,21 +434,80 @@ impl Qp {
         Ok(mask)
     }
 
-    /// Any state → ERR (2ERR_QP): outstanding requests flush.
-    pub fn to_err(&self) -> Result<()> {
+    /// Any state → ERR (2ERR_QP).
+    pub fn err_inbox(&self) -> Vec<u8> {
         let mut m = Qp2errIn::new();
         m.set_opcode(Opcode::Qp2Err.raw());
-        m.set_qpn(self.qpn());
-        self.submit("modify_qp(ERR)", m.as_bytes(), QpState::Err)
+        m.set_qpn(self.qpn);
+        m.as_bytes().to_vec()
+    }
+
+    /// Any state → RST (2RST_QP).
+    pub fn reset_inbox(&self) -> Vec<u8> {
+        let mut m = Qp2rstIn::new();
+        m.set_opcode(Opcode::Qp2Rst.raw());
+        m.set_qpn(self.qpn);
+        m.as_bytes().to_vec()
+    }
+}
+
+impl Qp {
+    /// This QP as a transition target.
+    pub fn target(&self) -> QpTarget<'_> {
+        QpTarget {
+            ctx: self.context(),
+            qp_type: self.qp_type(),
+            qpn: self.qpn(),
+            pdn: self.pd().pdn(),
+            send_cqn: self.send_cqn(),
+            recv_cqn: self.recv_cqn(),
+            port: self.port(),
+        }
+    }
+
+    fn submit(&self, verb: &'static str, inbox: &[u8], reached: QpState) -> Result<()> {
+        self.obj().modify(inbox, 16).verb(verb)?;
+        self.set_state(reached);
+        Ok(())
+    }
+
+    /// RST→INIT (RST2INIT_QP).
+    pub fn to_init(&self, attr: &InitAttr) -> Result<()> {
+        let inbox = self.target().init_inbox(attr)?;
+        self.submit("modify_qp(INIT)", &inbox, QpState::Init)?;
+        self.port.store(attr.port_num, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// INIT→RTR (INIT2RTR_QP).
+    pub fn to_rtr(&self, attr: &RtrAttr) -> Result<()> {
+        let inbox = self.target().rtr_inbox(attr)?;
+        self.submit("modify_qp(RTR)", &inbox, QpState::Rtr)
+    }
+
+    /// RTR→RTS (RTR2RTS_QP).
+    pub fn to_rts(&self, attr: &RtsAttr) -> Result<()> {
+        let inbox = self.target().rts_inbox(attr)?;
+        self.submit("modify_qp(RTS)", &inbox, QpState::Rts)
+    }
+
+    /// RTS→RTS (RTS2RTS_QP): change access rights, RNR timer or Q_Key.
+    pub fn modify_rts(&self, attr: &RtsModify) -> Result<()> {
+        let inbox = self.target().rts_modify_inbox(attr)?;
+        self.submit("modify_qp(RTS→RTS)", &inbox, QpState::Rts)
+    }
+
+    /// Any state → ERR (2ERR_QP): outstanding requests flush.
+    pub fn to_err(&self) -> Result<()> {
+        let inbox = self.target().err_inbox();
+        self.submit("modify_qp(ERR)", &inbox, QpState::Err)
     }
 
     /// Any state → RST (2RST_QP). Also rewinds the software queue counters,
     /// hence the exclusive borrow.
     pub fn reset(&mut self) -> Result<()> {
-        let mut m = Qp2rstIn::new();
-        m.set_opcode(Opcode::Qp2Rst.raw());
-        m.set_qpn(self.qpn());
-        self.submit("modify_qp(RESET)", m.as_bytes(), QpState::Rst)?;
+        let inbox = self.target().reset_inbox();
+        self.submit("modify_qp(RESET)", &inbox, QpState::Rst)?;
         self.dp.reset();
         Ok(())
     }

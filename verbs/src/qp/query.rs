@@ -1,7 +1,7 @@
 //! `ibv_query_qp`: QUERY_QP read back into verbs attributes.
 
 use prm_layouts::enums::{Opcode, QpState};
-use prm_layouts::{QueryQpIn, QueryQpOut};
+use prm_layouts::{Qpc, QueryQpIn, QueryQpOut};
 
 use super::path;
 use super::{Qp, QpCap, QpType};
@@ -57,7 +57,20 @@ impl Qp {
             .query(inbox.as_bytes(), QueryQpOut::SIZE_BYTES)
             .verb(VERB)?;
         let out: &QueryQpOut = outbox(VERB, "QUERY_QP", &out)?;
-        let q = out.qpc();
+        let eth = self.context().link_layer() == LinkLayer::Ethernet;
+        Ok(QpAttr::from_qpc(
+            out.qpc(),
+            eth,
+            self.cap(),
+            self.sq_sig_all(),
+        ))
+    }
+}
+
+impl QpAttr {
+    /// The attributes a QUERY_QP's `qpc` reports; `cap` and `sq_sig_all`
+    /// are what the QP was created with (no device fields).
+    pub fn from_qpc(q: &Qpc, eth: bool, cap: QpCap, sq_sig_all: bool) -> QpAttr {
         let p = q.primary_address_path();
         let mut access = AccessFlags::NONE;
         if q.rre() != 0 {
@@ -69,9 +82,8 @@ impl Qp {
         if q.rae() != 0 {
             access |= AccessFlags::REMOTE_ATOMIC;
         }
-        let eth = self.context().link_layer() == LinkLayer::Ethernet;
         let state = QpState::from_raw(q.state());
-        Ok(QpAttr {
+        QpAttr {
             state: state.unwrap_or(QpState::Err),
             raw_state: q.state(),
             qp_type: QpType::from_st(q.st()),
@@ -94,8 +106,8 @@ impl Qp {
             send_cqn: q.cqn_snd(),
             recv_cqn: q.cqn_rcv(),
             srqn: (q.rq_type() == 1).then(|| q.srqn_rmpn_xrqn()),
-            cap: self.cap(),
-            sq_sig_all: self.sq_sig_all(),
-        })
+            cap,
+            sq_sig_all,
+        }
     }
 }

@@ -141,6 +141,12 @@ pub(crate) struct Engine {
     me: Weak<Engine>,
     /// The network port, when the device has an address ([`net`]).
     net: OnceLock<Arc<crate::sim::wire::NetPort>>,
+    /// Messages delivered to this device (over the network or the
+    /// in-memory link), and the threads woken on each ([`Engine::arrived`]).
+    arrivals: AtomicU64,
+    listeners: Mutex<Vec<(u64, std::thread::Thread)>>,
+    listening: AtomicBool,
+    next_listener: AtomicU64,
 }
 
 impl Engine {
@@ -160,7 +166,47 @@ impl Engine {
             linked,
             me: me.clone(),
             net: OnceLock::new(),
+            arrivals: AtomicU64::new(0),
+            listeners: Mutex::new(Vec::new()),
+            listening: AtomicBool::new(false),
+            next_listener: AtomicU64::new(1),
         })
+    }
+
+    fn listeners(&self) -> MutexGuard<'_, Vec<(u64, std::thread::Thread)>> {
+        self.listeners.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Messages were delivered: counts them and wakes the listeners (a
+    /// program answers completions with new work, so whoever watches its
+    /// doorbells should look now).
+    pub(crate) fn arrived(&self) {
+        self.arrivals.fetch_add(1, Ordering::Release);
+        if self.listening.load(Ordering::Acquire) {
+            for (_, t) in self.listeners().iter() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// How many times messages were delivered to this device.
+    pub fn arrivals(&self) -> u64 {
+        self.arrivals.load(Ordering::Acquire)
+    }
+
+    /// Unparks `thread` whenever messages are delivered; the id removes it.
+    pub fn listen_arrivals(&self, thread: std::thread::Thread) -> u64 {
+        let id = self.next_listener.fetch_add(1, Ordering::Relaxed);
+        let mut l = self.listeners();
+        l.push((id, thread));
+        self.listening.store(true, Ordering::Release);
+        id
+    }
+
+    pub fn unlisten_arrivals(&self, id: u64) {
+        let mut l = self.listeners();
+        l.retain(|(i, _)| *i != id);
+        self.listening.store(!l.is_empty(), Ordering::Release);
     }
 
     fn lock_inner(&self) -> MutexGuard<'_, Inner> {
@@ -242,6 +288,7 @@ impl Engine {
                 }
             }
         });
+        self.arrived();
     }
 
     /// Starts the RNR retry timer thread unless it runs already.

@@ -57,7 +57,7 @@ impl SinkSlot {
     }
 
     #[inline]
-    fn deliver(&self, page_id: u32, offset: usize, value: u64) {
+    pub(crate) fn deliver(&self, page_id: u32, offset: usize, value: u64) {
         if self.direct.load(Ordering::Acquire) {
             if let Some(e) = &self.engine {
                 e.doorbell(page_id, offset, value);

@@ -274,6 +274,7 @@ impl PacketSink for Engine {
             Service::Ud => self.receive_datagram(port, p, from),
             svc => self.receive_connected(port, p, from, svc),
         }
+        self.arrived();
     }
 
     fn tick(&self, port: &NetPort) -> Option<Duration> {
