@@ -5,32 +5,11 @@
 //!
 //! `cargo run --release -p devx --example async_latency`
 
-use std::future::Future;
-use std::pin::pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
+use devx::reactor::block_on;
 use prm_layouts::enums::Opcode;
 use prm_layouts::{NopIn, NopOut};
-
-fn block_on<F: Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = pin!(f);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park();
-    }
-}
 
 fn main() -> devx::Result<()> {
     let ctx = devx::Device::by_name("sim0")?.open()?;

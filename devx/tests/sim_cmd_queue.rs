@@ -5,37 +5,15 @@
 #[path = "sim_support.rs"]
 mod support;
 
-use std::future::Future;
-use std::pin::pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
+use devx::reactor::block_on;
 use devx::sim::CMD_QUEUE_SLOTS;
 use devx::sim::{Profile, SimDevice};
 use devx::ProviderContext;
 use prm_layouts::enums::Opcode;
 use prm_layouts::*;
 use support::*;
-
-/// Runs a future to completion on this thread, parking between polls.
-fn block_on<F: Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = pin!(f);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park();
-    }
-}
 
 /// A device whose QUERY_CQ holds its queue slot for a minute.
 fn slow_cq_queries() -> Env {

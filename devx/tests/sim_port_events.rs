@@ -2,34 +2,11 @@
 //! through the device's control API, each change raises one PORT_CHANGE
 //! event on subscribed channels, and an awaited `Events::next` wakes for it.
 
-use std::future::Future;
-use std::pin::pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
-
 use devx::event_type;
 use devx::port_change;
+use devx::reactor::block_on;
 use prm_layouts::enums::Opcode;
 use prm_layouts::*;
-
-/// Runs a future on this thread, parking between polls.
-fn block_on<F: Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = pin!(f);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park();
-    }
-}
 
 fn vport_state(ctx: &devx::Context) -> u8 {
     let mut q = QueryVportStateIn::new();

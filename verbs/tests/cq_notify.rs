@@ -48,24 +48,7 @@ mod cq_notify {
         unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
     }
 
-    /// Runs a future on this thread, parking between polls.
-    fn block_on<F: std::future::Future>(f: F) -> F::Output {
-        struct Unpark(std::thread::Thread);
-        impl std::task::Wake for Unpark {
-            fn wake(self: std::sync::Arc<Self>) {
-                self.0.unpark();
-            }
-        }
-        let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
-        let mut cx = std::task::Context::from_waker(&waker);
-        let mut f = std::pin::pin!(f);
-        loop {
-            if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-                return v;
-            }
-            std::thread::park();
-        }
-    }
+    use verbs::devx::reactor::block_on;
 
     #[test]
     fn an_awaited_event_wakes_its_waiter() {
