@@ -160,6 +160,13 @@ const MKC_END: usize = {
     at as usize / 8 + Mkc::SIZE_BYTES
 };
 
+/// Where a queued command's completion goes.
+struct Queued<'a> {
+    outlen: usize,
+    wr_id: u64,
+    channel: &'a dyn CmdChannel,
+}
+
 impl SimContext {
     pub(crate) fn open(dev: Arc<DeviceShared>) -> Result<SimContext> {
         dev.check_alive("open context")?;
@@ -190,6 +197,31 @@ impl SimContext {
     /// Handles this context holds (objects, UMEMs, UARs, pending creates).
     pub fn handle_count(&self) -> usize {
         self.handles().len()
+    }
+
+    /// Queues a query, modify (of `obj`) or general command on the
+    /// firmware's command queue, after the checks the blocking call makes.
+    fn submit(
+        &self,
+        class: CmdClass,
+        obj: Option<Handle>,
+        inbox: &[u8],
+        q: Queued<'_>,
+    ) -> Result<()> {
+        self.dev.check_alive(match class {
+            CmdClass::Query => "async query",
+            CmdClass::Modify => "async modify",
+            _ => "async general command",
+        })?;
+        admission::admit(inbox, class)?;
+        let chan = self.async_channel(q.outlen, q.channel)?;
+        if let Some(obj) = obj {
+            self.bind(obj, inbox)?;
+        }
+        let cmd = self.private_copy(inbox);
+        self.dev
+            .engine
+            .submit(self.id, cmd, q.outlen, q.wr_id, &chan.inner)
     }
 
     fn handles(&self) -> MutexGuard<'_, Handles> {
@@ -504,14 +536,12 @@ impl ProviderContext for SimContext {
         wr_id: u64,
         channel: &dyn CmdChannel,
     ) -> Result<()> {
-        self.dev.check_alive("async query")?;
-        admission::admit(inbox, CmdClass::Query)?;
-        let chan = self.async_channel(outlen, channel)?;
-        self.bind(obj, inbox)?;
-        let cmd = self.private_copy(inbox);
-        self.dev
-            .engine
-            .submit(self.id, cmd, outlen, wr_id, &chan.inner)
+        let queued = Queued {
+            outlen,
+            wr_id,
+            channel,
+        };
+        self.submit(CmdClass::Query, Some(obj), inbox, queued)
     }
 
     fn modify_async(
@@ -522,14 +552,12 @@ impl ProviderContext for SimContext {
         wr_id: u64,
         channel: &dyn CmdChannel,
     ) -> Result<()> {
-        self.dev.check_alive("async modify")?;
-        admission::admit(inbox, CmdClass::Modify)?;
-        let chan = self.async_channel(outlen, channel)?;
-        self.bind(obj, inbox)?;
-        let cmd = self.private_copy(inbox);
-        self.dev
-            .engine
-            .submit(self.id, cmd, outlen, wr_id, &chan.inner)
+        let queued = Queued {
+            outlen,
+            wr_id,
+            channel,
+        };
+        self.submit(CmdClass::Modify, Some(obj), inbox, queued)
     }
 
     fn general_async(
@@ -539,13 +567,12 @@ impl ProviderContext for SimContext {
         wr_id: u64,
         channel: &dyn CmdChannel,
     ) -> Result<()> {
-        self.dev.check_alive("async general command")?;
-        admission::admit(inbox, CmdClass::General)?;
-        let chan = self.async_channel(outlen, channel)?;
-        let cmd = self.private_copy(inbox);
-        self.dev
-            .engine
-            .submit(self.id, cmd, outlen, wr_id, &chan.inner)
+        let queued = Queued {
+            outlen,
+            wr_id,
+            channel,
+        };
+        self.submit(CmdClass::General, None, inbox, queued)
     }
 
     fn create_async(
