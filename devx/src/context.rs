@@ -192,7 +192,7 @@ impl Context {
     pub(crate) fn check_comp(&self, comp: &CmdComp) -> Result<()> {
         if !comp.context().same_as(self) {
             return Err(Error::argument(
-                "the completion channel belongs to another context",
+                "the completion channel belongs to another context than the command's",
             ));
         }
         Ok(())
@@ -219,11 +219,7 @@ impl Context {
         comp: &CmdComp,
     ) -> Result<()> {
         check_lengths(inbox, outlen)?;
-        if !comp.context().same_as(self) {
-            return Err(Error::argument(
-                "the completion channel belongs to another context",
-            ));
-        }
+        self.check_comp(comp)?;
         self.inner
             .provider
             .general_async(inbox, outlen, wr_id, comp.channel())

@@ -177,11 +177,7 @@ impl Obj {
         comp: &CmdComp,
     ) -> Result<()> {
         check_lengths(inbox, outlen)?;
-        if !comp.context().same_as(&self.ctx) {
-            return Err(Error::argument(
-                "the completion channel belongs to another context than the object",
-            ));
-        }
+        self.ctx.check_comp(comp)?;
         self.ctx
             .inner
             .provider
@@ -201,11 +197,7 @@ impl Obj {
         comp: &CmdComp,
     ) -> Result<()> {
         check_lengths(inbox, outlen)?;
-        if !comp.context().same_as(&self.ctx) {
-            return Err(Error::argument(
-                "the completion channel belongs to another context than the object",
-            ));
-        }
+        self.ctx.check_comp(comp)?;
         self.ctx
             .inner
             .provider
