@@ -286,3 +286,59 @@ fn ud_pingpong_net_refuses_a_message_larger_than_the_mtu() {
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert!(r.stderr.contains("-m 1000: the MTU is"), "{}", r.stderr);
 }
+
+/// Runs `script` in a network namespace of its own (`unshare -n`), whose
+/// loopback has the IPv6 addresses fd00::2 and fd00::3; `None` (with the
+/// reason printed) when this machine cannot make one.
+fn in_ipv6_namespace(script: &str) -> Option<Run> {
+    let setup =
+        "ip link set lo up && ip addr add fd00::2/128 dev lo && ip addr add fd00::3/128 dev lo";
+    let probe = Command::new("unshare")
+        .args(["-n", "sh", "-c", setup])
+        .output();
+    match probe {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            eprintln!(
+                "skipped: cannot make a network namespace with IPv6 addresses (needs root): {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return None;
+        }
+        Err(e) => {
+            eprintln!("skipped: unshare is not available: {e}");
+            return None;
+        }
+    }
+    let mut c = Command::new("unshare");
+    c.args(["-n", "sh", "-c", &format!("{setup} && {{ {script}\n}}")]);
+    Some(run(c, Duration::from_secs(120)))
+}
+
+#[test]
+fn pingpongs_run_over_ipv6_gids_between_two_processes() {
+    for name in ["rc_pingpong_net", "ud_pingpong_net"] {
+        let bin = need!(name);
+        let bin = bin.display();
+        // The server's output goes to stderr, the client's to stdout.
+        let script = format!(
+            "timeout 60 {bin} -p 18515 -a fd00::2 -n 20 -s 512 1>&2 & \
+             timeout 60 {bin} -p 18515 -a fd00::3 -n 20 -s 512 fd00::2; c=$?; wait $!; s=$?; \
+             [ $c = 0 ] && [ $s = 0 ]"
+        );
+        let Some(r) = in_ipv6_namespace(&script) else {
+            return;
+        };
+        assert_eq!(r.code, Some(0), "{name}:\n{}\n{}", r.stdout, r.stderr);
+        assert!(
+            r.stdout.contains("GID fd00::3, UDP [fd00::3]:4791"),
+            "{}",
+            r.stdout
+        );
+        assert!(r.stdout.contains("remote address: QPN"), "{}", r.stdout);
+        assert!(r.stdout.contains("GID fd00::2"), "{}", r.stdout);
+        assert!(r.stderr.contains("GID fd00::3"), "{}", r.stderr);
+        assert!(r.stdout.contains("20 iters in"), "{}", r.stdout);
+        assert!(r.stderr.contains("20 iters in"), "{}", r.stderr);
+    }
+}

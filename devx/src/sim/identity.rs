@@ -13,6 +13,9 @@ pub struct Identity {
     pub node_guid: u64,
     /// The port's IPv4 address (10.200.x.y), for the IPv4-mapped GIDs.
     pub ipv4: [u8; 4],
+    /// The port's IPv6 address, when the device was given one: the address
+    /// GIDs then name it instead of the IPv4-mapped address.
+    pub ipv6: Option<[u8; 16]>,
 }
 
 /// One RoCE address table entry.
@@ -34,6 +37,7 @@ impl Identity {
             mac,
             node_guid: u64::from_be_bytes(eui),
             ipv4: [10, 200, (host >> 8) as u8, host as u8],
+            ipv6: None,
         }
     }
 
@@ -47,8 +51,9 @@ impl Identity {
     }
 
     /// The populated RoCE GID table, as Linux fills it for a port with one
-    /// IPv4 address: link-local v1, link-local v2, IPv4-mapped v1, IPv4-mapped v2.
-    /// Other indices below the table size are empty (all-zero GID).
+    /// IP address: link-local v1, link-local v2, then the address as RoCE v1
+    /// and v2 (IPv4-mapped for an IPv4 address). Other indices below the
+    /// table size are empty (all-zero GID).
     pub fn gid_table(&self) -> [GidEntry; 4] {
         let mut ll = [0u8; 16];
         ll[0] = 0xfe;
@@ -56,31 +61,25 @@ impl Identity {
         let mut iid = eui64(&self.mac);
         iid[0] ^= 0x02; // modified EUI-64: flip the universal/local bit
         ll[8..].copy_from_slice(&iid);
-        let mut v4 = [0u8; 16];
-        v4[10] = 0xff;
-        v4[11] = 0xff;
-        v4[12..].copy_from_slice(&self.ipv4);
+        let (addr, l3_type) = match self.ipv6 {
+            Some(v6) => (v6, RoceL3Type::Ipv6),
+            None => (
+                std::net::Ipv4Addr::from(self.ipv4)
+                    .to_ipv6_mapped()
+                    .octets(),
+                RoceL3Type::Ipv4,
+            ),
+        };
+        let entry = |gid, version, l3_type| GidEntry {
+            gid,
+            version,
+            l3_type,
+        };
         [
-            GidEntry {
-                gid: ll,
-                version: RoceVersion::V1,
-                l3_type: RoceL3Type::Ipv6,
-            },
-            GidEntry {
-                gid: ll,
-                version: RoceVersion::V2,
-                l3_type: RoceL3Type::Ipv6,
-            },
-            GidEntry {
-                gid: v4,
-                version: RoceVersion::V1,
-                l3_type: RoceL3Type::Ipv4,
-            },
-            GidEntry {
-                gid: v4,
-                version: RoceVersion::V2,
-                l3_type: RoceL3Type::Ipv4,
-            },
+            entry(ll, RoceVersion::V1, RoceL3Type::Ipv6),
+            entry(ll, RoceVersion::V2, RoceL3Type::Ipv6),
+            entry(addr, RoceVersion::V1, l3_type),
+            entry(addr, RoceVersion::V2, l3_type),
         ]
     }
 
@@ -109,6 +108,21 @@ mod tests {
         assert_eq!(&t[0].gid[..8], &[0xfe, 0x80, 0, 0, 0, 0, 0, 0]);
         assert_eq!(&t[0].gid[8..], &[0x0e, 0x42, 0xa1, 0xff, 0xfe, 0, 0, 1]);
         assert_eq!(&t[3].gid[10..], &[0xff, 0xff, 10, 200, 0, 2]);
+        assert_eq!(t[3].version, RoceVersion::V2);
+        assert_eq!(t[3].l3_type, RoceL3Type::Ipv4);
+    }
+
+    #[test]
+    fn an_ipv6_address_takes_the_address_entries() {
+        let mut a = Identity::new(0);
+        let v6: std::net::Ipv6Addr = "fd00::2".parse().unwrap();
+        a.ipv6 = Some(v6.octets());
+        let t = a.gid_table();
+        assert_eq!(&t[0].gid[..2], &[0xfe, 0x80]);
+        for e in &t[2..] {
+            assert_eq!(e.gid, v6.octets());
+            assert_eq!(e.l3_type, RoceL3Type::Ipv6);
+        }
         assert_eq!(t[3].version, RoceVersion::V2);
     }
 }

@@ -157,8 +157,9 @@ impl SimDevice {
             Ok(None)
         };
         if let Ok(Some(p)) = &port {
-            if let std::net::IpAddr::V4(a) = p.local_addr().ip() {
-                ident.ipv4 = a.octets();
+            match wire::flow::canonical(p.local_addr().ip()) {
+                std::net::IpAddr::V4(a) => ident.ipv4 = a.octets(),
+                std::net::IpAddr::V6(a) => ident.ipv6 = Some(a.octets()),
             }
         }
         let info = DeviceInfo {

@@ -5,13 +5,14 @@ use std::net::Ipv6Addr;
 
 use crate::fields::json_str;
 
-/// GID table index of the RoCE v2 IPv4-mapped entry.
-const GID_ROCE_V2_IPV4: usize = 3;
+/// GID table index of the RoCE v2 entry of the device's address
+/// (IPv4-mapped, or its IPv6 address).
+const GID_ROCE_V2_ADDR: usize = 3;
 
 /// (GID, address or why there is none) of emulated device `name`.
 pub fn describe(name: &str) -> Option<(String, String)> {
     let sim = devx::sim::sim_device(name).ok()?;
-    let gid = sim.identity().gid_table().get(GID_ROCE_V2_IPV4)?.gid;
+    let gid = sim.identity().gid_table().get(GID_ROCE_V2_ADDR)?.gid;
     let addr = match (sim.net_addr(), sim.net_error()) {
         (Some(a), _) => a.to_string(),
         (None, Some(e)) => format!("none ({e})"),

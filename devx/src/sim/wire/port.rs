@@ -157,15 +157,7 @@ impl NetPort {
     /// The port the environment configures for device `dev` (see
     /// [`super::config`]), bound; `None` when it names no address.
     pub(crate) fn for_device(dev: &str) -> Result<Option<Arc<NetPort>>, String> {
-        let config = NetConfig::from_env()?;
-        if let Some(a) = config.addr_of(dev) {
-            if a.is_ipv6() {
-                return Err(format!(
-                    "{dev}: {a}: IPv6 device addresses are not supported yet (the GID table holds one IPv4 address)"
-                ));
-            }
-        }
-        NetPort::open(dev, config)
+        NetPort::open(dev, NetConfig::from_env()?)
     }
 
     /// Binds device `dev`'s port if `config` gives it an address; `None`

@@ -12,7 +12,7 @@ pub(crate) mod requester;
 pub(crate) mod responder;
 pub(crate) mod segment;
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,9 +37,16 @@ pub(crate) struct NetState {
     pub(crate) resp: responder::Responders,
 }
 
-/// The IPv4 address an IPv4-mapped GID names (`::ffff:a.b.c.d`).
-fn gid_ipv4(gid: &[u8; 16]) -> Option<Ipv4Addr> {
-    std::net::Ipv6Addr::from(*gid).to_ipv4_mapped()
+/// The IP address a RoCE v2 GID names: IPv4 for `::ffff:a.b.c.d`, else
+/// IPv6; `None` for the unspecified and link-local GIDs, which name no
+/// routable address.
+fn gid_ip(gid: &[u8; 16]) -> Option<IpAddr> {
+    let v6 = Ipv6Addr::from(*gid);
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return Some(IpAddr::V4(v4));
+    }
+    let link_local = v6.segments()[0] & 0xffc0 == 0xfe80;
+    (!v6.is_unspecified() && !link_local).then_some(IpAddr::V6(v6))
 }
 
 /// The GID of an IP address: IPv4-mapped for IPv4.
@@ -75,10 +82,10 @@ impl Engine {
     }
 
     /// A GID no device of this process has: reachable through the network
-    /// port when it names an IPv4 address.
+    /// port when it names a routable IPv4 or IPv6 address.
     pub(super) fn net_peer(&self, gid: &[u8; 16]) -> Option<Peer> {
         self.net.get()?;
-        gid_ipv4(gid).map(|ip| Peer::Net(IpAddr::V4(ip)))
+        gid_ip(gid).map(Peer::Net)
     }
 
     /// Runs the send queues of QPs whose message was answered.
