@@ -28,7 +28,7 @@ use crate::sim::wire::{
 use prm_layouts::CqeSyndrome;
 use segment::Dest;
 
-pub(crate) use requester::Status;
+pub(crate) use requester::{Known, Status};
 
 /// The transport state of every QP talking over the network.
 #[derive(Default)]
@@ -95,14 +95,17 @@ impl Engine {
     }
 }
 
-/// Sends WQE `wqe`'s message `msg` (of QP `v`) to the device at `ip`, or
-/// reports how it ended; the syndrome of a local error when it cannot go.
+/// Sends the message `msg` of QP `v`'s WQE at send queue position `pos.0`
+/// (`pos.1` basic blocks) to the device at `ip` (RC: queues it for
+/// [`pump`]), or reports how it ended; the syndrome of a local error when
+/// it cannot go.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn request(
     eng: &Engine,
     st: &State,
     inner: &mut Inner,
     v: &QpView,
-    wqe: &[u8],
+    pos: (u16, u16),
     msg: &mut Msg,
     ip: IpAddr,
 ) -> Result<Status, CqeSyndrome> {
@@ -124,16 +127,22 @@ pub(crate) fn request(
         service: svc,
         mtu: v.mtu_bytes() as usize,
     };
-    let counter = super::requester::ctrl(wqe).wqe_index();
     Ok(requester::request(
         &mut inner.net.req,
         port,
         v,
         attrs,
-        counter,
+        pos,
         msg,
         dest,
     ))
+}
+
+/// Sends what QP `qpn`'s RC window allows of the messages it queued.
+pub(crate) fn pump(eng: &Engine, inner: &mut Inner, qpn: u32) {
+    if let Some(port) = eng.port() {
+        inner.net.req.pump(qpn, port);
+    }
 }
 
 /// A UD message: one packet.
@@ -254,8 +263,7 @@ impl Engine {
                 port,
                 &v,
                 &msg,
-                first,
-                dup,
+                (first, dup, p.bth.ack_req()),
                 reply,
                 &back,
             );
