@@ -139,6 +139,9 @@ struct Queue {
     dsts: Vec<SocketAddr>,
     /// Nesting of [`NetPort::batch`]; 0: every packet goes at once.
     depth: u32,
+    /// Whether runs of packets go as segmented sends; off once the kernel
+    /// refuses one.
+    gso: bool,
 }
 
 /// One device's UDP port.
@@ -186,6 +189,8 @@ impl NetPort {
         // which is all this can ask for.
         let _ = set_int_option(&socket, libc::SOL_SOCKET, libc::SO_RCVBUF, SOCKET_BUFFER);
         let _ = set_int_option(&socket, libc::SOL_SOCKET, libc::SO_SNDBUF, SOCKET_BUFFER);
+        // Runs of packets may arrive joined; the receive loop cuts them.
+        let _ = set_int_option(&socket, libc::SOL_UDP, libc::UDP_GRO, 1);
         socket
             .set_read_timeout(Some(RX_POLL))
             .map_err(|e| format!("{dev}: read timeout: {e}"))?;
@@ -218,6 +223,7 @@ impl NetPort {
                     lens: Vec::with_capacity(mmsg::BATCH),
                     dsts: Vec::with_capacity(mmsg::BATCH),
                     depth: 0,
+                    gso: true,
                 },
             }),
             capture,
@@ -346,7 +352,12 @@ impl NetPort {
         if q.lens.is_empty() {
             return;
         }
-        let sent = mmsg::send_batch(&self.socket, &q.slots, &q.lens, &q.dsts);
+        let mut r = mmsg::send_batch(&self.socket, &q.slots, &q.lens, &q.dsts, q.gso);
+        if r.gso_refused {
+            q.gso = false;
+            r = mmsg::send_batch(&self.socket, &q.slots, &q.lens, &q.dsts, false);
+        }
+        let sent = r.packets;
         let bytes: usize = q.lens[..sent].iter().sum();
         self.add(Counter::TxPackets, sent as u64);
         self.add(Counter::TxBytes, bytes as u64);
@@ -381,11 +392,12 @@ impl NetPort {
 }
 
 fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
-    let mut bufs = vec![0u8; mmsg::BATCH * mmsg::SLOT];
+    let mut bufs = vec![0u8; mmsg::BATCH * mmsg::RX_SLOT];
     let mut got = [mmsg::Received {
         len: 0,
         truncated: false,
         from: None,
+        segment: 0,
     }; mmsg::BATCH];
     let mut wait = RX_POLL;
     let mut last_tick = Instant::now();
@@ -400,9 +412,20 @@ fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
         // Errors: the read timeout, a signal, an ICMP error from an
         // earlier send; none stops the port.
         let n = n.unwrap_or(0);
-        for (r, slot) in got[..n].iter().zip(bufs.chunks_exact(mmsg::SLOT)) {
+        for (r, slot) in got[..n].iter().zip(bufs.chunks_exact(mmsg::RX_SLOT)) {
             match (r.from, r.truncated) {
-                (Some(from), false) => p.handle(&*s, &slot[..r.len], from),
+                (Some(from), false) => {
+                    let data = &slot[..r.len];
+                    if r.segment == 0 || r.segment >= data.len() {
+                        p.handle(&*s, data, from);
+                    } else {
+                        // A GRO datagram: packets of `segment` bytes, the
+                        // last perhaps shorter.
+                        for pkt in data.chunks(r.segment) {
+                            p.handle(&*s, pkt, from);
+                        }
+                    }
+                }
                 _ => p.count(Counter::RxMalformed),
             }
         }

@@ -1,6 +1,7 @@
 //! The requester half of RC (and UC) over the network: many messages in
 //! flight per QP, their packets numbered in one stream from the QP's send
-//! PSN and sent in a window of [`WINDOW`] unacknowledged packets. ACKs are
+//! PSN and sent in a window of [`WINDOW`] unacknowledged packets and
+//! [`WINDOW_BYTES`]. ACKs are
 //! cumulative: one for a PSN completes every message ending there or
 //! before, strictly in order. A sequence-error NAK sends again from the
 //! NAKed PSN, the ACK timeout from the first unacknowledged one
@@ -20,7 +21,7 @@ use super::super::queue::QpView;
 use super::super::responder::rnr_delay;
 use super::segment::{
     packets, psn_add, psn_diff, request_packets, send_read_request, send_request, Dest, ACK_EVERY,
-    WINDOW,
+    PACKET_OVERHEAD, WINDOW, WINDOW_BYTES,
 };
 use crate::sim::wire::{NakCode, NetPort, Operation, Packet, Service, Syndrome};
 use prm_layouts::CqeSyndrome;
@@ -82,6 +83,19 @@ impl InFlight {
         d >= 0 && (d as u32) < self.span
     }
 
+    /// The bytes request packet `i` puts on the wire, about: its payload
+    /// and headers.
+    fn wire_bytes(&self, i: u32) -> usize {
+        let payload = match self.msg.op {
+            Op::Send | Op::Write => {
+                let lo = i as usize * self.dest.mtu;
+                self.msg.data.len().saturating_sub(lo).min(self.dest.mtu)
+            }
+            _ => 0,
+        };
+        payload + PACKET_OVERHEAD
+    }
+
     /// Whether the message ends before `psn`.
     fn before(&self, psn: u32) -> bool {
         psn_diff(psn, self.last()) > 0
@@ -124,6 +138,8 @@ pub(crate) struct ReqQp {
     nxt: u32,
     /// The PSN after the highest one ever sent: answers reach below it.
     hi: u32,
+    /// Packets and bytes sent since the last one that asked for an ACK.
+    unasked: (u32, usize),
     retry_count: u8,
     retries_left: u8,
     timeout: Option<Duration>,
@@ -146,14 +162,31 @@ impl ReqQp {
         };
     }
 
-    /// Sends what the window allows from `nxt` on, and restarts the ACK
-    /// timer when anything went. A packet asks for an ACK every
-    /// [`ACK_EVERY`] PSNs and when it is the last one of the burst, so the
-    /// responder answers each burst once or twice.
+    /// Bytes the window counts for the request packets in flight.
+    fn bytes_in_flight(&self) -> usize {
+        let mut bytes = 0;
+        for f in &self.msgs {
+            if psn_diff(f.first, self.nxt) >= 0 {
+                break;
+            }
+            let from = psn_diff(self.una, f.first).max(0) as u32;
+            let to = (psn_diff(self.nxt, f.first) as u32).min(f.packets);
+            bytes += (from..to).map(|i| f.wire_bytes(i)).sum::<usize>();
+        }
+        bytes
+    }
+
+    /// Sends what the window ([`WINDOW`] packets, [`WINDOW_BYTES`]) allows
+    /// from `nxt` on, and restarts the ACK timer when anything went. A
+    /// packet asks for an ACK every half window and when it is the last
+    /// one of the burst or fills the window, so the responder answers each
+    /// burst once or twice.
     fn pump(&mut self, port: &NetPort) {
         let before = self.nxt;
+        let mut bytes = self.bytes_in_flight();
         let (una, msgs) = (self.una, &self.msgs);
         let mut nxt = self.nxt;
+        let mut unasked = self.unasked;
         port.batch(|| {
             let count = msgs.len();
             for (k, f) in msgs.iter().enumerate() {
@@ -161,10 +194,19 @@ impl ReqQp {
                     continue;
                 }
                 let mut i = psn_diff(nxt, f.first) as u32;
-                while i < f.packets && psn_diff(nxt, una) < WINDOW as i32 {
-                    let room_after = psn_diff(psn_add(nxt, 1), una) < WINDOW as i32;
+                while i < f.packets && psn_diff(nxt, una) < WINDOW as i32 && bytes < WINDOW_BYTES {
+                    let size = f.wire_bytes(i);
+                    bytes += size;
+                    unasked.0 += 1;
+                    unasked.1 += size;
+                    let full =
+                        psn_diff(psn_add(nxt, 1), una) >= WINDOW as i32 || bytes >= WINDOW_BYTES;
                     let tail = i + 1 == f.packets && k + 1 == count;
-                    let ack = tail || !room_after || psn_add(nxt, 1).is_multiple_of(ACK_EVERY);
+                    let half = unasked.0 >= ACK_EVERY || unasked.1 >= WINDOW_BYTES / 2;
+                    let ack = tail || full || half;
+                    if ack {
+                        unasked = (0, 0);
+                    }
                     send_request(port, &f.dest, &f.msg, f.first, i, ack);
                     nxt = psn_add(nxt, 1);
                     i += 1;
@@ -177,6 +219,7 @@ impl ReqQp {
             }
         });
         self.nxt = nxt;
+        self.unasked = unasked;
         if psn_diff(nxt, self.hi) > 0 {
             self.hi = nxt;
         }

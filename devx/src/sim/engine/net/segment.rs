@@ -111,10 +111,16 @@ fn opcode(service: Service, op: Operation) -> Option<BthOpcode> {
 }
 
 /// Request packets a requester sends ahead of the first unacknowledged
-/// one; with an ACK asked for every half window, the window keeps moving
-/// and a burst stays well inside a socket's default receive buffer.
-pub(crate) const WINDOW: u32 = 32;
+/// one, and their bytes at most: many small messages fill the packets, big
+/// ones the bytes. With an ACK asked for every half window, the window
+/// keeps moving, and a burst stays well inside a socket's default receive
+/// buffer.
+pub(crate) const WINDOW: u32 = 128;
+pub(crate) const WINDOW_BYTES: usize = 128 << 10;
+/// An ACK is asked for at least every this many packets.
 pub(crate) const ACK_EVERY: u32 = WINDOW / 2;
+/// Bytes of headers (IP, UDP, BTH, RETH, ICRC) the window counts per packet.
+pub(crate) const PACKET_OVERHEAD: usize = 64;
 
 /// Request packets `msg` takes at the destination's MTU.
 pub(crate) fn request_packets(msg: &Msg, mtu: usize) -> u32 {
