@@ -1,7 +1,7 @@
 //! The requester half of RC (and UC) over the network: many messages in
 //! flight per QP, their packets numbered in one stream from the QP's send
 //! PSN and sent in a window of [`WINDOW`] unacknowledged packets and
-//! [`WINDOW_BYTES`]. ACKs are
+//! bytes the port's socket buffers hold ([`NetPort::window_bytes`]). ACKs are
 //! cumulative: one for a PSN completes every message ending there or
 //! before, strictly in order. A sequence-error NAK sends again from the
 //! NAKed PSN, the ACK timeout from the first unacknowledged one
@@ -21,7 +21,7 @@ use super::super::queue::QpView;
 use super::super::responder::rnr_delay;
 use super::segment::{
     packets, psn_add, psn_diff, request_packets, send_read_request, send_request, Dest, ACK_EVERY,
-    PACKET_OVERHEAD, WINDOW, WINDOW_BYTES,
+    PACKET_OVERHEAD, WINDOW,
 };
 use crate::sim::wire::{NakCode, NetPort, Operation, Packet, Service, Syndrome};
 use prm_layouts::CqeSyndrome;
@@ -176,7 +176,7 @@ impl ReqQp {
         bytes
     }
 
-    /// Sends what the window ([`WINDOW`] packets, [`WINDOW_BYTES`]) allows
+    /// Sends what the window ([`WINDOW`] packets, the port's window bytes) allows
     /// from `nxt` on, and restarts the ACK timer when anything went. A
     /// packet asks for an ACK every half window and when it is the last
     /// one of the burst or fills the window, so the responder answers each
@@ -184,6 +184,7 @@ impl ReqQp {
     fn pump(&mut self, port: &NetPort) {
         let before = self.nxt;
         let mut bytes = self.bytes_in_flight();
+        let window_bytes = port.window_bytes();
         let (una, msgs) = (self.una, &self.msgs);
         let mut nxt = self.nxt;
         let mut unasked = self.unasked;
@@ -194,15 +195,15 @@ impl ReqQp {
                     continue;
                 }
                 let mut i = psn_diff(nxt, f.first) as u32;
-                while i < f.packets && psn_diff(nxt, una) < WINDOW as i32 && bytes < WINDOW_BYTES {
+                while i < f.packets && psn_diff(nxt, una) < WINDOW as i32 && bytes < window_bytes {
                     let size = f.wire_bytes(i);
                     bytes += size;
                     unasked.0 += 1;
                     unasked.1 += size;
                     let full =
-                        psn_diff(psn_add(nxt, 1), una) >= WINDOW as i32 || bytes >= WINDOW_BYTES;
+                        psn_diff(psn_add(nxt, 1), una) >= WINDOW as i32 || bytes >= window_bytes;
                     let tail = i + 1 == f.packets && k + 1 == count;
-                    let half = unasked.0 >= ACK_EVERY || unasked.1 >= WINDOW_BYTES / 2;
+                    let half = unasked.0 >= ACK_EVERY || unasked.1 >= window_bytes / 2;
                     let ack = tail || full || half;
                     if ack {
                         unasked = (0, 0);

@@ -111,12 +111,11 @@ fn opcode(service: Service, op: Operation) -> Option<BthOpcode> {
 }
 
 /// Request packets a requester sends ahead of the first unacknowledged
-/// one, and their bytes at most: many small messages fill the packets, big
-/// ones the bytes. With an ACK asked for every half window, the window
-/// keeps moving, and a burst stays well inside a socket's default receive
-/// buffer.
+/// one at most; its bytes are bounded too, by what the port's socket
+/// buffers hold (`NetPort::window_bytes`): many small messages fill the
+/// packets, big ones the bytes. With an ACK asked for every half window,
+/// the window keeps moving.
 pub(crate) const WINDOW: u32 = 128;
-pub(crate) const WINDOW_BYTES: usize = 128 << 10;
 /// An ACK is asked for at least every this many packets.
 pub(crate) const ACK_EVERY: u32 = WINDOW / 2;
 /// Bytes of headers (IP, UDP, BTH, RETH, ICRC) the window counts per packet.
