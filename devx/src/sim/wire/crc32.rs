@@ -1,15 +1,18 @@
 //! CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320, initial value and
-//! final XOR all ones), the CRC the ICRC uses; table-driven, eight bytes a
-//! step.
+//! final XOR all ones), the CRC the ICRC uses; table-driven, sixteen bytes
+//! a step.
 
 const POLY: u32 = 0xedb8_8320;
 
-/// `TABLES[k][b]`: the CRC contribution of byte `b` followed by `k` zero
-/// bytes (slicing-by-8).
-static TABLES: [[u32; 256]; 8] = tables();
+/// Bytes one step takes.
+const STEP: usize = 16;
 
-const fn tables() -> [[u32; 256]; 8] {
-    let mut t = [[0u32; 256]; 8];
+/// `TABLES[k][b]`: the CRC contribution of byte `b` followed by `k` zero
+/// bytes (slicing-by-16).
+static TABLES: [[u32; 256]; STEP] = tables();
+
+const fn tables() -> [[u32; 256]; STEP] {
+    let mut t = [[0u32; 256]; STEP];
     let mut b = 0;
     while b < 256 {
         let mut c = b as u32;
@@ -22,7 +25,7 @@ const fn tables() -> [[u32; 256]; 8] {
         b += 1;
     }
     let mut k = 1;
-    while k < 8 {
+    while k < STEP {
         let mut b = 0;
         while b < 256 {
             let prev = t[k - 1][b];
@@ -50,21 +53,25 @@ impl Crc32 {
     }
 
     pub(crate) fn update(&mut self, data: &[u8]) {
+        let t = &TABLES;
+        let word = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        // Byte `k` of a step meets the table of the bytes after it.
+        let fold = |w: u32, hi: usize| {
+            t[hi][(w & 0xff) as usize]
+                ^ t[hi - 1][((w >> 8) & 0xff) as usize]
+                ^ t[hi - 2][((w >> 16) & 0xff) as usize]
+                ^ t[hi - 3][(w >> 24) as usize]
+        };
         let mut c = self.0;
-        let mut chunks = data.chunks_exact(8);
+        let mut chunks = data.chunks_exact(STEP);
         for ch in &mut chunks {
-            let lo = c ^ u32::from_le_bytes([ch[0], ch[1], ch[2], ch[3]]);
-            c = TABLES[7][(lo & 0xff) as usize]
-                ^ TABLES[6][((lo >> 8) & 0xff) as usize]
-                ^ TABLES[5][((lo >> 16) & 0xff) as usize]
-                ^ TABLES[4][(lo >> 24) as usize]
-                ^ TABLES[3][usize::from(ch[4])]
-                ^ TABLES[2][usize::from(ch[5])]
-                ^ TABLES[1][usize::from(ch[6])]
-                ^ TABLES[0][usize::from(ch[7])];
+            c = fold(c ^ word(&ch[0..4]), 15)
+                ^ fold(word(&ch[4..8]), 11)
+                ^ fold(word(&ch[8..12]), 7)
+                ^ fold(word(&ch[12..16]), 3);
         }
         for &b in chunks.remainder() {
-            c = (c >> 8) ^ TABLES[0][((c ^ u32::from(b)) & 0xff) as usize];
+            c = (c >> 8) ^ t[0][((c ^ u32::from(b)) & 0xff) as usize];
         }
         self.0 = c;
     }
@@ -83,6 +90,27 @@ mod tests {
         let mut c = Crc32::new();
         c.update(b"123456789");
         assert_eq!(c.finish(), 0xcbf4_3926);
+    }
+
+    #[test]
+    fn tables_match_the_bitwise_definition() {
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + i / 13) as u8).collect();
+        for len in [0, 1, 15, 16, 17, 31, 32, 33, 1000] {
+            let mut want = u32::MAX;
+            for &b in &data[..len] {
+                want ^= u32::from(b);
+                for _ in 0..8 {
+                    want = if want & 1 != 0 {
+                        super::POLY ^ (want >> 1)
+                    } else {
+                        want >> 1
+                    };
+                }
+            }
+            let mut c = Crc32::new();
+            c.update(&data[..len]);
+            assert_eq!(c.finish(), !want, "{len} bytes");
+        }
     }
 
     #[test]
