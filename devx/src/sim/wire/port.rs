@@ -289,6 +289,22 @@ impl NetPort {
         let flow = Flow::new(self.local, dst);
         let mut guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         let Tx { buf, faults, q } = &mut *guard;
+        if faults.is_none() && headers.packet_len(payload.len()) <= mmsg::SLOT {
+            // Straight into the send queue, no copy in between.
+            if q.lens.len() == mmsg::BATCH {
+                self.flush(q);
+            }
+            let at = q.lens.len() * mmsg::SLOT;
+            let slot = &mut q.slots[at..at + mmsg::SLOT];
+            let n = headers.encode(&flow, payload, slot)?;
+            self.capture(&flow, &slot[..n]);
+            q.lens.push(n);
+            q.dsts.push(dst);
+            if q.depth == 0 || q.lens.len() == mmsg::BATCH {
+                self.flush(q);
+            }
+            return Ok(());
+        }
         let n = headers.encode(&flow, payload, buf)?;
         let pkt = &buf[..n];
         let Some(faults) = faults.as_mut() else {
