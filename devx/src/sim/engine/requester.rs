@@ -236,11 +236,14 @@ fn drive_with(
                 flush::flush_rq(st, &now);
             }
             inner.rnr.retain(|w| w.qpn != qpn);
+            inner.net.req.forget(qpn);
             return park(st, inner, qpn, ci);
         }
         if s != state::RTS {
-            // Reset or not yet ready: posted WQEs wait, RNR waits end.
+            // Reset or not yet ready: posted WQEs wait, RNR waits end,
+            // messages in flight are forgotten.
             inner.rnr.retain(|w| w.qpn != qpn);
+            inner.net.req.forget(qpn);
             return park(st, inner, qpn, ci);
         }
         let Some(pi) = v.snd_counter() else {

@@ -323,6 +323,19 @@ impl Requesters {
         self.qps.retain(|q, _| live(*q));
     }
 
+    /// Drops QP `qpn`'s state: it left RTS, and whatever was in flight is
+    /// flushed (or, after a reset, never completes).
+    pub(crate) fn forget(&mut self, qpn: u32) {
+        if let Some(q) = self.qps.remove(&qpn) {
+            for (_, _, m) in q.done {
+                keep_spare(&mut self.spare, m.data);
+            }
+            for f in q.msgs {
+                keep_spare(&mut self.spare, f.msg.data);
+            }
+        }
+    }
+
     /// What is known of QP `qpn`'s WQE at send queue position `at`; `None`
     /// for a WQE not sent yet. State left from another run of the queue
     /// (its first message is not at `at`) is dropped.
