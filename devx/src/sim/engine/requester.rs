@@ -326,15 +326,19 @@ fn issue_ahead(
     pi: u16,
     wqe: &mut [u8; MAX_SQ_WQE],
 ) {
-    let net = v.service == st::RC && matches!(eng.peer(inner, &v.rgid), Some(Peer::Net(_)));
+    let mut net = None;
     for _ in 0..MAX_BATCH {
-        if !net {
-            break;
-        }
         let Some(next) = inner.net.req.next_issue(v.qpn) else {
             break;
         };
         if next == pi {
+            break;
+        }
+        // Looked up once, and only when a WQE may go.
+        let to_net = *net.get_or_insert_with(|| {
+            v.service == st::RC && matches!(eng.peer(inner, &v.rgid), Some(Peer::Net(_)))
+        });
+        if !to_net {
             break;
         }
         let Some(len) = v.read_send_wqe(next, wqe) else {

@@ -13,7 +13,9 @@
 //! atomic is the last message in flight until answered. UC messages
 //! complete when sent.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use super::QpnMap;
 use std::time::{Duration, Instant};
 
 use super::super::msg::{Msg, Op, Reply};
@@ -299,7 +301,7 @@ impl ReqQp {
 /// Every QP's requester state; lives in the engine's bookkeeping.
 #[derive(Default)]
 pub(crate) struct Requesters {
-    qps: HashMap<u32, ReqQp>,
+    qps: QpnMap<ReqQp>,
     /// Message buffers handed back to the engine in exchange for the ones
     /// a message in flight keeps, so none is allocated per message.
     spare: Vec<Vec<u8>>,

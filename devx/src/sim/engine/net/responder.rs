@@ -12,7 +12,9 @@
 //! the last packet of a burst); an ACK acknowledges every PSN before it. UC: a gap drops the message being
 //! gathered.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use super::QpnMap;
 
 use super::super::msg::{Msg, Op, Reply};
 use super::super::queue::QpView;
@@ -50,7 +52,7 @@ pub(crate) struct RespQp {
 /// Every QP's responder state.
 #[derive(Default)]
 pub(crate) struct Responders {
-    qps: HashMap<u32, RespQp>,
+    qps: QpnMap<RespQp>,
     /// Buffers of delivered messages, for the next ones.
     spare: Vec<Vec<u8>>,
 }
