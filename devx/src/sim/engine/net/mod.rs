@@ -108,17 +108,15 @@ impl Engine {
         gid_ipv4(gid).map(|ip| Peer::Net(IpAddr::V4(ip)))
     }
 
-    /// Runs the send queues of QPs whose message was answered.
-    fn kick(&self, qpns: Vec<u32>) {
-        for qpn in qpns {
-            self.run_qp(
-                qpn,
-                Entry {
-                    page: None,
-                    by_timer: false,
-                },
-            );
-        }
+    /// Runs the send queue of a QP whose messages were answered.
+    fn kick(&self, qpn: u32) {
+        self.run_qp(
+            qpn,
+            Entry {
+                page: None,
+                by_timer: false,
+            },
+        );
     }
 }
 
@@ -298,7 +296,7 @@ impl Engine {
             None
         });
         if let Some(q) = kick {
-            self.kick(vec![q]);
+            self.kick(q);
         }
     }
 }
@@ -328,7 +326,9 @@ impl PacketSink for Engine {
             inner.net.resp.retain(&mut live);
             requester::tick(&mut inner.net.req, port, &mut kick)
         });
-        self.kick(kick);
+        for q in kick {
+            self.kick(q);
+        }
         next
     }
 }
