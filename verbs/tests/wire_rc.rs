@@ -625,6 +625,67 @@ fn an_rnr_behind_messages_in_flight_fails_that_message_and_flushes_the_rest() {
     srv.finish();
 }
 
+const NAK_BEHIND: &str = "a_nak_behind_messages_in_flight_fails_that_message_and_flushes_the_rest";
+
+/// Three WRITEs in flight, the second with a wrong rkey: the first lands,
+/// the second completes with a remote access error, the third is flushed
+/// and never written.
+#[test]
+fn a_nak_behind_messages_in_flight_fails_that_message_and_flushes_the_rest() {
+    match std::env::var(ROLE).as_deref() {
+        Ok("server") => {
+            let e = End::new();
+            println!("READY {}", e.describe());
+            let peer = read_line();
+            e.connect(&peer, 14, 7, 7);
+            println!("CONNECTED");
+            assert_eq!(read_line(), "check");
+            assert_eq!(e.buf.read(0, 64), pattern(1, 64));
+            assert!(e.buf.read(4096, 64).iter().all(|b| *b == 0));
+            assert!(e.buf.read(8192, 64).iter().all(|b| *b == 0));
+            println!("DONE");
+            return;
+        }
+        Ok("client") => {
+            let mut e = End::new();
+            let peer = read_line();
+            let (raddr, rkey) = e.connect(&peer, 14, 7, 7);
+            println!("READY {}", e.describe());
+            assert_eq!(read_line(), "go");
+            let local = Buf::all(&e.s.pd, 3 * 64);
+            for id in 1..=3u32 {
+                let at = (id as usize - 1) * 64;
+                local.write(at, &pattern(id, 64));
+                let key = if id == 2 { rkey ^ 0xff00 } else { rkey };
+                let to = raddr + (id as u64 - 1) * 4096;
+                e.s.qp
+                    .post_send(&SendWr::rdma_write(
+                        u64::from(id),
+                        &[local.sge(at, 64)],
+                        to,
+                        key,
+                    ))
+                    .unwrap();
+            }
+            let wc = wait(&mut e.s.cq, 3);
+            let st: Vec<String> = wc.iter().map(|w| format!("{:?}", w.status)).collect();
+            let ids: Vec<String> = wc.iter().map(|w| w.wr_id.to_string()).collect();
+            println!("STATUS {} {}", st.join(" "), ids.join(" "));
+            return;
+        }
+        _ => {}
+    }
+    let (mut srv, mut cli) = handshake(NAK_BEHIND, &device_at(addr(71)), &device_at(addr(72)));
+    assert_eq!(
+        cli.expect("STATUS"),
+        ["Success", "RemAccessErr", "WrFlushErr", "1", "2", "3"]
+    );
+    cli.finish();
+    srv.tell("check");
+    srv.expect("DONE");
+    srv.finish();
+}
+
 const FORGED: &str = "forged_packets_and_bad_keys_are_refused";
 
 /// Packets from a third address (unknown QPN, PSN far ahead, bad ICRC,

@@ -6,8 +6,8 @@
 //!
 //! RC: a packet ahead of the expected PSN gets one sequence-error NAK; a
 //! duplicate is answered again (SEND/WRITE: ACK; READ: read again; atomic:
-//! the saved original value, never executed twice); an RNR NAK rewinds the
-//! expected PSN to the message's first packet. ACKs are coalesced: one per
+//! the saved original value, never executed twice); an RNR NAK or an error
+//! NAK rewinds the expected PSN to the message's first packet. ACKs are coalesced: one per
 //! packet that asks for it (the requester asks every half window and on
 //! the last packet of a burst); an ACK acknowledges every PSN before it. UC: a gap drops the message being
 //! gathered.
@@ -310,6 +310,11 @@ pub(crate) fn delivered(
             if !rc {
                 return;
             }
+            // Nothing after a NAKed message executes (the requester fails
+            // it and flushes the rest, as a NAK stops delivery on the
+            // in-memory link); the message itself, sent again, is NAKed
+            // again.
+            q.epsn = first;
             let code = match s {
                 CqeSyndrome::RemoteAccessErr => NakCode::RemoteAccessError,
                 CqeSyndrome::RemoteInvalReqErr => NakCode::InvalidRequest,
