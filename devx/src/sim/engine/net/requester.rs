@@ -9,13 +9,12 @@
 //! after the responder's RNR delay; `retry_count` timeouts in a row end
 //! the first message with a transport retry error, `rnr_retry` RNR NAKs
 //! of one message (7: no limit) with an RNR retry error; an error ends
-//! the messages after it unsent (the engine flushes their WQEs). A READ or
+//! that message and drops the ones after it, never sent again (the engine
+//! flushes their WQEs). A READ or
 //! atomic is the last message in flight until answered. UC messages
 //! complete when sent.
 
 use std::collections::VecDeque;
-
-use super::QpnMap;
 use std::time::{Duration, Instant};
 
 use super::super::msg::{Msg, Op, Reply};
@@ -25,6 +24,7 @@ use super::segment::{
     packets, psn_add, psn_diff, request_packets, send_read_request, send_request, Dest, ACK_EVERY,
     PACKET_OVERHEAD, WINDOW,
 };
+use super::QpnMap;
 use crate::sim::wire::{NakCode, NetPort, Operation, Packet, Service, Syndrome};
 use prm_layouts::CqeSyndrome;
 
@@ -50,7 +50,8 @@ pub(crate) enum Known {
     /// Sent (or queued), not answered yet.
     Pending,
     /// Answered: the reply and the message (READ data or the atomic's
-    /// original value in it); its buffer goes back through [`recycle`].
+    /// original value in it); its buffer goes back through
+    /// [`Requesters::recycle`].
     Done(Reply, Msg),
 }
 

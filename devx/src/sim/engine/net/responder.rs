@@ -14,13 +14,12 @@
 
 use std::collections::VecDeque;
 
-use super::QpnMap;
-
 use super::super::msg::{Msg, Op, Reply};
 use super::super::queue::QpView;
 use super::segment::{
     classify, packets, psn_add, psn_diff, send_ack, send_atomic_ack, send_read_response, Dest, Part,
 };
+use super::QpnMap;
 use crate::sim::wire::{Counter, NakCode, NetPort, Packet, Service, Syndrome, NO_CREDIT_LIMIT};
 use prm_layouts::CqeSyndrome;
 
