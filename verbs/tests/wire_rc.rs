@@ -474,8 +474,9 @@ fn lossy_client() {
 
 const KILLED: &str = "a_killed_peer_ends_in_retry_exceeded";
 
-/// The peer process dies after connecting: a WRITE retries `retry_cnt`
-/// times, `timeout` apart, then completes with a retry-exceeded error.
+/// The peer process dies after connecting: the first of the WRITEs in
+/// flight retries `retry_cnt` times, `timeout` apart, then completes with a
+/// retry-exceeded error; the others are flushed.
 #[test]
 fn a_killed_peer_ends_in_retry_exceeded() {
     match std::env::var(ROLE).as_deref() {
@@ -498,11 +499,16 @@ fn a_killed_peer_ends_in_retry_exceeded() {
             assert_eq!(read_line(), "go");
             assert_eq!(read_line(), "write");
             let local = Buf::all(&e.s.pd, 4096);
-            e.s.qp
-                .post_send(&SendWr::rdma_write(1, &[local.sge(0, 4096)], raddr, rkey))
-                .unwrap();
-            let wc = wait(&mut e.s.cq, 1);
-            println!("STATUS {:?}", wc[0].status);
+            // Three WRITEs in flight together.
+            for id in 1..=3 {
+                e.s.qp
+                    .post_send(&SendWr::rdma_write(id, &[local.sge(0, 4096)], raddr, rkey))
+                    .unwrap();
+            }
+            let wc = wait(&mut e.s.cq, 3);
+            let st: Vec<String> = wc.iter().map(|w| format!("{:?}", w.status)).collect();
+            let ids: Vec<String> = wc.iter().map(|w| w.wr_id.to_string()).collect();
+            println!("STATUS {} {}", st.join(" "), ids.join(" "));
             return;
         }
         _ => {}
@@ -510,7 +516,11 @@ fn a_killed_peer_ends_in_retry_exceeded() {
     let (srv, mut cli) = handshake(KILLED, &device_at(addr(21)), &device_at(addr(22)));
     srv.kill();
     cli.tell("write");
-    assert_eq!(cli.expect("STATUS"), ["RetryExcErr"]);
+    // The first fails, the rest are flushed, in order.
+    assert_eq!(
+        cli.expect("STATUS"),
+        ["RetryExcErr", "WrFlushErr", "WrFlushErr", "1", "2", "3"]
+    );
     cli.finish();
 }
 
@@ -554,6 +564,125 @@ fn no_receive_posted_ends_in_rnr_retry_exceeded() {
     srv.tell("check");
     // The first try and two retries reached the server.
     assert_eq!(srv.expect("DONE"), ["3"]);
+    srv.finish();
+}
+
+const RNR_BEHIND: &str = "an_rnr_behind_messages_in_flight_fails_that_message_and_flushes_the_rest";
+
+/// Three SENDs in flight to a peer with one receive posted: the first
+/// lands, the second is RNR-NAKed until `rnr_retry` runs out, the third is
+/// flushed, in order.
+#[test]
+fn an_rnr_behind_messages_in_flight_fails_that_message_and_flushes_the_rest() {
+    match std::env::var(ROLE).as_deref() {
+        Ok("server") => {
+            let mut e = End::new();
+            let recv = Buf::all(&e.s.pd, 64);
+            println!("READY {}", e.describe());
+            let peer = read_line();
+            e.connect(&peer, 14, 7, 7);
+            e.s.qp
+                .post_recv(&RecvWr::new(7, &[recv.sge(0, 64)]))
+                .unwrap();
+            println!("CONNECTED");
+            let wc = wait(&mut e.s.cq, 1);
+            assert_eq!((wc[0].status, wc[0].wr_id), (WcStatus::Success, 7));
+            assert_eq!(recv.read(0, 64), pattern(1, 64));
+            assert_eq!(read_line(), "check");
+            println!("DONE");
+            return;
+        }
+        Ok("client") => {
+            let mut e = End::new();
+            let peer = read_line();
+            e.connect(&peer, 14, 7, 2);
+            println!("READY {}", e.describe());
+            assert_eq!(read_line(), "go");
+            let local = Buf::all(&e.s.pd, 3 * 64);
+            for id in 1..=3u32 {
+                let at = (id as usize - 1) * 64;
+                local.write(at, &pattern(id, 64));
+                e.s.qp
+                    .post_send(&SendWr::send(u64::from(id), &[local.sge(at, 64)]))
+                    .unwrap();
+            }
+            let wc = wait(&mut e.s.cq, 3);
+            let st: Vec<String> = wc.iter().map(|w| format!("{:?}", w.status)).collect();
+            let ids: Vec<String> = wc.iter().map(|w| w.wr_id.to_string()).collect();
+            println!("STATUS {} {}", st.join(" "), ids.join(" "));
+            return;
+        }
+        _ => {}
+    }
+    let (mut srv, mut cli) = handshake(RNR_BEHIND, &device_at(addr(61)), &device_at(addr(62)));
+    assert_eq!(
+        cli.expect("STATUS"),
+        ["Success", "RnrRetryExcErr", "WrFlushErr", "1", "2", "3"]
+    );
+    cli.finish();
+    srv.tell("check");
+    srv.expect("DONE");
+    srv.finish();
+}
+
+const NAK_BEHIND: &str = "a_nak_behind_messages_in_flight_fails_that_message_and_flushes_the_rest";
+
+/// Three WRITEs in flight, the second with a wrong rkey: the first lands,
+/// the second completes with a remote access error, the third is flushed
+/// and never written.
+#[test]
+fn a_nak_behind_messages_in_flight_fails_that_message_and_flushes_the_rest() {
+    match std::env::var(ROLE).as_deref() {
+        Ok("server") => {
+            let e = End::new();
+            println!("READY {}", e.describe());
+            let peer = read_line();
+            e.connect(&peer, 14, 7, 7);
+            println!("CONNECTED");
+            assert_eq!(read_line(), "check");
+            assert_eq!(e.buf.read(0, 64), pattern(1, 64));
+            assert!(e.buf.read(4096, 64).iter().all(|b| *b == 0));
+            assert!(e.buf.read(8192, 64).iter().all(|b| *b == 0));
+            println!("DONE");
+            return;
+        }
+        Ok("client") => {
+            let mut e = End::new();
+            let peer = read_line();
+            let (raddr, rkey) = e.connect(&peer, 14, 7, 7);
+            println!("READY {}", e.describe());
+            assert_eq!(read_line(), "go");
+            let local = Buf::all(&e.s.pd, 3 * 64);
+            for id in 1..=3u32 {
+                let at = (id as usize - 1) * 64;
+                local.write(at, &pattern(id, 64));
+                let key = if id == 2 { rkey ^ 0xff00 } else { rkey };
+                let to = raddr + (id as u64 - 1) * 4096;
+                e.s.qp
+                    .post_send(&SendWr::rdma_write(
+                        u64::from(id),
+                        &[local.sge(at, 64)],
+                        to,
+                        key,
+                    ))
+                    .unwrap();
+            }
+            let wc = wait(&mut e.s.cq, 3);
+            let st: Vec<String> = wc.iter().map(|w| format!("{:?}", w.status)).collect();
+            let ids: Vec<String> = wc.iter().map(|w| w.wr_id.to_string()).collect();
+            println!("STATUS {} {}", st.join(" "), ids.join(" "));
+            return;
+        }
+        _ => {}
+    }
+    let (mut srv, mut cli) = handshake(NAK_BEHIND, &device_at(addr(71)), &device_at(addr(72)));
+    assert_eq!(
+        cli.expect("STATUS"),
+        ["Success", "RemAccessErr", "WrFlushErr", "1", "2", "3"]
+    );
+    cli.finish();
+    srv.tell("check");
+    srv.expect("DONE");
     srv.finish();
 }
 

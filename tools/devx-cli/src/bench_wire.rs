@@ -151,16 +151,18 @@ pub fn responder() -> Result<(), String> {
         .and_then(|a| a.parse().ok())
         .ok_or("bench wire: bad responder role")?;
     let mut me = end(peer_addr)?;
+    println!("{}", me.line);
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).map_err(e("stdin"))?;
+    connect(&me, &line)?;
+    // A QP takes receives from INIT on; the requester's first SEND comes
+    // after "connected".
     let recv = [Sge::from_mr(&me.mr, BIG, SMALL as u32)];
     for _ in 0..WRS {
         me.qp
             .post_recv(&RecvWr::new(0, &recv))
             .map_err(e("post_recv"))?;
     }
-    println!("{}", me.line);
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).map_err(e("stdin"))?;
-    connect(&me, &line)?;
     println!("connected");
     let send = [Sge::from_mr(&me.mr, 0, SMALL as u32)];
     let mut wcs = Vec::new();

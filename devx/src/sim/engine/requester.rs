@@ -5,7 +5,10 @@
 //! lock. WQEs to another emulated device leave as a [`Batch`]: the caller
 //! drops this device's lock, delivers the batch in order under one
 //! acquisition of the peer's lock, and comes back with the replies, so no
-//! thread ever holds two device locks. A per-QP busy mark keeps a second
+//! thread ever holds two device locks. RC WQEs to a device on the network
+//! go out while earlier ones await their answers, as far as the
+//! transport's window allows, and complete in order as the answers come
+//! ([`super::net`]). A per-QP busy mark keeps a second
 //! doorbell from overtaking WQEs in flight; that doorbell's work is picked
 //! up by the busy thread's loop.
 
@@ -16,7 +19,7 @@ use super::cqe::{self, Completion};
 use super::flush;
 use super::keys::Need;
 use super::msg::{Msg, Op, Reply};
-use super::net::Status;
+use super::net::{Known, Status};
 use super::queue::{self, QpView, MAX_SQ_WQE};
 use super::responder;
 use super::{Engine, Inner, Peer, RnrWait};
@@ -104,7 +107,8 @@ enum Outcome {
     /// small) is for peer [`Inner::remote`] `.0`.
     Remote(usize),
     /// On the network, not answered yet: the WQE stays posted until the
-    /// transport runs the QP again ([`super::net`]).
+    /// transport runs the QP again ([`super::net`]); later WQEs may go
+    /// meanwhile.
     Pending,
 }
 
@@ -232,11 +236,14 @@ fn drive_with(
                 flush::flush_rq(st, &now);
             }
             inner.rnr.retain(|w| w.qpn != qpn);
+            inner.net.req.forget(qpn);
             return park(st, inner, qpn, ci);
         }
         if s != state::RTS {
-            // Reset or not yet ready: posted WQEs wait, RNR waits end.
+            // Reset or not yet ready: posted WQEs wait, RNR waits end,
+            // messages in flight are forgotten.
             inner.rnr.retain(|w| w.qpn != qpn);
+            inner.net.req.forget(qpn);
             return park(st, inner, qpn, ci);
         }
         let Some(pi) = v.snd_counter() else {
@@ -252,7 +259,14 @@ fn drive_with(
             truncated(st, &v, &wqe[..len], pi, &mut ci);
             continue;
         }
-        let out = execute(eng, st, inner, &v, &wqe[..len]);
+        let out = match network_answer(st, inner, &v, &wqe[..len], ci) {
+            Some(out) => out,
+            None => execute(eng, st, inner, &v, &wqe[..len], ci),
+        };
+        if let Outcome::Pending = out {
+            issue_ahead(eng, st, inner, &v, pi, wqe);
+            return park(st, inner, qpn, ci);
+        }
         if let Outcome::Remote(at) = out {
             let msg = inner.outgoing.take();
             let (Some(peer), Some(msg)) = (inner.remote(at).cloned(), msg) else {
@@ -271,6 +285,82 @@ fn drive_with(
             return park(st, inner, qpn, ci);
         }
     }
+}
+
+/// What the network transport says of the RC WQE at `ci`, if it was sent:
+/// still in flight, or answered (then settled here, in order).
+fn network_answer(
+    st: &State,
+    inner: &mut Inner,
+    v: &QpView,
+    wqe: &[u8],
+    ci: u16,
+) -> Option<Outcome> {
+    if v.service != st::RC {
+        return None;
+    }
+    Some(match inner.net.req.lookup(v.qpn, ci)? {
+        Known::Pending => Outcome::Pending,
+        Known::Done(reply, msg) => {
+            let out = match reply {
+                Reply::Ack => finish(st, &mut inner.cache, v, wqe, &msg),
+                Reply::Nak(s) => Outcome::Error(s),
+                Reply::Rnr(d) => Outcome::Rnr(d),
+            };
+            inner.net.req.recycle(msg.data);
+            out
+        }
+    })
+}
+
+/// Sends the WQEs after those in flight on the network while the RC
+/// transport's window has room, up to the SND counter `pi`, then puts the
+/// burst on the wire. They complete in order as their answers come; one
+/// that cannot go now (not a message for the peer, or failing locally)
+/// waits for the main loop, which executes it in its turn.
+fn issue_ahead(
+    eng: &Engine,
+    st: &mut State,
+    inner: &mut Inner,
+    v: &QpView,
+    pi: u16,
+    wqe: &mut [u8; MAX_SQ_WQE],
+) {
+    let mut net = None;
+    for _ in 0..MAX_BATCH {
+        let Some(next) = inner.net.req.next_issue(v.qpn) else {
+            break;
+        };
+        if next == pi {
+            break;
+        }
+        // Looked up once, and only when a WQE may go.
+        let to_net = *net.get_or_insert_with(|| {
+            v.service == st::RC && matches!(eng.peer(inner, &v.rgid), Some(Peer::Net(_)))
+        });
+        if !to_net {
+            break;
+        }
+        let Some(len) = v.read_send_wqe(next, wqe) else {
+            break;
+        };
+        if !queue::posted_whole(pi, next, queue::wqebbs(len))
+            || !batchable(v.service, send_opcode(&wqe[..len]))
+        {
+            break;
+        }
+        match execute(eng, st, inner, v, &wqe[..len], next) {
+            Outcome::Pending => {}
+            Outcome::Remote(_) => {
+                if let Some(m) = inner.outgoing.take() {
+                    inner.scratch = m.data;
+                }
+                break;
+            }
+            _ => break,
+        }
+    }
+    super::net::pump(eng, inner, v.qpn);
 }
 
 /// Adds the WQEs after the one at `ci` (already in `b`) that go to `peer`
@@ -301,7 +391,7 @@ fn gather_batch(
         {
             return;
         }
-        match execute(eng, st, inner, v, &wqe[..len]) {
+        match execute(eng, st, inner, v, &wqe[..len], next) {
             Outcome::Remote(p) => {
                 let Some(msg) = inner.outgoing.take() else {
                     return;
@@ -549,8 +639,16 @@ fn local_scatter(
     Ok(room)
 }
 
-/// Executes one send WQE up to the point where the responder is needed.
-fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u8]) -> Outcome {
+/// Executes one send WQE (at send queue position `at`) up to the point
+/// where the responder is needed.
+fn execute(
+    eng: &Engine,
+    st: &mut State,
+    inner: &mut Inner,
+    v: &QpView,
+    wqe: &[u8],
+    at: u16,
+) -> Outcome {
     let c = ctrl(wqe);
     let opc = SendOpcode::from_raw(c.opcode());
     if opc == Some(SendOpcode::Nop) {
@@ -654,7 +752,8 @@ fn execute(eng: &Engine, st: &mut State, inner: &mut Inner, v: &QpView, wqe: &[u
         return Outcome::Remote(i);
     }
     if let Peer::Net(ip) = peer {
-        let out = match super::net::request(eng, st, inner, v, wqe, &mut msg, ip) {
+        let pos = (at, queue::wqebbs(wqe.len()));
+        let out = match super::net::request(eng, st, inner, v, pos, &mut msg, ip) {
             Ok(Status::Done(Reply::Ack)) => finish(st, &mut inner.cache, v, wqe, &msg),
             Ok(Status::Done(Reply::Nak(s))) | Err(s) => Outcome::Error(s),
             Ok(Status::Done(Reply::Rnr(d))) => Outcome::Rnr(d),

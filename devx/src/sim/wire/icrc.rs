@@ -31,8 +31,12 @@ const V4_IHL: u8 = 0x0f;
 /// payload up to the ICRC is `roce` (BTH first); the bytes as they go on
 /// the wire.
 pub fn icrc(ip_udp: &[u8], roce: &[u8]) -> Result<[u8; ICRC_LEN], WireError> {
-    let mut h = [0u8; MAX_IP_UDP];
-    let h = h
+    // The masked headers back to back, so the CRC takes them in one run.
+    let bth_len = std::mem::size_of::<Bth>();
+    let mut front = [0u8; MASKED_LRH.len() + MAX_IP_UDP + std::mem::size_of::<Bth>()];
+    front[..MASKED_LRH.len()].copy_from_slice(&MASKED_LRH);
+    let (_, rest) = front.split_at_mut(MASKED_LRH.len());
+    let h = rest
         .get_mut(..ip_udp.len())
         .ok_or(WireError::BadIpHeader("longer than IPv6 + UDP"))?;
     h.copy_from_slice(ip_udp);
@@ -59,20 +63,18 @@ pub fn icrc(ip_udp: &[u8], roce: &[u8]) -> Result<[u8; ICRC_LEN], WireError> {
         }
     };
     h[ip + field::UDP_CHECKSUM..][..2].fill(MASKED);
-    let bth_len = std::mem::size_of::<Bth>();
     let bth = roce.get(..bth_len).ok_or(WireError::Truncated {
         what: "BTH",
         need: bth_len,
         have: roce.len(),
     })?;
-    let mut masked_bth = [0u8; std::mem::size_of::<Bth>()];
+    let at = MASKED_LRH.len() + ip_udp.len();
+    let masked_bth = &mut front[at..at + bth_len];
     masked_bth.copy_from_slice(bth);
     masked_bth[BTH_VARIANT] = MASKED;
 
     let mut c = Crc32::new();
-    c.update(&MASKED_LRH);
-    c.update(h);
-    c.update(&masked_bth);
+    c.update(&front[..at + bth_len]);
     c.update(&roce[bth_len..]);
     Ok(c.finish().to_le_bytes())
 }

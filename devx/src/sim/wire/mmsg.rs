@@ -1,6 +1,10 @@
 //! Batched datagram I/O: `sendmmsg` / `recvmmsg` over a port's socket, so
-//! a window of packets costs one system call each way. Buffers are the
-//! caller's, reused; nothing is allocated per packet.
+//! a window of packets costs one system call each way. With segmentation
+//! offload, consecutive packets of one size to one peer leave as one UDP
+//! GSO send (`UDP_SEGMENT`) and may arrive as one GRO datagram
+//! (`UDP_GRO`), which the receiver cuts at the segment size: the kernel
+//! handles them as one. Buffers are the caller's, reused; nothing is
+//! allocated per packet.
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
@@ -11,6 +15,27 @@ pub(crate) const BATCH: usize = 32;
 /// Room per datagram: a 4096-byte MTU packet with every header fits, and
 /// so does a jumbo frame.
 pub(crate) const SLOT: usize = 9216;
+/// Room per received datagram: a GRO datagram of many packets, up to the
+/// largest UDP payload.
+pub(crate) const RX_SLOT: usize = 1 << 16;
+/// Packets one GSO send carries at most (the kernel's `UDP_MAX_SEGMENTS`).
+const GSO_SEGMENTS: usize = 64;
+/// Bytes one GSO send carries at most: one UDP datagram behind an IPv6
+/// header.
+const GSO_BYTES: usize = u16::MAX as usize - 48;
+
+/// Room for one control message carrying a segment size.
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+struct Cmsg([u8; 32]);
+
+/// What [`send_batch`] did.
+pub(crate) struct Sent {
+    /// Packets the kernel took, from the first.
+    pub(crate) packets: usize,
+    /// The kernel refused segmentation offload; nothing was sent.
+    pub(crate) gso_refused: bool,
+}
 
 /// `a` as a C socket address.
 fn to_c(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
@@ -79,13 +104,15 @@ fn from_c(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
 }
 
 /// Sends `n` datagrams: datagram `i` is `bufs[i * SLOT..][..lens[i]]` to
-/// `dsts[i]`. Returns how many the kernel took (the rest failed).
+/// `dsts[i]`; with `gso`, runs of one size to one peer (the last may be
+/// shorter) go as one segmented send each.
 pub(crate) fn send_batch(
     sock: &UdpSocket,
     bufs: &[u8],
     lens: &[usize],
     dsts: &[SocketAddr],
-) -> usize {
+    gso: bool,
+) -> Sent {
     let n = lens.len().min(dsts.len()).min(BATCH);
     // SAFETY: sockaddr_storage is plain integers, valid all-zero.
     let mut addrs: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
@@ -93,80 +120,153 @@ pub(crate) fn send_batch(
     let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
     // SAFETY: an mmsghdr is pointers, lengths, flags and a count; all-zero is valid.
     let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-    for i in 0..n {
+    let mut cmsgs = [Cmsg([0; 32]); BATCH];
+    // `firsts[g]`: the first packet of send `g`.
+    let mut firsts = [0usize; BATCH + 1];
+    let mut groups = 0;
+    let mut i = 0;
+    while i < n {
         let Some(data) = bufs.get(i * SLOT..i * SLOT + lens[i]) else {
-            return 0;
+            return Sent {
+                packets: 0,
+                gso_refused: false,
+            };
         };
-        let (a, alen) = to_c(dsts[i]);
-        addrs[i] = a;
         iovs[i] = libc::iovec {
             iov_base: data.as_ptr() as *mut libc::c_void,
             iov_len: data.len(),
         };
-        hdrs[i].msg_hdr.msg_name = (&mut addrs[i] as *mut libc::sockaddr_storage).cast();
-        hdrs[i].msg_hdr.msg_namelen = alen;
-        hdrs[i].msg_hdr.msg_iov = &mut iovs[i];
-        hdrs[i].msg_hdr.msg_iovlen = 1;
+        // Extend the run while the packets fit one segmented send.
+        let mut j = i + 1;
+        let mut bytes = lens[i];
+        while gso
+            && j < n
+            && j - i < GSO_SEGMENTS
+            && dsts[j] == dsts[i]
+            && lens[j - 1] == lens[i]
+            && lens[j] <= lens[i]
+            && bytes + lens[j] <= GSO_BYTES
+        {
+            let Some(d) = bufs.get(j * SLOT..j * SLOT + lens[j]) else {
+                break;
+            };
+            iovs[j] = libc::iovec {
+                iov_base: d.as_ptr() as *mut libc::c_void,
+                iov_len: d.len(),
+            };
+            bytes += lens[j];
+            j += 1;
+        }
+        let g = groups;
+        let (a, alen) = to_c(dsts[i]);
+        addrs[g] = a;
+        hdrs[g].msg_hdr.msg_name = (&mut addrs[g] as *mut libc::sockaddr_storage).cast();
+        hdrs[g].msg_hdr.msg_namelen = alen;
+        hdrs[g].msg_hdr.msg_iov = &mut iovs[i];
+        hdrs[g].msg_hdr.msg_iovlen = j - i;
+        if j - i > 1 {
+            segment_size(&mut hdrs[g].msg_hdr, &mut cmsgs[g], lens[i]);
+        }
+        firsts[g] = i;
+        groups += 1;
+        i = j;
     }
+    firsts[groups] = n;
     let mut sent = 0;
-    while sent < n {
-        // SAFETY: hdrs[sent..n] point at live buffers, addresses and iovecs
-        // on this stack frame; the kernel only reads them.
+    while sent < groups {
+        // SAFETY: hdrs[sent..groups] point at live buffers, addresses,
+        // iovecs and control messages on this stack frame; the kernel only
+        // reads them.
         let r = unsafe {
             libc::sendmmsg(
                 sock.as_raw_fd(),
                 hdrs[sent..].as_mut_ptr(),
-                (n - sent) as libc::c_uint,
+                (groups - sent) as libc::c_uint,
                 0,
             )
         };
         if r <= 0 {
-            if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            let e = io::Error::last_os_error();
+            if r < 0 && e.kind() == io::ErrorKind::Interrupted {
                 continue;
+            }
+            // EIO: the route cannot offload checksums; EINVAL: no
+            // UDP_SEGMENT in this kernel.
+            let segmented = firsts[sent + 1] - firsts[sent] > 1;
+            let refused = matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL));
+            if r < 0 && segmented && refused && sent == 0 {
+                return Sent {
+                    packets: 0,
+                    gso_refused: true,
+                };
             }
             break;
         }
         sent += r as usize;
     }
-    sent
+    Sent {
+        packets: firsts[sent],
+        gso_refused: false,
+    }
 }
 
-/// One received datagram: its length, whether it was cut short, and who
-/// sent it.
+/// Attaches a `UDP_SEGMENT` control message of `size` to `h`.
+fn segment_size(h: &mut libc::msghdr, c: &mut Cmsg, size: usize) {
+    h.msg_control = c.0.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE only computes a size.
+    h.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as _;
+    // SAFETY: `h` points at `c`, 8-aligned and large enough for one
+    // header and a u16 (CMSG_SPACE(2) is 24 bytes), so the first header
+    // and its data lie inside `c`.
+    unsafe {
+        let m = libc::CMSG_FIRSTHDR(h);
+        (*m).cmsg_level = libc::SOL_UDP;
+        (*m).cmsg_type = libc::UDP_SEGMENT;
+        (*m).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(m).cast::<u16>(), size as u16);
+    }
+}
+
+/// One received datagram: its length, whether it was cut short, who sent
+/// it, and the size of the packets it joins (GRO; 0: one packet).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Received {
     pub(crate) len: usize,
     pub(crate) truncated: bool,
     pub(crate) from: Option<SocketAddr>,
+    pub(crate) segment: usize,
 }
 
 /// Receives up to [`BATCH`] datagrams into `bufs` (slot `i` at
-/// `i * SLOT`), waiting (up to the socket's read timeout) for the first.
+/// `i * RX_SLOT`), waiting (up to the socket's read timeout) for the first.
 pub(crate) fn recv_batch(
     sock: &UdpSocket,
     bufs: &mut [u8],
     out: &mut [Received; BATCH],
 ) -> io::Result<usize> {
-    let slots = (bufs.len() / SLOT).min(BATCH);
+    let slots = (bufs.len() / RX_SLOT).min(BATCH);
     // SAFETY: sockaddr_storage is plain integers, valid all-zero.
     let mut addrs: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
     // SAFETY: an iovec is a pointer and a length; null and 0 are valid.
     let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
     // SAFETY: an mmsghdr is pointers, lengths, flags and a count; all-zero is valid.
     let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-    for (i, slot) in bufs.chunks_exact_mut(SLOT).take(slots).enumerate() {
+    let mut cmsgs = [Cmsg([0; 32]); BATCH];
+    for (i, slot) in bufs.chunks_exact_mut(RX_SLOT).take(slots).enumerate() {
         iovs[i] = libc::iovec {
             iov_base: slot.as_mut_ptr().cast(),
-            iov_len: SLOT,
+            iov_len: RX_SLOT,
         };
         hdrs[i].msg_hdr.msg_name = (&mut addrs[i] as *mut libc::sockaddr_storage).cast();
         hdrs[i].msg_hdr.msg_namelen =
             std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         hdrs[i].msg_hdr.msg_iov = &mut iovs[i];
         hdrs[i].msg_hdr.msg_iovlen = 1;
+        hdrs[i].msg_hdr.msg_control = cmsgs[i].0.as_mut_ptr().cast();
+        hdrs[i].msg_hdr.msg_controllen = cmsgs[i].0.len() as _;
     }
-    // SAFETY: every header points at a distinct slot of `bufs` and an
-    // address on this frame, all live for the call.
+    // SAFETY: every header points at a distinct slot of `bufs`, an
+    // address and a control buffer on this frame, all live for the call.
     let r = unsafe {
         libc::recvmmsg(
             sock.as_raw_fd(),
@@ -182,10 +282,32 @@ pub(crate) fn recv_batch(
     let n = r as usize;
     for i in 0..n {
         out[i] = Received {
-            len: (hdrs[i].msg_len as usize).min(SLOT),
-            truncated: hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+            len: (hdrs[i].msg_len as usize).min(RX_SLOT),
+            truncated: hdrs[i].msg_hdr.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0,
             from: from_c(&addrs[i]),
+            segment: gro_segment(&hdrs[i].msg_hdr),
         };
     }
     Ok(n)
+}
+
+/// The segment size a `UDP_GRO` control message in `h` gives, or 0.
+fn gro_segment(h: &libc::msghdr) -> usize {
+    if h.msg_controllen == 0 {
+        return 0;
+    }
+    // SAFETY: the kernel filled `msg_controllen` bytes of the control
+    // buffer `h` points at with well-formed headers; CMSG_FIRSTHDR and
+    // CMSG_NXTHDR stay inside it and return null past the end.
+    unsafe {
+        let mut m = libc::CMSG_FIRSTHDR(h);
+        while !m.is_null() {
+            if (*m).cmsg_level == libc::SOL_UDP && (*m).cmsg_type == libc::UDP_GRO {
+                let size = std::ptr::read_unaligned(libc::CMSG_DATA(m).cast::<libc::c_int>());
+                return usize::try_from(size).unwrap_or(0);
+            }
+            m = libc::CMSG_NXTHDR(h, m);
+        }
+    }
+    0
 }

@@ -26,6 +26,11 @@ const TX_BUFFER: usize = u16::MAX as usize;
 const RX_POLL: Duration = Duration::from_millis(100);
 /// Socket buffers asked for, each way.
 const SOCKET_BUFFER: libc::c_int = 4 << 20;
+/// Bytes an RC window may hold, at least and at most; within these, a
+/// quarter of the receive buffer the kernel granted (it counts overhead
+/// per packet too), so a burst is not dropped for room.
+const WINDOW_BYTES_MIN: usize = 64 << 10;
+const WINDOW_BYTES_MAX: usize = 512 << 10;
 /// The finest timer step of the transport (retransmission, RNR waits).
 const MIN_TICK: Duration = Duration::from_micros(200);
 
@@ -139,6 +144,9 @@ struct Queue {
     dsts: Vec<SocketAddr>,
     /// Nesting of [`NetPort::batch`]; 0: every packet goes at once.
     depth: u32,
+    /// Whether runs of packets go as segmented sends; off once the kernel
+    /// refuses one.
+    gso: bool,
 }
 
 /// One device's UDP port.
@@ -151,6 +159,7 @@ pub(crate) struct NetPort {
     /// lock anyway).
     tx: Mutex<Tx>,
     capture: Option<Mutex<PcapWriter<BufWriter<File>>>>,
+    window_bytes: usize,
 }
 
 impl NetPort {
@@ -178,6 +187,11 @@ impl NetPort {
         // which is all this can ask for.
         let _ = set_int_option(&socket, libc::SOL_SOCKET, libc::SO_RCVBUF, SOCKET_BUFFER);
         let _ = set_int_option(&socket, libc::SOL_SOCKET, libc::SO_SNDBUF, SOCKET_BUFFER);
+        let rcvbuf = get_int_option(&socket, libc::SOL_SOCKET, libc::SO_RCVBUF).unwrap_or(0);
+        let window_bytes =
+            (usize::try_from(rcvbuf).unwrap_or(0) / 4).clamp(WINDOW_BYTES_MIN, WINDOW_BYTES_MAX);
+        // Runs of packets may arrive joined; the receive loop cuts them.
+        let _ = set_int_option(&socket, libc::SOL_UDP, libc::UDP_GRO, 1);
         socket
             .set_read_timeout(Some(RX_POLL))
             .map_err(|e| format!("{dev}: read timeout: {e}"))?;
@@ -210,9 +224,11 @@ impl NetPort {
                     lens: Vec::with_capacity(mmsg::BATCH),
                     dsts: Vec::with_capacity(mmsg::BATCH),
                     depth: 0,
+                    gso: true,
                 },
             }),
             capture,
+            window_bytes,
         })))
     }
 
@@ -232,6 +248,11 @@ impl NetPort {
 
     pub(crate) fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// The bytes of request packets an RC window may hold unacknowledged.
+    pub(crate) fn window_bytes(&self) -> usize {
+        self.window_bytes
     }
 
     pub(crate) fn count(&self, c: Counter) {
@@ -260,6 +281,22 @@ impl NetPort {
         let flow = Flow::new(self.local, dst);
         let mut guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         let Tx { buf, faults, q } = &mut *guard;
+        if faults.is_none() && headers.packet_len(payload.len()) <= mmsg::SLOT {
+            // Straight into the send queue, no copy in between.
+            if q.lens.len() == mmsg::BATCH {
+                self.flush(q);
+            }
+            let at = q.lens.len() * mmsg::SLOT;
+            let slot = &mut q.slots[at..at + mmsg::SLOT];
+            let n = headers.encode(&flow, payload, slot)?;
+            self.capture(&flow, &slot[..n]);
+            q.lens.push(n);
+            q.dsts.push(dst);
+            if q.depth == 0 || q.lens.len() == mmsg::BATCH {
+                self.flush(q);
+            }
+            return Ok(());
+        }
         let n = headers.encode(&flow, payload, buf)?;
         let pkt = &buf[..n];
         let Some(faults) = faults.as_mut() else {
@@ -338,7 +375,12 @@ impl NetPort {
         if q.lens.is_empty() {
             return;
         }
-        let sent = mmsg::send_batch(&self.socket, &q.slots, &q.lens, &q.dsts);
+        let mut r = mmsg::send_batch(&self.socket, &q.slots, &q.lens, &q.dsts, q.gso);
+        if r.gso_refused {
+            q.gso = false;
+            r = mmsg::send_batch(&self.socket, &q.slots, &q.lens, &q.dsts, false);
+        }
+        let sent = r.packets;
         let bytes: usize = q.lens[..sent].iter().sum();
         self.add(Counter::TxPackets, sent as u64);
         self.add(Counter::TxBytes, bytes as u64);
@@ -373,11 +415,12 @@ impl NetPort {
 }
 
 fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
-    let mut bufs = vec![0u8; mmsg::BATCH * mmsg::SLOT];
+    let mut bufs = vec![0u8; mmsg::BATCH * mmsg::RX_SLOT];
     let mut got = [mmsg::Received {
         len: 0,
         truncated: false,
         from: None,
+        segment: 0,
     }; mmsg::BATCH];
     let mut wait = RX_POLL;
     let mut last_tick = Instant::now();
@@ -392,12 +435,9 @@ fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
         // Errors: the read timeout, a signal, an ICMP error from an
         // earlier send; none stops the port.
         let n = n.unwrap_or(0);
-        for (r, slot) in got[..n].iter().zip(bufs.chunks_exact(mmsg::SLOT)) {
-            match (r.from, r.truncated) {
-                (Some(from), false) => p.handle(&*s, &slot[..r.len], from),
-                _ => p.count(Counter::RxMalformed),
-            }
-        }
+        // What the batch's packets send (ACKs, the next bursts) leaves
+        // together.
+        p.batch(|| receive_batch(&p, &*s, &bufs, &got[..n]));
         if n == 0 || last_tick.elapsed() >= MIN_TICK {
             last_tick = Instant::now();
             let next = s.tick(&p).map_or(RX_POLL, |d| d.clamp(MIN_TICK, RX_POLL));
@@ -405,6 +445,27 @@ fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
                 wait = next;
             }
             p.release_held();
+        }
+    }
+}
+
+/// Hands each packet of a received batch to `sink`.
+fn receive_batch(p: &NetPort, s: &dyn PacketSink, bufs: &[u8], got: &[mmsg::Received]) {
+    for (r, slot) in got.iter().zip(bufs.chunks_exact(mmsg::RX_SLOT)) {
+        match (r.from, r.truncated) {
+            (Some(from), false) => {
+                let data = &slot[..r.len];
+                if r.segment == 0 || r.segment >= data.len() {
+                    p.handle(s, data, from);
+                } else {
+                    // A GRO datagram: packets of `segment` bytes, the
+                    // last perhaps shorter.
+                    for pkt in data.chunks(r.segment) {
+                        p.handle(s, pkt, from);
+                    }
+                }
+            }
+            _ => p.count(Counter::RxMalformed),
         }
     }
 }
@@ -418,6 +479,27 @@ fn set_dont_fragment(s: &UdpSocket) -> io::Result<()> {
         libc::IP_MTU_DISCOVER,
         libc::IP_PMTUDISC_DO,
     )
+}
+
+fn get_int_option(s: &UdpSocket, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the fd is a live socket owned by `s`; the kernel writes at
+    // most `len` bytes into `v`, a c_int.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            level,
+            name,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r == 0 {
+        Ok(v)
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 fn set_int_option(

@@ -28,7 +28,34 @@ use crate::sim::wire::{
 use prm_layouts::CqeSyndrome;
 use segment::Dest;
 
-pub(crate) use requester::Status;
+pub(crate) use requester::{Known, Status};
+
+/// Hashes a QPN with one multiplication (Fibonacci hashing): the transport
+/// maps are looked up for every packet and only ever hold this device's
+/// own QPs, so a keyed hash buys nothing there.
+#[derive(Default)]
+pub(crate) struct QpnHasher(u64);
+
+impl std::hash::Hasher for QpnHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u32(u32::from(b) ^ (self.0 as u32).rotate_left(8));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(GOLDEN);
+    }
+}
+
+/// A map keyed by this device's QPNs.
+pub(crate) type QpnMap<V> =
+    std::collections::HashMap<u32, V, std::hash::BuildHasherDefault<QpnHasher>>;
 
 /// The transport state of every QP talking over the network.
 #[derive(Default)]
@@ -88,28 +115,29 @@ impl Engine {
         gid_ip(gid).map(Peer::Net)
     }
 
-    /// Runs the send queues of QPs whose message was answered.
-    fn kick(&self, qpns: Vec<u32>) {
-        for qpn in qpns {
-            self.run_qp(
-                qpn,
-                Entry {
-                    page: None,
-                    by_timer: false,
-                },
-            );
-        }
+    /// Runs the send queue of a QP whose messages were answered.
+    fn kick(&self, qpn: u32) {
+        self.run_qp(
+            qpn,
+            Entry {
+                page: None,
+                by_timer: false,
+            },
+        );
     }
 }
 
-/// Sends WQE `wqe`'s message `msg` (of QP `v`) to the device at `ip`, or
-/// reports how it ended; the syndrome of a local error when it cannot go.
+/// Sends the message `msg` of QP `v`'s WQE at send queue position `pos.0`
+/// (`pos.1` basic blocks) to the device at `ip` (RC: queues it for
+/// [`pump`]), or reports how it ended; the syndrome of a local error when
+/// it cannot go.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn request(
     eng: &Engine,
     st: &State,
     inner: &mut Inner,
     v: &QpView,
-    wqe: &[u8],
+    pos: (u16, u16),
     msg: &mut Msg,
     ip: IpAddr,
 ) -> Result<Status, CqeSyndrome> {
@@ -131,16 +159,22 @@ pub(crate) fn request(
         service: svc,
         mtu: v.mtu_bytes() as usize,
     };
-    let counter = super::requester::ctrl(wqe).wqe_index();
     Ok(requester::request(
         &mut inner.net.req,
         port,
         v,
         attrs,
-        counter,
+        pos,
         msg,
         dest,
     ))
+}
+
+/// Sends what QP `qpn`'s RC window allows of the messages it queued.
+pub(crate) fn pump(eng: &Engine, inner: &mut Inner, qpn: u32) {
+    if let Some(port) = eng.port() {
+        inner.net.req.pump(qpn, port);
+    }
 }
 
 /// A UD message: one packet.
@@ -261,8 +295,7 @@ impl Engine {
                 port,
                 &v,
                 &msg,
-                first,
-                dup,
+                (first, dup, p.bth.ack_req()),
                 reply,
                 &back,
             );
@@ -270,7 +303,7 @@ impl Engine {
             None
         });
         if let Some(q) = kick {
-            self.kick(vec![q]);
+            self.kick(q);
         }
     }
 }
@@ -301,7 +334,9 @@ impl PacketSink for Engine {
             inner.net.resp.retain(&mut live);
             requester::tick(&mut inner.net.req, port, &mut kick)
         });
-        self.kick(kick);
+        for q in kick {
+            self.kick(q);
+        }
         next
     }
 }

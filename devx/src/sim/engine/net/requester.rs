@@ -1,21 +1,30 @@
-//! The requester half of RC (and UC) over the network: one message in
-//! flight per QP, its packets numbered from the QP's send PSN and sent in a
-//! window of [`WINDOW`] unacknowledged packets. A sequence-error NAK sends
-//! again from the NAKed PSN, the ACK timeout from the first unacknowledged
-//! one (go-back-N), an RNR NAK from the message's first PSN after the
-//! responder's RNR delay; `retry_count` timeouts in a row end it with a
-//! transport retry error, `rnr_retry` RNR NAKs (7: no limit) with an RNR
-//! retry error. UC messages complete when sent.
+//! The requester half of RC (and UC) over the network: many messages in
+//! flight per QP, their packets numbered in one stream from the QP's send
+//! PSN and sent in a window of [`WINDOW`] unacknowledged packets and
+//! bytes the port's socket buffers hold ([`NetPort::window_bytes`]). ACKs are
+//! cumulative: one for a PSN completes every message ending there or
+//! before, strictly in order. A sequence-error NAK sends again from the
+//! NAKed PSN, the ACK timeout from the first unacknowledged one
+//! (go-back-N, across messages), an RNR NAK from that message's first PSN
+//! after the responder's RNR delay; `retry_count` timeouts in a row end
+//! the first message with a transport retry error, `rnr_retry` RNR NAKs
+//! of one message (7: no limit) with an RNR retry error; an error ends
+//! that message and drops the ones after it, never sent again (the engine
+//! flushes their WQEs). A READ or
+//! atomic is the last message in flight until answered. UC messages
+//! complete when sent.
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::super::msg::{Msg, Op, Reply};
 use super::super::queue::QpView;
 use super::super::responder::rnr_delay;
 use super::segment::{
-    packets, psn_add, psn_diff, request_packets, send_read_request, send_request, Dest, WINDOW,
+    packets, psn_add, psn_diff, request_packets, send_read_request, send_request, Dest, ACK_EVERY,
+    PACKET_OVERHEAD, WINDOW,
 };
+use super::QpnMap;
 use crate::sim::wire::{NakCode, NetPort, Operation, Packet, Service, Syndrome};
 use prm_layouts::CqeSyndrome;
 
@@ -32,14 +41,26 @@ pub(crate) enum Status {
     /// Answered: the reply, and READ data or an atomic's original value
     /// in the message.
     Done(Reply),
-    /// Sent, not answered yet: the WQE stays posted.
+    /// Queued for the wire, not answered yet: the WQE stays posted.
     Pending,
+}
+
+/// What the transport knows of the WQE at a send queue position.
+pub(crate) enum Known {
+    /// Sent (or queued), not answered yet.
+    Pending,
+    /// Answered: the reply and the message (READ data or the atomic's
+    /// original value in it); its buffer goes back through
+    /// [`Requesters::recycle`].
+    Done(Reply, Msg),
 }
 
 /// One message on the wire.
 struct InFlight {
-    /// The WQE's counter (ctrl segment), which names it across re-runs.
-    wqe: u16,
+    /// The send queue position of its WQE, which names it across re-runs,
+    /// and the WQE's size in basic blocks.
+    at: u16,
+    bbs: u16,
     msg: Msg,
     dest: Dest,
     first: u32,
@@ -47,20 +68,12 @@ struct InFlight {
     span: u32,
     /// Request packets (READ and atomics: one).
     packets: u32,
-    /// The first request packet not acknowledged, and the next to send.
-    una: u32,
-    nxt: u32,
     /// READ: the next response PSN expected, and the one a request for
     /// the rest was last sent for.
     next_resp: u32,
     asked_from: u32,
-    retry_count: u8,
-    retries_left: u8,
+    /// RNR NAKs this message may still take.
     rnr_left: u8,
-    timeout: Option<Duration>,
-    deadline: Option<Instant>,
-    /// Resend from the first PSN at this time (after an RNR NAK).
-    resend_at: Option<Instant>,
 }
 
 impl InFlight {
@@ -73,35 +86,29 @@ impl InFlight {
         d >= 0 && (d as u32) < self.span
     }
 
-    /// Index of request packet `psn` in the message.
-    fn index(&self, psn: u32) -> u32 {
-        psn_diff(psn, self.first).max(0) as u32
-    }
-
-    /// Sends what the window allows from `nxt` on, and restarts the ACK
-    /// timer.
-    fn pump(&mut self, port: &NetPort) {
-        port.batch(|| {
-            while self.index(self.nxt) < self.packets
-                && psn_diff(self.nxt, self.una) < WINDOW as i32
-            {
-                let i = self.index(self.nxt);
-                send_request(port, &self.dest, &self.msg, self.first, i);
-                self.nxt = psn_add(self.nxt, 1);
+    /// The bytes request packet `i` puts on the wire, about: its payload
+    /// and headers.
+    fn wire_bytes(&self, i: u32) -> usize {
+        let payload = match self.msg.op {
+            Op::Send | Op::Write => {
+                let lo = i as usize * self.dest.mtu;
+                self.msg.data.len().saturating_sub(lo).min(self.dest.mtu)
             }
-        });
-        self.deadline = self.timeout.map(|t| Instant::now() + t);
+            _ => 0,
+        };
+        payload + PACKET_OVERHEAD
     }
 
-    /// Goes back to request packet `psn` (go-back-N) and sends again.
-    fn back_to(&mut self, port: &NetPort, psn: u32) {
-        if self.msg.op == Op::Read && self.next_resp != self.first {
-            self.ask_rest(port);
-            return;
-        }
-        self.una = psn;
-        self.nxt = psn;
-        self.pump(port);
+    /// Whether the message ends before `psn`.
+    fn before(&self, psn: u32) -> bool {
+        psn_diff(psn, self.last()) > 0
+    }
+
+    /// Whether a later message may go out before this one is answered:
+    /// a READ's or atomic's answer places data locally that a later WQE
+    /// might gather.
+    fn lets_others_pass(&self) -> bool {
+        matches!(self.msg.op, Op::Send | Op::Write)
     }
 
     /// READ: asks for what has not arrived, from the next response PSN
@@ -117,41 +124,276 @@ impl InFlight {
             self.msg.len - got,
         );
         self.asked_from = self.next_resp;
-        self.deadline = self.timeout.map(|t| Instant::now() + t);
+    }
+}
+
+/// A QP's requester state: its messages in flight, in PSN order, one PSN
+/// stream across them.
+#[derive(Default)]
+pub(crate) struct ReqQp {
+    next_psn: u32,
+    msgs: VecDeque<InFlight>,
+    /// Answered messages waiting, in order, for the engine to settle them:
+    /// the WQE position, the reply and the message.
+    done: VecDeque<(u16, Reply, Msg)>,
+    /// The first request PSN not acknowledged, and the next to send.
+    una: u32,
+    nxt: u32,
+    /// The PSN after the highest one ever sent: answers reach below it.
+    hi: u32,
+    /// Packets and bytes sent since the last one that asked for an ACK.
+    unasked: (u32, usize),
+    retry_count: u8,
+    retries_left: u8,
+    timeout: Option<Duration>,
+    deadline: Option<Instant>,
+    /// Resend from the RNR-NAKed message's first PSN at this time.
+    resend_at: Option<Instant>,
+}
+
+impl ReqQp {
+    /// The PSN after the last one given to a message.
+    fn end(&self) -> u32 {
+        self.next_psn
+    }
+
+    fn restart_timer(&mut self) {
+        self.deadline = if self.msgs.is_empty() {
+            None
+        } else {
+            self.timeout.map(|t| Instant::now() + t)
+        };
+    }
+
+    /// Bytes the window counts for the request packets in flight.
+    fn bytes_in_flight(&self) -> usize {
+        let mut bytes = 0;
+        for f in &self.msgs {
+            if psn_diff(f.first, self.nxt) >= 0 {
+                break;
+            }
+            let from = psn_diff(self.una, f.first).max(0) as u32;
+            let to = (psn_diff(self.nxt, f.first) as u32).min(f.packets);
+            bytes += (from..to).map(|i| f.wire_bytes(i)).sum::<usize>();
+        }
+        bytes
+    }
+
+    /// Sends what the window ([`WINDOW`] packets, the port's window bytes) allows
+    /// from `nxt` on, and restarts the ACK timer when anything went. A
+    /// packet asks for an ACK every half window and when it is the last
+    /// one of the burst or fills the window, so the responder answers each
+    /// burst once or twice.
+    fn pump(&mut self, port: &NetPort) {
+        let before = self.nxt;
+        let mut bytes = self.bytes_in_flight();
+        let window_bytes = port.window_bytes();
+        let (una, msgs) = (self.una, &self.msgs);
+        let mut nxt = self.nxt;
+        let mut unasked = self.unasked;
+        port.batch(|| {
+            let count = msgs.len();
+            for (k, f) in msgs.iter().enumerate() {
+                if !f.within(nxt) {
+                    continue;
+                }
+                let mut i = psn_diff(nxt, f.first) as u32;
+                while i < f.packets && psn_diff(nxt, una) < WINDOW as i32 && bytes < window_bytes {
+                    let size = f.wire_bytes(i);
+                    bytes += size;
+                    unasked.0 += 1;
+                    unasked.1 += size;
+                    let full =
+                        psn_diff(psn_add(nxt, 1), una) >= WINDOW as i32 || bytes >= window_bytes;
+                    let tail = i + 1 == f.packets && k + 1 == count;
+                    let half = unasked.0 >= ACK_EVERY || unasked.1 >= window_bytes / 2;
+                    let ack = tail || full || half;
+                    if ack {
+                        unasked = (0, 0);
+                    }
+                    send_request(port, &f.dest, &f.msg, f.first, i, ack);
+                    nxt = psn_add(nxt, 1);
+                    i += 1;
+                }
+                if i < f.packets {
+                    break;
+                }
+                // READ: its response PSNs are not sent.
+                nxt = psn_add(f.first, f.span);
+            }
+        });
+        self.nxt = nxt;
+        self.unasked = unasked;
+        if psn_diff(nxt, self.hi) > 0 {
+            self.hi = nxt;
+        }
+        if nxt != before {
+            self.restart_timer();
+        }
+    }
+
+    /// Goes back to request PSN `psn` (go-back-N) and sends again.
+    fn back_to(&mut self, port: &NetPort, psn: u32) {
+        if let Some(f) = self.msgs.iter_mut().find(|f| f.within(psn)) {
+            if f.msg.op == Op::Read && f.next_resp != f.first {
+                f.ask_rest(port);
+                self.restart_timer();
+                return;
+            }
+        }
+        self.nxt = psn;
+        self.pump(port);
+        self.restart_timer();
     }
 
     /// Forward progress: the retry count starts again.
     fn progress(&mut self) {
         self.retries_left = self.retry_count;
-        self.deadline = self.timeout.map(|t| Instant::now() + t);
+        self.restart_timer();
     }
-}
 
-/// A QP's requester state.
-#[derive(Default)]
-pub(crate) struct ReqQp {
-    next_psn: u32,
-    inflight: Option<InFlight>,
-    /// The answer to WQE `.0`, waiting for the engine to settle it.
-    done: Option<(u16, Reply, Vec<u8>)>,
+    /// Completes, with an ACK, the SEND and WRITE messages ending before
+    /// `psn`: a response to a later PSN acknowledges them (IBA 9.7.5.1.4).
+    fn ack_before(&mut self, psn: u32) -> bool {
+        let mut any = false;
+        while let Some(f) = self.msgs.front() {
+            if !f.before(psn) || !f.lets_others_pass() {
+                break;
+            }
+            let done = psn_add(f.last(), 1);
+            self.settle_front(Reply::Ack);
+            if psn_diff(done, self.una) > 0 {
+                self.una = done;
+            }
+            any = true;
+        }
+        if psn_diff(self.nxt, self.una) < 0 {
+            self.nxt = self.una;
+        }
+        if any {
+            self.progress();
+        }
+        any
+    }
+
+    /// Ends the first message with `reply`.
+    fn settle_front(&mut self, reply: Reply) {
+        if let Some(f) = self.msgs.pop_front() {
+            self.done.push_back((f.at, reply, f.msg));
+        }
+    }
+
+    /// Ends the first message with an error; the rest never complete (the
+    /// engine flushes their WQEs) and are not sent again.
+    fn fail_front(&mut self, s: CqeSyndrome, spare: &mut Vec<Vec<u8>>) -> bool {
+        if self.msgs.is_empty() {
+            return false;
+        }
+        self.settle_front(Reply::Nak(s));
+        for f in self.msgs.drain(..) {
+            keep_spare(spare, f.msg.data);
+        }
+        self.deadline = None;
+        self.resend_at = None;
+        true
+    }
 }
 
 /// Every QP's requester state; lives in the engine's bookkeeping.
 #[derive(Default)]
 pub(crate) struct Requesters {
-    qps: HashMap<u32, ReqQp>,
+    qps: QpnMap<ReqQp>,
     /// Message buffers handed back to the engine in exchange for the ones
     /// a message in flight keeps, so none is allocated per message.
     spare: Vec<Vec<u8>>,
 }
 
-/// Buffers kept in [`Requesters::spare`] at most.
-const SPARE: usize = 8;
+/// Buffers kept in [`Requesters::spare`] at most: about a window of small
+/// messages (big ones are few in flight, since a window holds few).
+const SPARE: usize = 2 * WINDOW as usize;
+/// Messages in flight per QP at most.
+const MAX_MESSAGES: usize = 4 * WINDOW as usize;
+
+fn keep_spare(spare: &mut Vec<Vec<u8>>, data: Vec<u8>) {
+    if spare.len() < SPARE {
+        spare.push(data);
+    }
+}
 
 impl Requesters {
     /// Keeps the state of the QPs `live` says are still there.
     pub(crate) fn retain(&mut self, mut live: impl FnMut(u32) -> bool) {
         self.qps.retain(|q, _| live(*q));
+    }
+
+    /// Drops QP `qpn`'s state: it left RTS, and whatever was in flight is
+    /// flushed (or, after a reset, never completes).
+    pub(crate) fn forget(&mut self, qpn: u32) {
+        if let Some(q) = self.qps.remove(&qpn) {
+            for (_, _, m) in q.done {
+                keep_spare(&mut self.spare, m.data);
+            }
+            for f in q.msgs {
+                keep_spare(&mut self.spare, f.msg.data);
+            }
+        }
+    }
+
+    /// What is known of QP `qpn`'s WQE at send queue position `at`; `None`
+    /// for a WQE not sent yet. State left from another run of the queue
+    /// (its first message is not at `at`) is dropped.
+    pub(crate) fn lookup(&mut self, qpn: u32, at: u16) -> Option<Known> {
+        let q = self.qps.get_mut(&qpn)?;
+        if q.done.front().is_some_and(|d| d.0 == at) {
+            let (_, reply, msg) = q.done.pop_front()?;
+            return Some(Known::Done(reply, msg));
+        }
+        if q.done.is_empty() && q.msgs.front().is_some_and(|f| f.at == at) {
+            return Some(Known::Pending);
+        }
+        if !q.done.is_empty() || !q.msgs.is_empty() {
+            for (_, _, m) in q.done.drain(..) {
+                keep_spare(&mut self.spare, m.data);
+            }
+            for f in q.msgs.drain(..) {
+                keep_spare(&mut self.spare, f.msg.data);
+            }
+            q.una = q.next_psn;
+            q.nxt = q.next_psn;
+            q.hi = q.next_psn;
+            q.deadline = None;
+            q.resend_at = None;
+        }
+        None
+    }
+
+    /// Where the WQE after QP `qpn`'s last one in flight starts, if a
+    /// later WQE may go out now: the window has room and no READ or
+    /// atomic waits for its answer.
+    pub(crate) fn next_issue(&self, qpn: u32) -> Option<u16> {
+        let q = self.qps.get(&qpn)?;
+        let back = q.msgs.back()?;
+        let room =
+            q.msgs.len() + q.done.len() < MAX_MESSAGES && psn_diff(q.end(), q.una) < WINDOW as i32;
+        (room && back.lets_others_pass()).then_some(back.at.wrapping_add(back.bbs))
+    }
+
+    /// Sends QP `qpn`'s queued messages when nothing is in flight. With
+    /// packets in flight the queue waits for their ACK (the last packet of
+    /// every burst asks for one), which sends it as one burst: the answers
+    /// clock the sending, and many small messages share a system call.
+    pub(crate) fn pump(&mut self, qpn: u32, port: &NetPort) {
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            if q.resend_at.is_none() && q.una == q.nxt {
+                q.pump(port);
+            }
+        }
+    }
+
+    /// Takes back the buffer of a message [`lookup`](Self::lookup) handed
+    /// out.
+    pub(crate) fn recycle(&mut self, data: Vec<u8>) {
+        keep_spare(&mut self.spare, data);
     }
 }
 
@@ -168,37 +410,26 @@ pub(crate) struct Attrs {
     pub(crate) ack_timeout: u8,
 }
 
-/// Sends (or reports on) WQE `wqe` of QP `v`, whose message is `msg`.
+/// Queues WQE `at` (`bbs` basic blocks) of QP `v`, whose message is `msg`,
+/// for the wire (RC;
+/// UC messages go at once and are done). The caller sends what was queued
+/// with [`Requesters::pump`].
 pub(crate) fn request(
     all: &mut Requesters,
     port: &NetPort,
     v: &QpView,
     a: Attrs,
-    wqe: u16,
+    (at, bbs): (u16, u16),
     msg: &mut Msg,
     dest: Dest,
 ) -> Status {
     let q = all.qps.entry(v.qpn).or_insert_with(|| ReqQp {
         next_psn: a.sq_psn,
+        una: a.sq_psn,
+        nxt: a.sq_psn,
+        hi: a.sq_psn,
         ..ReqQp::default()
     });
-    if let Some((w, reply, mut data)) = q.done.take() {
-        if w == wqe {
-            // The message's own buffer (READ data, an atomic's original
-            // value, or what was sent) goes back; the one gathered again
-            // for this call is kept for the next message.
-            std::mem::swap(&mut msg.data, &mut data);
-            if all.spare.len() < SPARE {
-                all.spare.push(data);
-            }
-            return Status::Done(reply);
-        }
-    }
-    if let Some(f) = &q.inflight {
-        if f.wqe == wqe {
-            return Status::Pending;
-        }
-    }
     let n = request_packets(msg, dest.mtu);
     let span = match msg.op {
         Op::Read => packets(msg.len as usize, dest.mtu),
@@ -207,41 +438,40 @@ pub(crate) fn request(
     let first = q.next_psn;
     q.next_psn = psn_add(first, span);
     if dest.service == Service::Uc {
+        q.una = q.next_psn;
+        q.nxt = q.next_psn;
+        q.hi = q.next_psn;
         port.batch(|| {
             for i in 0..n {
-                send_request(port, &dest, msg, first, i);
+                send_request(port, &dest, msg, first, i, false);
             }
         });
         return Status::Done(Reply::Ack);
     }
+    if q.msgs.is_empty() {
+        q.retry_count = a.retry_count;
+        q.retries_left = a.retry_count;
+        q.timeout = ack_timeout(a.ack_timeout);
+    }
     // The message keeps the engine's buffer; the engine gets a spare one.
-    let data = std::mem::replace(&mut msg.data, all.spare.pop().unwrap_or_default());
-    let mut kept = msg.clone();
-    kept.data = data;
-    let mut f = InFlight {
-        wqe,
+    let spare = all.spare.pop().unwrap_or_default();
+    let mut kept = std::mem::replace(msg, Msg::new(msg.op, spare));
+    if kept.op == Op::Read {
+        // Filled by the responses.
+        kept.data.clear();
+    }
+    q.msgs.push_back(InFlight {
+        at,
+        bbs,
         msg: kept,
         dest,
         first,
         span,
         packets: n,
-        una: first,
-        nxt: first,
         next_resp: first,
         asked_from: first,
-        retry_count: a.retry_count,
-        retries_left: a.retry_count,
         rnr_left: v.rnr_retry,
-        timeout: ack_timeout(a.ack_timeout),
-        deadline: None,
-        resend_at: None,
-    };
-    if f.msg.op == Op::Read {
-        // Filled by the responses.
-        f.msg.data.clear();
-    }
-    f.pump(port);
-    q.inflight = Some(f);
+    });
     Status::Pending
 }
 
@@ -255,28 +485,19 @@ fn nak_syndrome(c: NakCode) -> CqeSyndrome {
     }
 }
 
-/// Ends the message in flight with `reply`; true when the engine should
-/// run the QP.
-fn complete(q: &mut ReqQp, reply: Reply) -> bool {
-    let Some(f) = q.inflight.take() else {
-        return false;
-    };
-    q.done = Some((f.wqe, reply, f.msg.data));
-    true
-}
-
 /// A response packet (ACK, NAK, READ response, atomic ACK) for QP `qpn`.
 /// Returns whether the QP's send queue should run again.
 pub(crate) fn response(all: &mut Requesters, port: &NetPort, qpn: u32, p: &Packet<'_>) -> bool {
     let Some(q) = all.qps.get_mut(&qpn) else {
         return false;
     };
-    let Some(f) = q.inflight.as_mut() else {
-        return false;
-    };
     let psn = p.bth.psn();
-    if !f.within(psn) {
-        // A late answer to an earlier message: already settled.
+    // Only PSNs sent and not yet acknowledged are answered now; anything
+    // else is a late answer to what is settled.
+    let outstanding = |q: &ReqQp, psn: u32| {
+        psn_diff(psn, q.una) >= 0 && psn_diff(psn, q.hi) < 0 && !q.msgs.is_empty()
+    };
+    if !outstanding(q, psn) {
         return false;
     }
     match p.opcode.operation() {
@@ -286,80 +507,125 @@ pub(crate) fn response(all: &mut Requesters, port: &NetPort, qpn: u32, p: &Packe
             };
             match s {
                 Syndrome::Ack { .. } => {
-                    if !matches!(f.msg.op, Op::Send | Op::Write) {
-                        return false;
-                    }
-                    if psn == f.last() {
-                        return complete(q, Reply::Ack);
-                    }
-                    // Progress: the window moves on.
-                    if psn_diff(psn, f.una) >= 0 {
-                        f.una = psn_add(psn, 1);
-                        if psn_diff(f.nxt, f.una) < 0 {
-                            f.nxt = f.una;
+                    let run = q.ack_before(psn_add(psn, 1));
+                    // Progress inside the (now) first message.
+                    let inside = q
+                        .msgs
+                        .front()
+                        .is_some_and(|f| f.lets_others_pass() && f.within(psn));
+                    if inside && psn_diff(psn, q.una) >= 0 {
+                        q.una = psn_add(psn, 1);
+                        if psn_diff(q.nxt, q.una) < 0 {
+                            q.nxt = q.una;
                         }
-                        f.progress();
-                        f.pump(port);
+                        q.progress();
                     }
-                    false
+                    if q.resend_at.is_none() {
+                        q.pump(port);
+                    }
+                    run
                 }
                 Syndrome::RnrNak { timer } => {
+                    let run = q.ack_before(psn);
+                    let Some(f) = q.msgs.front_mut() else {
+                        return run;
+                    };
+                    if !f.within(psn) {
+                        return run;
+                    }
                     if f.rnr_left != RNR_RETRY_FOREVER {
                         if f.rnr_left == 0 {
-                            return complete(q, Reply::Nak(CqeSyndrome::RnrRetryExcErr));
+                            return q.fail_front(CqeSyndrome::RnrRetryExcErr, &mut all.spare)
+                                || run;
                         }
                         f.rnr_left -= 1;
                     }
-                    f.deadline = None;
-                    f.resend_at = Some(Instant::now() + rnr_delay(timer));
-                    false
+                    q.deadline = None;
+                    q.resend_at = Some(Instant::now() + rnr_delay(timer));
+                    run
                 }
                 Syndrome::Nak(NakCode::PsnSequenceError) => {
-                    f.back_to(port, psn);
-                    false
+                    let run = q.ack_before(psn);
+                    // While an RNR wait runs, the responder refuses what
+                    // follows the waiting message; the wait's end resends.
+                    if q.resend_at.is_none() {
+                        q.back_to(port, psn);
+                    }
+                    run
                 }
-                Syndrome::Nak(c) => complete(q, Reply::Nak(nak_syndrome(c))),
+                Syndrome::Nak(c) => {
+                    let run = q.ack_before(psn);
+                    if !q.msgs.front().is_some_and(|f| f.within(psn)) {
+                        return run;
+                    }
+                    q.fail_front(nak_syndrome(c), &mut all.spare) || run
+                }
             }
         }
         Operation::ReadResponseFirst
         | Operation::ReadResponseMiddle
         | Operation::ReadResponseLast
         | Operation::ReadResponseOnly => {
-            if f.msg.op != Op::Read {
-                return false;
+            let run = q.ack_before(psn);
+            let Some(f) = q.msgs.front_mut() else {
+                return run;
+            };
+            if f.msg.op != Op::Read || !f.within(psn) {
+                return run;
             }
             if psn != f.next_resp {
                 // A gap: ask for the rest at once, once per gap.
                 if psn_diff(psn, f.next_resp) > 0 && f.asked_from != f.next_resp {
                     f.ask_rest(port);
+                    q.restart_timer();
                 }
-                return false;
+                return run;
             }
             if f.msg.data.len() + p.payload.len() > f.msg.len as usize {
-                return complete(q, Reply::Nak(CqeSyndrome::RemoteInvalReqErr));
+                return q.fail_front(CqeSyndrome::RemoteInvalReqErr, &mut all.spare) || run;
             }
             f.msg.data.extend_from_slice(p.payload);
             f.next_resp = psn_add(psn, 1);
-            f.progress();
             let last = matches!(
                 p.opcode.operation(),
                 Operation::ReadResponseLast | Operation::ReadResponseOnly
             );
             if last {
-                return complete(q, Reply::Ack);
+                let end = psn_add(f.last(), 1);
+                q.settle_front(Reply::Ack);
+                q.una = end;
+                if psn_diff(q.nxt, q.una) < 0 {
+                    q.nxt = q.una;
+                }
+                q.progress();
+                q.pump(port);
+                return true;
             }
-            false
+            q.progress();
+            run
         }
         Operation::AtomicAcknowledge => {
             let Some(orig) = p.atomic_ack_eth else {
                 return false;
             };
-            if !matches!(f.msg.op, Op::CmpSwap | Op::FetchAdd) {
-                return false;
+            let run = q.ack_before(psn);
+            let Some(f) = q.msgs.front_mut() else {
+                return run;
+            };
+            if !matches!(f.msg.op, Op::CmpSwap | Op::FetchAdd) || f.first != psn {
+                return run;
             }
             f.msg.data.clear();
             f.msg.data.extend_from_slice(&orig.orig.get().to_ne_bytes());
-            complete(q, Reply::Ack)
+            let end = psn_add(f.last(), 1);
+            q.settle_front(Reply::Ack);
+            q.una = end;
+            if psn_diff(q.nxt, q.una) < 0 {
+                q.nxt = q.una;
+            }
+            q.progress();
+            q.pump(port);
+            true
         }
         _ => false,
     }
@@ -371,27 +637,28 @@ pub(crate) fn tick(all: &mut Requesters, port: &NetPort, kick: &mut Vec<u32>) ->
     let now = Instant::now();
     let mut next: Option<Instant> = None;
     for (qpn, q) in all.qps.iter_mut() {
-        let Some(f) = q.inflight.as_mut() else {
+        if q.msgs.is_empty() {
             continue;
-        };
-        if f.resend_at.is_some_and(|t| t <= now) {
+        }
+        if q.resend_at.is_some_and(|t| t <= now) {
             // After an RNR NAK the responder takes the message from its
             // first packet.
-            f.resend_at = None;
-            let first = f.first;
-            f.back_to(port, first);
-        } else if f.deadline.is_some_and(|t| t <= now) {
-            if f.retries_left == 0 {
-                if complete(q, Reply::Nak(CqeSyndrome::TransportRetryExcErr)) {
+            q.resend_at = None;
+            if let Some(first) = q.msgs.front().map(|f| f.first) {
+                q.back_to(port, first);
+            }
+        } else if q.deadline.is_some_and(|t| t <= now) {
+            if q.retries_left == 0 {
+                if q.fail_front(CqeSyndrome::TransportRetryExcErr, &mut all.spare) {
                     kick.push(*qpn);
                 }
                 continue;
             }
-            f.retries_left -= 1;
-            let una = f.una;
-            f.back_to(port, una);
+            q.retries_left -= 1;
+            let una = q.una;
+            q.back_to(port, una);
         }
-        for t in [f.resend_at, f.deadline].into_iter().flatten() {
+        for t in [q.resend_at, q.deadline].into_iter().flatten() {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
     }

@@ -6,19 +6,20 @@
 //!
 //! RC: a packet ahead of the expected PSN gets one sequence-error NAK; a
 //! duplicate is answered again (SEND/WRITE: ACK; READ: read again; atomic:
-//! the saved original value, never executed twice); an RNR NAK rewinds the
-//! expected PSN to the message's first packet. ACKs are coalesced: one per
+//! the saved original value, never executed twice); an RNR NAK or an error
+//! NAK rewinds the expected PSN to the message's first packet. ACKs are coalesced: one per
 //! packet that asks for it (the requester asks every half window and on
-//! the last packet of a message). UC: a gap drops the message being
+//! the last packet of a burst); an ACK acknowledges every PSN before it. UC: a gap drops the message being
 //! gathered.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::super::msg::{Msg, Op, Reply};
 use super::super::queue::QpView;
 use super::segment::{
     classify, packets, psn_add, psn_diff, send_ack, send_atomic_ack, send_read_response, Dest, Part,
 };
+use super::QpnMap;
 use crate::sim::wire::{Counter, NakCode, NetPort, Packet, Service, Syndrome, NO_CREDIT_LIMIT};
 use prm_layouts::CqeSyndrome;
 
@@ -50,7 +51,7 @@ pub(crate) struct RespQp {
 /// Every QP's responder state.
 #[derive(Default)]
 pub(crate) struct Responders {
-    qps: HashMap<u32, RespQp>,
+    qps: QpnMap<RespQp>,
     /// Buffers of delivered messages, for the next ones.
     spare: Vec<Vec<u8>>,
 }
@@ -250,18 +251,19 @@ fn duplicate(
     }
 }
 
-/// Answers a message the engine has delivered (`first` is its first PSN).
-#[allow(clippy::too_many_arguments)]
+/// Answers a message the engine has delivered: `how` is its first PSN,
+/// whether it is a duplicate READ, and whether its last packet asked for
+/// an ACK (a SEND or WRITE that did not is acknowledged by a later ACK).
 pub(crate) fn delivered(
     all: &mut Responders,
     port: &NetPort,
     v: &QpView,
     msg: &Msg,
-    first: u32,
-    duplicate_read: bool,
+    how: (u32, bool, bool),
     reply: Reply,
     back: &Dest,
 ) {
+    let (first, duplicate_read, ack_req) = how;
     let rc = back.service == Service::Rc;
     let Some(q) = all.qps.get_mut(&v.qpn) else {
         return;
@@ -275,7 +277,11 @@ pub(crate) fn delivered(
                 return;
             }
             match msg.op {
-                Op::Send | Op::Write => send_ack(port, back, psn_add(q.epsn, u32::MAX), ACK, q.msn),
+                Op::Send | Op::Write => {
+                    if ack_req {
+                        send_ack(port, back, psn_add(q.epsn, u32::MAX), ACK, q.msn);
+                    }
+                }
                 Op::Read => send_read_response(port, back, first, &msg.data, q.msn),
                 Op::CmpSwap | Op::FetchAdd => {
                     let mut b = [0u8; 8];
@@ -303,6 +309,11 @@ pub(crate) fn delivered(
             if !rc {
                 return;
             }
+            // Nothing after a NAKed message executes (the requester fails
+            // it and flushes the rest, as a NAK stops delivery on the
+            // in-memory link); the message itself, sent again, is NAKed
+            // again.
+            q.epsn = first;
             let code = match s {
                 CqeSyndrome::RemoteAccessErr => NakCode::RemoteAccessError,
                 CqeSyndrome::RemoteInvalReqErr => NakCode::InvalidRequest,

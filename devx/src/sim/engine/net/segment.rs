@@ -111,10 +111,15 @@ fn opcode(service: Service, op: Operation) -> Option<BthOpcode> {
 }
 
 /// Request packets a requester sends ahead of the first unacknowledged
-/// one; with an ACK asked for every half window, the window keeps moving
-/// and a burst stays well inside a socket's default receive buffer.
-pub(crate) const WINDOW: u32 = 32;
-const ACK_EVERY: u32 = WINDOW / 2;
+/// one at most; its bytes are bounded too, by what the port's socket
+/// buffers hold (`NetPort::window_bytes`): many small messages fill the
+/// packets, big ones the bytes. With an ACK asked for every half window,
+/// the window keeps moving.
+pub(crate) const WINDOW: u32 = 128;
+/// An ACK is asked for at least every this many packets.
+pub(crate) const ACK_EVERY: u32 = WINDOW / 2;
+/// Bytes of headers (IP, UDP, BTH, RETH, ICRC) the window counts per packet.
+pub(crate) const PACKET_OVERHEAD: usize = 64;
 
 /// Request packets `msg` takes at the destination's MTU.
 pub(crate) fn request_packets(msg: &Msg, mtu: usize) -> u32 {
@@ -124,9 +129,9 @@ pub(crate) fn request_packets(msg: &Msg, mtu: usize) -> u32 {
     }
 }
 
-/// Sends request packet `i` of `msg`, whose first PSN is `first`. The
-/// last packet, and every [`ACK_EVERY`]th, asks for an ACK (RC).
-pub(crate) fn send_request(port: &NetPort, d: &Dest, msg: &Msg, first: u32, i: u32) {
+/// Sends request packet `i` of `msg`, whose first PSN is `first`; with
+/// `ack` (RC) it asks for an ACK.
+pub(crate) fn send_request(port: &NetPort, d: &Dest, msg: &Msg, first: u32, i: u32, ack: bool) {
     let n = request_packets(msg, d.mtu);
     let psn = psn_add(first, i);
     let part = Part::of(i, n);
@@ -136,7 +141,6 @@ pub(crate) fn send_request(port: &NetPort, d: &Dest, msg: &Msg, first: u32, i: u
     };
     let mut bth = Bth::new(opc.raw(), d.qpn, psn);
     bth.set_solicited(part.ends() && msg.solicited);
-    let ack = part.ends() || (i + 1).is_multiple_of(ACK_EVERY);
     bth.set_ack_req(ack && d.service == Service::Rc);
     let mut h = Headers::new(bth);
     let x = opc.extensions();
