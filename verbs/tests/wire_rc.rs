@@ -614,7 +614,7 @@ fn an_rnr_behind_messages_in_flight_fails_that_message_and_flushes_the_rest() {
         }
         _ => {}
     }
-    let (mut srv, mut cli) = handshake(RNR_BEHIND, &device_at(addr(61)), &device_at(addr(62)));
+    let (mut srv, mut cli) = handshake(RNR_BEHIND, &device_at(addr(81)), &device_at(addr(82)));
     assert_eq!(
         cli.expect("STATUS"),
         ["Success", "RnrRetryExcErr", "WrFlushErr", "1", "2", "3"]
@@ -675,7 +675,7 @@ fn a_nak_behind_messages_in_flight_fails_that_message_and_flushes_the_rest() {
         }
         _ => {}
     }
-    let (mut srv, mut cli) = handshake(NAK_BEHIND, &device_at(addr(71)), &device_at(addr(72)));
+    let (mut srv, mut cli) = handshake(NAK_BEHIND, &device_at(addr(91)), &device_at(addr(92)));
     assert_eq!(
         cli.expect("STATUS"),
         ["Success", "RemAccessErr", "WrFlushErr", "1", "2", "3"]
