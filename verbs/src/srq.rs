@@ -5,7 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use devx::Umem;
+use devx::{CmdComp, Umem};
 use memmap2::MmapMut;
 use prm_layouts::enums::Opcode;
 use prm_layouts::{
@@ -15,6 +15,7 @@ use prm_layouts::{
 use crate::context::Context;
 use crate::datapath::SrqTrack;
 use crate::error::{DestroyError, Error, Result, VerbResult};
+use crate::exec::{self, Exec};
 use crate::pd::Pd;
 use crate::util::{
     log2, outbox, pow2_at_least, queue_memory, sole, DoorbellRecord, Owned, QueueMemory,
@@ -102,6 +103,18 @@ impl Srq {
     /// `ibv_create_srq`: UMEM_REG (ring), UMEM_REG (doorbell record),
     /// CREATE_RMP; a failure at any step releases what the earlier steps made.
     pub fn create(pd: &Pd, init: &SrqInit) -> Result<Srq> {
+        exec::now(Srq::build(pd, init, Exec::Now))
+    }
+
+    /// [`Srq::create`] with its commands queued on `comp`. Dropping the
+    /// future releases what the earlier steps made and cancels the step in
+    /// flight: nothing is left behind.
+    pub async fn create_async(pd: &Pd, init: &SrqInit, comp: &CmdComp) -> Result<Srq> {
+        Srq::build(pd, init, Exec::Queued(comp)).await
+    }
+
+    /// The one description of `ibv_create_srq`, for both forms.
+    async fn build(pd: &Pd, init: &SrqInit, exec: Exec<'_>) -> Result<Srq> {
         const VERB: &str = "create_srq";
         let ctx = pd.context();
         let l = ctx.limits();
@@ -150,8 +163,11 @@ impl Srq {
                 next.set_next_wqe_index(((i as u32 + 1) & (n - 1)) as u16);
             }
         }
-        let buf = Umem::register(ctx.devx(), mem, devx::access::LOCAL_WRITE).verb(VERB)?;
-        let dbr = DoorbellRecord::new(VERB, ctx.devx())?;
+        let buf = exec
+            .register(ctx.devx(), mem, devx::access::LOCAL_WRITE)
+            .await
+            .verb(VERB)?;
+        let dbr = DoorbellRecord::new(VERB, ctx.devx(), exec).await?;
 
         let mut inbox = CreateRmpIn::new();
         inbox.set_opcode(Opcode::CreateRmp.raw());
@@ -170,9 +186,9 @@ impl Srq {
         wq.set_dbr_addr(0);
         wq.set_wq_umem_id(buf.id());
         wq.set_wq_umem_offset(0);
-        let obj = ctx
-            .devx()
-            .create(inbox.as_bytes(), CreateRmpOut::SIZE_BYTES)
+        let obj = exec
+            .create(ctx.devx(), inbox.as_bytes(), CreateRmpOut::SIZE_BYTES)
+            .await
             .verb(VERB)?;
         ctx.subscribe_async(VERB, &obj, crate::async_event::Subscriber::Srq)?;
 
@@ -332,5 +348,10 @@ impl Pd {
     /// `ibv_create_srq`.
     pub fn create_srq(&self, init: &SrqInit) -> Result<Srq> {
         Srq::create(self, init)
+    }
+
+    /// [`Srq::create_async`].
+    pub async fn create_srq_async(&self, init: &SrqInit, comp: &CmdComp) -> Result<Srq> {
+        Srq::create_async(self, init, comp).await
     }
 }

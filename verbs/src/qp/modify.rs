@@ -4,6 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
+use devx::CmdComp;
 use prm_layouts::enums::{Opcode, QpState};
 use prm_layouts::{Init2rtrQpIn, Qp2errIn, Qp2rstIn, Qpc, Rst2initQpIn, Rtr2rtsQpIn, Rts2rtsQpIn};
 
@@ -13,6 +14,7 @@ use super::{Qp, QpType};
 use crate::access::AccessFlags;
 use crate::ah::AhAttr;
 use crate::error::{Error, Result, VerbResult};
+use crate::exec::{self, Exec};
 use crate::port::Mtu;
 use crate::util::log2_ceil;
 
@@ -257,14 +259,33 @@ impl Qp {
         check_max(verb, "pkey_index", u32::from(index), len - 1)
     }
 
-    fn submit(&self, verb: &'static str, inbox: &[u8], reached: QpState) -> Result<()> {
-        self.obj().modify(inbox, 16).verb(verb)?;
+    /// Runs a transition's mailbox; the QP has reached `reached` once the
+    /// firmware accepts it.
+    async fn submit(
+        &self,
+        exec: Exec<'_>,
+        verb: &'static str,
+        inbox: &[u8],
+        reached: QpState,
+    ) -> Result<()> {
+        exec.modify(self.obj(), inbox, 16).await.verb(verb)?;
         self.set_state(reached);
         Ok(())
     }
 
     /// RST→INIT (RST2INIT_QP).
     pub fn to_init(&self, attr: &InitAttr) -> Result<()> {
+        exec::now(self.to_init_with(attr, Exec::Now))
+    }
+
+    /// [`Qp::to_init`] with its MODIFY queued on `comp`. If the future is
+    /// dropped before it resolves, whether the QP made the transition is
+    /// unknown: [`Qp::query`] tells.
+    pub async fn to_init_async(&self, attr: &InitAttr, comp: &CmdComp) -> Result<()> {
+        self.to_init_with(attr, Exec::Queued(comp)).await
+    }
+
+    pub(super) async fn to_init_with(&self, attr: &InitAttr, exec: Exec<'_>) -> Result<()> {
         const VERB: &str = "modify_qp(INIT)";
         self.context().check_port(VERB, attr.port_num)?;
         self.check_pkey(VERB, attr.pkey_index)?;
@@ -280,13 +301,24 @@ impl Qp {
         qpc.set_cqn_snd(self.send_cqn());
         qpc.set_cqn_rcv(self.recv_cqn());
         let inbox = modify_inbox!(Rst2initQpIn, Opcode::Rst2initQp, self.qpn(), 0, &qpc);
-        self.submit(VERB, &inbox, QpState::Init)?;
+        self.submit(exec, VERB, &inbox, QpState::Init).await?;
         self.port.store(attr.port_num, Ordering::Relaxed);
         Ok(())
     }
 
     /// INIT→RTR (INIT2RTR_QP).
     pub fn to_rtr(&self, attr: &RtrAttr) -> Result<()> {
+        exec::now(self.to_rtr_with(attr, Exec::Now))
+    }
+
+    /// [`Qp::to_rtr`] with its MODIFY queued on `comp`. If the future is
+    /// dropped before it resolves, whether the QP made the transition is
+    /// unknown: [`Qp::query`] tells.
+    pub async fn to_rtr_async(&self, attr: &RtrAttr, comp: &CmdComp) -> Result<()> {
+        self.to_rtr_with(attr, Exec::Queued(comp)).await
+    }
+
+    pub(super) async fn to_rtr_with(&self, attr: &RtrAttr, exec: Exec<'_>) -> Result<()> {
         const VERB: &str = "modify_qp(RTR)";
         let l = self.context().limits();
         let mut qpc = self.base_qpc();
@@ -305,7 +337,7 @@ impl Qp {
                 mask |= opt::Q_KEY;
             }
             let inbox = modify_inbox!(Init2rtrQpIn, Opcode::Init2rtrQp, self.qpn(), mask, &qpc);
-            return self.submit(VERB, &inbox, QpState::Rtr);
+            return self.submit(exec, VERB, &inbox, QpState::Rtr).await;
         }
         check_max(VERB, "dest_qp_num", attr.dest_qp_num, 0xff_ffff)?;
         check_max(VERB, "rq_psn", attr.rq_psn, 0xff_ffff)?;
@@ -333,11 +365,22 @@ impl Qp {
         let salt = self.qpn() ^ attr.dest_qp_num;
         path::encode(qpc.primary_address_path_mut(), &ah, &resolved, true, salt);
         let inbox = modify_inbox!(Init2rtrQpIn, Opcode::Init2rtrQp, self.qpn(), mask, &qpc);
-        self.submit(VERB, &inbox, QpState::Rtr)
+        self.submit(exec, VERB, &inbox, QpState::Rtr).await
     }
 
     /// RTR→RTS (RTR2RTS_QP).
     pub fn to_rts(&self, attr: &RtsAttr) -> Result<()> {
+        exec::now(self.to_rts_with(attr, Exec::Now))
+    }
+
+    /// [`Qp::to_rts`] with its MODIFY queued on `comp`. If the future is
+    /// dropped before it resolves, whether the QP made the transition is
+    /// unknown: [`Qp::query`] tells.
+    pub async fn to_rts_async(&self, attr: &RtsAttr, comp: &CmdComp) -> Result<()> {
+        self.to_rts_with(attr, Exec::Queued(comp)).await
+    }
+
+    pub(super) async fn to_rts_with(&self, attr: &RtsAttr, exec: Exec<'_>) -> Result<()> {
         const VERB: &str = "modify_qp(RTS)";
         let l = self.context().limits();
         check_max(VERB, "sq_psn", attr.sq_psn, 0xff_ffff)?;
@@ -364,16 +407,27 @@ impl Qp {
             mask &= !opt::RNR_TIMEOUT;
         }
         let inbox = modify_inbox!(Rtr2rtsQpIn, Opcode::Rtr2rtsQp, self.qpn(), mask, &qpc);
-        self.submit(VERB, &inbox, QpState::Rts)
+        self.submit(exec, VERB, &inbox, QpState::Rts).await
     }
 
     /// RTS→RTS (RTS2RTS_QP): change access rights, RNR timer or Q_Key.
     pub fn modify_rts(&self, attr: &RtsModify) -> Result<()> {
+        exec::now(self.modify_rts_with(attr, Exec::Now))
+    }
+
+    /// [`Qp::modify_rts`] with its MODIFY queued on `comp`. If the future is
+    /// dropped before it resolves, whether the QP made the transition is
+    /// unknown: [`Qp::query`] tells.
+    pub async fn modify_rts_async(&self, attr: &RtsModify, comp: &CmdComp) -> Result<()> {
+        self.modify_rts_with(attr, Exec::Queued(comp)).await
+    }
+
+    async fn modify_rts_with(&self, attr: &RtsModify, exec: Exec<'_>) -> Result<()> {
         const VERB: &str = "modify_qp(RTS→RTS)";
         let mut qpc = self.base_qpc();
         let mask = self.optional(VERB, &mut qpc, attr.access, attr.min_rnr_timer, attr.qkey)?;
         let inbox = modify_inbox!(Rts2rtsQpIn, Opcode::Rts2rtsQp, self.qpn(), mask, &qpc);
-        self.submit(VERB, &inbox, QpState::Rts)
+        self.submit(exec, VERB, &inbox, QpState::Rts).await
     }
 
     fn optional(
@@ -411,19 +465,30 @@ impl Qp {
 
     /// Any state → ERR (2ERR_QP): outstanding requests flush.
     pub fn to_err(&self) -> Result<()> {
+        exec::now(self.to_err_with(Exec::Now))
+    }
+
+    /// [`Qp::to_err`] with its MODIFY queued on `comp`.
+    pub async fn to_err_async(&self, comp: &CmdComp) -> Result<()> {
+        self.to_err_with(Exec::Queued(comp)).await
+    }
+
+    async fn to_err_with(&self, exec: Exec<'_>) -> Result<()> {
         let mut m = Qp2errIn::new();
         m.set_opcode(Opcode::Qp2Err.raw());
         m.set_qpn(self.qpn());
-        self.submit("modify_qp(ERR)", m.as_bytes(), QpState::Err)
+        self.submit(exec, "modify_qp(ERR)", m.as_bytes(), QpState::Err)
+            .await
     }
 
     /// Any state → RST (2RST_QP). Also rewinds the software queue counters,
     /// hence the exclusive borrow.
     pub fn reset(&mut self) -> Result<()> {
+        let exec = Exec::Now;
         let mut m = Qp2rstIn::new();
         m.set_opcode(Opcode::Qp2Rst.raw());
         m.set_qpn(self.qpn());
-        self.submit("modify_qp(RESET)", m.as_bytes(), QpState::Rst)?;
+        exec::now(self.submit(exec, "modify_qp(RESET)", m.as_bytes(), QpState::Rst))?;
         self.dp.reset();
         Ok(())
     }
