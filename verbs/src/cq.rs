@@ -10,6 +10,7 @@ use prm_layouts::enums::Opcode;
 use prm_layouts::{Cqe64, CqeOpcode};
 use prm_layouts::{CreateCqIn, CreateCqOut, ModifyCqIn, ModifyCqOut, QueryCqIn, QueryCqOut};
 
+use crate::async_event::{EventHandler, HandlerEntry};
 use crate::comp_channel::CompChannel;
 use crate::context::Context;
 use crate::cq_notify::{self, CqNotify};
@@ -39,6 +40,9 @@ pub struct CqInit {
     pub channel: Option<CompChannel>,
     /// Share a UAR for the arm doorbell; by default the CQ allocates its own.
     pub uar: Option<Arc<Uar>>,
+    /// Where this CQ's async events (CQ error) go instead of the context's
+    /// queue.
+    pub events: Option<EventHandler>,
 }
 
 impl CqInit {
@@ -48,7 +52,14 @@ impl CqInit {
             comp_vector: 0,
             channel: None,
             uar: None,
+            events: None,
         }
+    }
+
+    /// Sends this CQ's async events to `handler`.
+    pub fn events(mut self, handler: EventHandler) -> CqInit {
+        self.events = Some(handler);
+        self
     }
 
     pub fn comp_vector(mut self, v: u32) -> CqInit {
@@ -94,6 +105,8 @@ pub(crate) struct CqDeps {
     ring: Mutex<Umem<MmapMut>>,
     dbr: DoorbellRecord,
     uar: Arc<Uar>,
+    /// Its entry in the context's event dispatch table, if it has a handler.
+    _events: Option<HandlerEntry>,
 }
 
 pub(crate) struct CqShared {
@@ -254,7 +267,12 @@ impl Cq {
         obj: devx::Obj,
     ) -> Result<Cq> {
         const VERB: &str = "create_cq";
-        ctx.subscribe_async(VERB, &obj, crate::async_event::Subscriber::Cq)?;
+        let events = ctx.subscribe_async(
+            VERB,
+            &obj,
+            crate::async_event::Subscriber::Cq,
+            init.events.as_ref(),
+        )?;
         let notify = Arc::new(CqNotify::default());
         if let Some(ch) = &init.channel {
             cq_notify::subscribe(VERB, ch, &obj, &notify)?;
@@ -267,6 +285,7 @@ impl Cq {
             ring: Mutex::new(ring),
             dbr,
             uar,
+            _events: events,
         };
         let shared = CqShared {
             owned: Owned::new(obj, deps),

@@ -59,7 +59,9 @@ pub use devx;
 
 pub use access::AccessFlags;
 pub use ah::{Ah, AhAttr, GlobalRoute};
-pub use async_event::{AsyncElement, AsyncEvent, AsyncEventType, AsyncEvents, NextAsyncEvent};
+pub use async_event::{
+    AsyncElement, AsyncEvent, AsyncEventType, AsyncEvents, EventHandler, NextAsyncEvent,
+};
 pub use comp_channel::CompChannel;
 pub use context::{Context, LinkLayer};
 pub use cq::{Cq, CqAttr, CqInit, CQE_SIZE};

@@ -12,6 +12,7 @@ use prm_layouts::{
     CreateRmpIn, CreateRmpOut, ModifyRmpIn, ModifyRmpOut, QueryRmpIn, QueryRmpOut, WqeSrqNextSeg,
 };
 
+use crate::async_event::{EventHandler, HandlerEntry};
 use crate::context::Context;
 use crate::datapath::SrqTrack;
 use crate::error::{DestroyError, Error, Result, VerbResult};
@@ -29,12 +30,15 @@ const WQ_TYPE_LINKED_LIST: u8 = 0;
 const MIN_WQE: u32 = 32;
 
 /// Attributes of a new SRQ (`ibv_srq_init_attr`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct SrqInit {
     pub max_wr: u32,
     pub max_sge: u32,
-    /// Limit event threshold (LWM); 0 disarms it.
+    /// Limit event threshold (LWM); 0 disarms it. Armed, the SRQ reports
+    /// `SrqLimitReached` once when its posted receives drop below it.
     pub srq_limit: u32,
+    /// Where this SRQ's async events go instead of the context's queue.
+    pub events: Option<EventHandler>,
 }
 
 impl SrqInit {
@@ -43,7 +47,20 @@ impl SrqInit {
             max_wr,
             max_sge,
             srq_limit: 0,
+            events: None,
         }
+    }
+
+    /// Arms the limit event at `srq_limit` (see [`SrqInit::srq_limit`]).
+    pub fn limit(mut self, srq_limit: u32) -> SrqInit {
+        self.srq_limit = srq_limit;
+        self
+    }
+
+    /// Sends this SRQ's async events to `handler`.
+    pub fn events(mut self, handler: EventHandler) -> SrqInit {
+        self.events = Some(handler);
+        self
     }
 }
 
@@ -61,6 +78,8 @@ pub(crate) struct SrqDeps {
     buf: Umem<MmapMut>,
     dbr: DoorbellRecord,
     pd: Pd,
+    /// Its entry in the context's event dispatch table, if it has a handler.
+    _events: Option<HandlerEntry>,
 }
 
 pub(crate) struct SrqShared {
@@ -190,13 +209,19 @@ impl Srq {
             .create(ctx.devx(), inbox.as_bytes(), CreateRmpOut::SIZE_BYTES)
             .await
             .verb(VERB)?;
-        ctx.subscribe_async(VERB, &obj, crate::async_event::Subscriber::Srq)?;
+        let events = ctx.subscribe_async(
+            VERB,
+            &obj,
+            crate::async_event::Subscriber::Srq,
+            init.events.as_ref(),
+        )?;
 
         let buf_addr = buf.addr();
         let deps = SrqDeps {
             buf,
             dbr,
             pd: pd.clone(),
+            _events: events,
         };
         Ok(Srq {
             shared: Arc::new(SrqShared {

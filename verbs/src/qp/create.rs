@@ -127,7 +127,12 @@ impl Qp {
             .create(ctx.devx(), inbox.as_bytes(), CreateQpOut::SIZE_BYTES)
             .await
             .verb(VERB)?;
-        ctx.subscribe_async(VERB, &obj, crate::async_event::Subscriber::Qp)?;
+        let events = ctx.subscribe_async(
+            VERB,
+            &obj,
+            crate::async_event::Subscriber::Qp,
+            init.events.as_ref(),
+        )?;
 
         let buf_addr = buf.addr();
         let layout = Layout {
@@ -146,6 +151,7 @@ impl Qp {
             send_cq: init.send_cq.clone(),
             recv_cq: init.recv_cq.clone(),
             srq: init.srq.clone(),
+            _events: events,
         };
         Ok(Qp {
             shared: Arc::new(QpShared {
