@@ -12,20 +12,13 @@
 //! anyway is destroyed, see [`devx::Pending`]).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use devx::{CmdComp, ExclusiveMemory, Obj, Uar, UarKind, Umem};
 
-/// The bit set in the `wr_id` of every command the async verbs queue: a
-/// channel they share with the caller's own commands keeps the two apart
-/// when the caller's `wr_id`s leave it clear.
-pub const VERBS_WR_ID_BIT: u64 = 1 << 63;
-
-static NEXT_WR_ID: AtomicU64 = AtomicU64::new(0);
-
-fn next_wr_id() -> u64 {
-    VERBS_WR_ID_BIT | NEXT_WR_ID.fetch_add(1, Ordering::Relaxed)
-}
+/// The bit set in the `wr_id` of every command the async verbs queue
+/// ([`CmdComp::library_wr_id`]): a channel they share with the caller's own
+/// commands keeps the two apart when the caller's `wr_id`s leave it clear.
+pub const VERBS_WR_ID_BIT: u64 = devx::cmd_comp::LIBRARY_WR_ID_BIT;
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Exec<'c> {
@@ -44,7 +37,10 @@ impl Exec<'_> {
     ) -> devx::Result<Obj> {
         match self {
             Exec::Now => ctx.create(inbox, outlen),
-            Exec::Queued(comp) => ctx.create_async(inbox, outlen, next_wr_id(), comp)?.await,
+            Exec::Queued(comp) => {
+                ctx.create_async(inbox, outlen, comp.library_wr_id(), comp)?
+                    .await
+            }
         }
     }
 
@@ -56,7 +52,10 @@ impl Exec<'_> {
     ) -> devx::Result<Vec<u8>> {
         match self {
             Exec::Now => obj.modify(inbox, outlen),
-            Exec::Queued(comp) => obj.modify_pending(inbox, outlen, next_wr_id(), comp)?.await,
+            Exec::Queued(comp) => {
+                obj.modify_pending(inbox, outlen, comp.library_wr_id(), comp)?
+                    .await
+            }
         }
     }
 
@@ -69,7 +68,7 @@ impl Exec<'_> {
         match self {
             Exec::Now => Umem::register(ctx, memory, access),
             Exec::Queued(comp) => {
-                Umem::register_async(ctx, memory, access, next_wr_id(), comp)?.await
+                Umem::register_async(ctx, memory, access, comp.library_wr_id(), comp)?.await
             }
         }
     }
@@ -79,7 +78,7 @@ impl Exec<'_> {
         match self {
             Exec::Now => Uar::alloc(ctx),
             Exec::Queued(comp) => {
-                Uar::alloc_async(ctx, UarKind::BlueFlame, next_wr_id(), comp)?.await
+                Uar::alloc_async(ctx, UarKind::BlueFlame, comp.library_wr_id(), comp)?.await
             }
         }
     }
