@@ -300,7 +300,18 @@ impl Srq {
     }
 
     /// `ibv_modify_srq(IBV_SRQ_LIMIT)`: MODIFY_RMP with the LWM bit selected.
+    /// Arms the limit event: the SRQ reports `SrqLimitReached` once when its
+    /// posted receives drop below `srq_limit` (0 disarms it).
     pub fn modify_limit(&self, srq_limit: u32) -> Result<()> {
+        exec::now(self.modify_limit_with(srq_limit, Exec::Now))
+    }
+
+    /// [`Srq::modify_limit`] with its MODIFY_RMP queued on `comp`.
+    pub async fn modify_limit_async(&self, srq_limit: u32, comp: &CmdComp) -> Result<()> {
+        self.modify_limit_with(srq_limit, Exec::Queued(comp)).await
+    }
+
+    async fn modify_limit_with(&self, srq_limit: u32, exec: Exec<'_>) -> Result<()> {
         const VERB: &str = "modify_srq";
         if srq_limit > self.max_wr {
             return Err(Error::argument(
@@ -316,8 +327,8 @@ impl Srq {
         let rmpc = inbox.ctx_mut();
         rmpc.set_state(RMP_STATE_RDY);
         rmpc.wq_mut().set_lwm(srq_limit as u16);
-        self.obj()
-            .modify(inbox.as_bytes(), ModifyRmpOut::SIZE_BYTES)
+        exec.modify(self.obj(), inbox.as_bytes(), ModifyRmpOut::SIZE_BYTES)
+            .await
             .verb(VERB)?;
         Ok(())
     }
