@@ -132,6 +132,13 @@ impl Context {
         &self.inner.devx
     }
 
+    /// A command channel for the `_async` verbs of this context (raw DEVX
+    /// commands may share it: the verbs tag theirs with
+    /// [`crate::VERBS_WR_ID_BIT`] set).
+    pub fn cmd_comp(&self) -> Result<devx::CmdComp> {
+        devx::CmdComp::new(self.devx()).verb("create_cmd_comp")
+    }
+
     pub fn device(&self) -> &devx::Device {
         self.inner.devx.device()
     }

@@ -117,12 +117,6 @@ impl Context {
         Pd::alloc_async(self, comp).await
     }
 
-    /// A completion channel for the `_async` verbs of this context (and
-    /// raw DEVX commands beside them).
-    pub fn cmd_comp(&self) -> Result<CmdComp> {
-        CmdComp::new(self.devx()).verb("create_cmd_comp")
-    }
-
     /// A transport domain, which raw Ethernet queues (TIS/TIR) need.
     pub fn alloc_td(&self) -> Result<Td> {
         Td::alloc(self)
