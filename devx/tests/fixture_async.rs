@@ -1,11 +1,12 @@
-//! Queued general commands in fixtures: recorded on the emulated device as
-//! a `general_async` submission and its `completion`, replayed with no
-//! device, through the application and through `drive::replay_file`.
+//! Queued general commands and creates in fixtures: recorded on the
+//! emulated device as a `general_async` / `create_async` submission and its
+//! `completion` (which defines a created object), replayed with no device,
+//! through the application and through `drive::replay_file`.
 
 use devx::fixture::{self, drive};
 use devx::{CmdComp, Device};
 use prm_layouts::enums::{HcaCapType, Opcode};
-use prm_layouts::{NopIn, NopOut, QueryHcaCapIn, QueryHcaCapOut};
+use prm_layouts::{AllocPdIn, AllocPdOut, NopIn, NopOut, QueryHcaCapIn, QueryHcaCapOut};
 
 fn app(dev: &Device) -> devx::Result<()> {
     let ctx = dev.open()?;
@@ -25,11 +26,17 @@ fn app(dev: &Device) -> devx::Result<()> {
     if (w, w2) != (1, 2) || caps.capability().cmd_hca_cap().log_max_cq() == 0 {
         return Err(devx::Error::argument("wrong completions"));
     }
+    let mut pd = AllocPdIn::new();
+    pd.set_opcode(Opcode::AllocPd.raw());
+    let pd = ctx
+        .create_async(pd.as_bytes(), AllocPdOut::SIZE_BYTES, 3, &comp)?
+        .wait()?;
+    pd.destroy()?;
     Ok(())
 }
 
 #[test]
-fn queued_general_commands_record_and_replay() {
+fn queued_general_commands_and_creates_record_and_replay() {
     devx::sim::sim_device("sim14000").unwrap();
     let path =
         std::env::temp_dir().join(format!("devx-fixture-async-{}.fixture", std::process::id()));
@@ -45,6 +52,13 @@ fn queued_general_commands_record_and_replay() {
         text.contains("completion $ctx0 $chan0 QUERY_HCA_CAP wr_id=0x2"),
         "{text}"
     );
+    for line in [
+        "create_async $ctx0 ALLOC_PD chan=$chan0 wr_id=0x3",
+        "completion $ctx0 $chan0 ALLOC_PD wr_id=0x3 opcode=0x800 -> $obj0=",
+        "destroy $ctx0 $obj0 DEALLOC_PD",
+    ] {
+        assert!(text.contains(line), "{line}:\n{text}");
+    }
 
     let dev = fixture::replay(&path).unwrap();
     app(&dev).unwrap();
