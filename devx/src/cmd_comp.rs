@@ -6,6 +6,7 @@ use std::fmt;
 use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll};
 
@@ -54,7 +55,13 @@ pub struct CmdComp {
     ctx: Context,
     channel: Arc<dyn CmdChannel>,
     sorted: Mutex<Sorted>,
+    /// The next [`CmdComp::library_wr_id`].
+    tags: AtomicU64,
 }
+
+/// The bit set in every [`CmdComp::library_wr_id`]: a caller sharing the
+/// channel with a library keeps its own `wr_id`s apart by leaving it clear.
+pub const LIBRARY_WR_ID_BIT: u64 = 1 << 63;
 
 /// Completions read from the channel on behalf of [`CmdComp::completion`]
 /// futures waiting for other `wr_id`s.
@@ -86,11 +93,21 @@ impl CmdComp {
             ctx: ctx.clone(),
             channel,
             sorted: Mutex::new(Sorted::default()),
+            tags: AtomicU64::new(0),
         })
     }
 
     pub fn context(&self) -> &Context {
         &self.ctx
+    }
+
+    /// A `wr_id` no other call of this on this channel returned, with
+    /// [`LIBRARY_WR_ID_BIT`] set: for libraries that queue their own
+    /// commands on a caller's channel. They count up per channel, so the
+    /// same program tags its commands the same way every run (a recorded
+    /// fixture replays).
+    pub fn library_wr_id(&self) -> u64 {
+        LIBRARY_WR_ID_BIT | self.tags.fetch_add(1, Ordering::Relaxed)
     }
 
     pub(crate) fn channel(&self) -> &dyn CmdChannel {

@@ -204,6 +204,40 @@ impl Obj {
             .modify_async(self.handle, inbox, outlen, wr_id, comp.channel())
     }
 
+    /// [`Obj::modify_async`] as a future resolving to the outbox (or the
+    /// error), the way [`Obj::modify`] returns it. Dropping the future
+    /// leaves the modify to run; its outcome is then not reported.
+    pub fn modify_pending<'c>(
+        &self,
+        inbox: &[u8],
+        outlen: usize,
+        wr_id: u64,
+        comp: &'c CmdComp,
+    ) -> Result<Pending<'c, Result<Vec<u8>>>> {
+        check_lengths(inbox, outlen)?;
+        self.ctx.check_comp(comp)?;
+        let queued = comp.completion(wr_id);
+        match self.ctx.inner.provider.modify_async(
+            self.handle,
+            inbox,
+            outlen,
+            wr_id,
+            comp.channel(),
+        ) {
+            Ok(()) => Ok(Pending::queued(
+                queued,
+                Box::new(ModifyStep {
+                    ctx: self.ctx.clone(),
+                    inbox: inbox.to_vec(),
+                }),
+            )),
+            Err(e) => {
+                queued.unsubmitted();
+                Err(e)
+            }
+        }
+    }
+
     /// Queues the destroy on `comp`, tagged `wr_id`; the future resolves
     /// like [`Obj::destroy`]. On the emulated device it runs on the
     /// firmware's command queue. DEVX has no asynchronous destroy: the
@@ -327,5 +361,27 @@ impl<'a> Step<'a> for DestroyStep {
             // Refused: the provider names it again; dropping retries.
             Err(_) => drop(obj),
         }));
+    }
+}
+
+/// A queued modify: its inbox, to check the outbox against.
+struct ModifyStep {
+    ctx: Context,
+    inbox: Vec<u8>,
+}
+
+impl<'a> Step<'a> for ModifyStep {
+    type Output = Result<Vec<u8>>;
+
+    fn finish(self: Box<Self>, out: Result<Vec<u8>>) -> Result<Vec<u8>> {
+        let out = out?;
+        Error::check_outbox(&self.inbox, &out)?;
+        // As `modify_into`: a modify may let go of a UMEM.
+        self.ctx.retry_deferred();
+        Ok(out)
+    }
+
+    fn abandon(self: Box<Self>, completion: Completion<'a>) {
+        drop(completion);
     }
 }

@@ -1,11 +1,13 @@
-//! An RC pair under tokio: both ends are built concurrently (`.await` on
-//! blocking setup moved off the runtime's thread), then messages go back
-//! and forth with every wait an `.await` on the completion channel: arm the
-//! CQ, await its event, then poll the CQE. tokio is only a dev-dependency;
-//! the futures are the library's own, woken by the channel fd's readiness.
+//! An RC pair under tokio: both ends are built and connected concurrently,
+//! every firmware command an `.await` (the verbs' `_async` forms, queued on
+//! each context's command channel), then messages go back and forth with
+//! every wait an `.await` on the completion channel: arm the CQ, await its
+//! event, then poll the CQE. tokio is only a dev-dependency; the futures
+//! are the library's own, woken by their channel fd's readiness.
 //!
 //! `cargo run -p verbs --example tokio_rc` (runs on emulated `sim0`/`sim1`).
 
+use devx::CmdComp;
 use verbs::{
     AccessFlags, AhAttr, CompChannel, Context, Cq, CqInit, InitAttr, Mr, Mtu, Pd, Qp, QpCap,
     QpInit, QpType, RecvWr, RtrAttr, RtsAttr, SendWr, Sge, Wc,
@@ -18,6 +20,7 @@ const ROUNDS: u64 = 100;
 /// receive half).
 struct End {
     ctx: Context,
+    comp: CmdComp,
     ch: CompChannel,
     cq: Cq,
     qp: Qp,
@@ -26,15 +29,16 @@ struct End {
     _pd: Pd,
 }
 
-fn end(name: &'static str) -> verbs::Result<End> {
+async fn end(name: &'static str) -> verbs::Result<End> {
     let dev = devx::Device::emulated(name).map_err(|source| verbs::Error::Device {
         verb: "open_device",
         source,
     })?;
     let ctx = Context::open(&dev)?;
+    let comp = ctx.cmd_comp()?;
     let ch = CompChannel::new(&ctx)?;
-    let pd = ctx.alloc_pd()?;
-    let cq = Cq::create(&ctx, &CqInit::new(16).channel(&ch))?;
+    let pd = ctx.alloc_pd_async(&comp).await?;
+    let cq = Cq::create_async(&ctx, &CqInit::new(16).channel(&ch), &comp).await?;
     let cap = QpCap {
         max_send_wr: 1,
         max_recv_wr: 1,
@@ -42,13 +46,18 @@ fn end(name: &'static str) -> verbs::Result<End> {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap))?;
-    let mr = pd.reg_mr(vec![0u8; 2 * SIZE], AccessFlags::LOCAL_WRITE)?;
+    let qp = pd
+        .create_qp_async(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap), &comp)
+        .await?;
+    let mr = pd
+        .reg_mr_async(vec![0u8; 2 * SIZE], AccessFlags::LOCAL_WRITE, &comp)
+        .await?;
     let mac = devx::sim::sim_device(name)
         .map(|s| s.identity().mac)
         .unwrap_or_default();
     Ok(End {
         ctx,
+        comp,
         ch,
         cq,
         qp,
@@ -58,14 +67,14 @@ fn end(name: &'static str) -> verbs::Result<End> {
     })
 }
 
-fn connect(me: &End, peer: &End) -> verbs::Result<()> {
+async fn connect(me: &End, peer: &End) -> verbs::Result<()> {
     let gid = peer.ctx.query_gid(1, 1)?;
     let path = AhAttr::roce(1, gid.gid, 1, Some(peer.mac));
-    me.qp.to_init(&InitAttr::new(1))?;
-    me.qp
-        .to_rtr(&RtrAttr::new(Mtu::Mtu1024, peer.qp.qpn(), 0, path).min_rnr_timer(12))?;
-    me.qp
-        .to_rts(&RtsAttr::new(0).timeout(14).retry_cnt(7).rnr_retry(7))
+    let rtr = RtrAttr::new(Mtu::Mtu1024, peer.qp.qpn(), 0, path).min_rnr_timer(12);
+    let rts = RtsAttr::new(0).timeout(14).retry_cnt(7).rnr_retry(7);
+    me.qp.to_init_async(&InitAttr::new(1), &me.comp).await?;
+    me.qp.to_rtr_async(&rtr, &me.comp).await?;
+    me.qp.to_rts_async(&rts, &me.comp).await
 }
 
 /// Awaits the next completion of `e`'s CQ: arm, check once (a CQE that came
@@ -88,14 +97,12 @@ async fn next_wc(e: &mut End) -> Result<Wc, String> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), String> {
-    let (a, b) = tokio::join!(
-        tokio::task::spawn_blocking(|| end("sim0")),
-        tokio::task::spawn_blocking(|| end("sim1")),
-    );
-    let mut a = a.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
-    let mut b = b.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
-    connect(&a, &b).map_err(|e| e.to_string())?;
-    connect(&b, &a).map_err(|e| e.to_string())?;
+    let (a, b) = tokio::join!(end("sim0"), end("sim1"));
+    let mut a = a.map_err(|e| e.to_string())?;
+    let mut b = b.map_err(|e| e.to_string())?;
+    let (ab, ba) = tokio::join!(connect(&a, &b), connect(&b, &a));
+    ab.map_err(|e| e.to_string())?;
+    ba.map_err(|e| e.to_string())?;
 
     let recv = |e: &End| Sge::from_mr(&e.mr, SIZE, SIZE as u32);
     let send = |e: &End| Sge::from_mr(&e.mr, 0, SIZE as u32);

@@ -9,13 +9,13 @@
 //! ([`AsyncEvents::close`]) wakes every waiter with [`Error::Cancelled`], and
 //! every later wait fails the same way.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::os::fd::RawFd;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Waker};
 
 use devx::{event_type as eqe, ib_event, AsyncEventFile, DevxEvent};
@@ -119,6 +119,74 @@ impl Drop for AsyncEvent {
     }
 }
 
+/// Where the affiliated events of one CQ, QP or SRQ go when it is given one
+/// at creation ([`crate::CqInit::events`], [`crate::QpInit::events`],
+/// [`crate::SrqInit::events`]): that object's own dispatch entry, instead
+/// of the context-wide queue. The caller's context value travels in the
+/// closure (or with the receiver). Events come from the context's event
+/// thread, started with the first handler; dropping an event acknowledges
+/// it as usual.
+#[derive(Clone)]
+pub enum EventHandler {
+    /// Called with each event, on the context's event thread. It must not
+    /// block for long: the context's other objects wait meanwhile.
+    Call(Arc<dyn Fn(AsyncEvent) + Send + Sync>),
+    /// Sent down the channel (an event whose receiver is gone is dropped).
+    Send(mpsc::Sender<AsyncEvent>),
+}
+
+impl fmt::Debug for EventHandler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EventHandler::Call(_) => f.write_str("EventHandler::Call"),
+            EventHandler::Send(_) => f.write_str("EventHandler::Send"),
+        }
+    }
+}
+
+impl EventHandler {
+    /// A handler calling `f` with each event.
+    pub fn call(f: impl Fn(AsyncEvent) + Send + Sync + 'static) -> EventHandler {
+        EventHandler::Call(Arc::new(f))
+    }
+
+    /// A handler sending each event to the receiver returned with it.
+    pub fn channel() -> (EventHandler, mpsc::Receiver<AsyncEvent>) {
+        let (tx, rx) = mpsc::channel();
+        (EventHandler::Send(tx), rx)
+    }
+
+    fn deliver(&self, ev: AsyncEvent) {
+        match self {
+            EventHandler::Call(f) => f(ev),
+            EventHandler::Send(tx) => {
+                let _ = tx.send(ev);
+            }
+        }
+    }
+}
+
+/// An object's entry in its context's dispatch table; dropping it (with the
+/// object) removes the entry.
+pub(crate) struct HandlerEntry {
+    events: std::sync::Weak<AsyncEvents>,
+    element: AsyncElement,
+    token: u64,
+}
+
+impl Drop for HandlerEntry {
+    fn drop(&mut self) {
+        if let Some(q) = self.events.upgrade() {
+            let mut t = q.table();
+            if t.get(&self.element)
+                .is_some_and(|(tok, _)| *tok == self.token)
+            {
+                t.remove(&self.element);
+            }
+        }
+    }
+}
+
 /// Which object a DEVX subscription's cookie names: kind above bit 32.
 #[derive(Clone, Copy)]
 pub(crate) enum Subscriber {
@@ -128,6 +196,14 @@ pub(crate) enum Subscriber {
 }
 
 impl Subscriber {
+    pub(crate) fn element(self, number: u32) -> AsyncElement {
+        match self {
+            Subscriber::Cq => AsyncElement::Cq(number),
+            Subscriber::Qp => AsyncElement::Qp(number),
+            Subscriber::Srq => AsyncElement::Srq(number),
+        }
+    }
+
     fn cookie(self, number: u32) -> u64 {
         (self as u64) << 32 | u64::from(number)
     }
@@ -196,7 +272,12 @@ struct Queue {
     closed: bool,
     /// Waiters to wake when the queue closes or holds more than one taker.
     wakers: Vec<Waker>,
+    /// Events of objects with a handler, read and not handed over yet
+    /// (handlers run outside the queue's lock).
+    routed: Vec<(EventHandler, (AsyncEventType, AsyncElement))>,
 }
+
+type Table = HashMap<AsyncElement, (u64, EventHandler)>;
 
 /// A context's async-event queue ([`crate::Context::async_events`]): port
 /// state and device-fatal events from the context's async-event file, and
@@ -211,6 +292,11 @@ pub struct AsyncEvents {
     file: Option<Arc<dyn AsyncEventFile>>,
     q: Mutex<Queue>,
     unacked: Arc<AtomicUsize>,
+    /// Objects whose events go to their own handler.
+    handlers: Mutex<Table>,
+    /// The event thread, started with the first handler.
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    next_token: AtomicU64,
 }
 
 impl fmt::Debug for AsyncEvents {
@@ -241,6 +327,9 @@ impl AsyncEvents {
             file,
             q: Mutex::default(),
             unacked: Arc::default(),
+            handlers: Mutex::default(),
+            thread: Mutex::default(),
+            next_token: AtomicU64::new(0),
         })
     }
 
@@ -257,11 +346,67 @@ impl AsyncEvents {
         }
     }
 
-    /// Moves what the sources hold into the queue.
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.handlers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends the affiliated events of `obj` (`kind`) to `handler` from now
+    /// on; the entry lasts as long as what this returns. Starts the event
+    /// thread with the first handler.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        obj: &devx::Obj,
+        kind: Subscriber,
+        handler: EventHandler,
+    ) -> Result<HandlerEntry> {
+        let element = kind.element(obj.id());
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
+        self.table().insert(element, (token, handler));
+        let mut thread = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+        if thread.is_none() {
+            let me = Arc::downgrade(self);
+            let t = std::thread::Builder::new()
+                .name("verbs-async-events".into())
+                .spawn(move || dispatch(me))
+                .map_err(|e| Error::Device {
+                    verb: VERB,
+                    source: devx::Error::os(
+                        "spawning the async-event thread",
+                        e.raw_os_error().unwrap_or(libc::EAGAIN),
+                    ),
+                })?;
+            *thread = Some(t);
+        }
+        Ok(HandlerEntry {
+            events: Arc::downgrade(self),
+            element,
+            token,
+        })
+    }
+
+    /// Hands the routed events to their handlers.
+    fn deliver(&self) {
+        let routed = std::mem::take(&mut self.lock().routed);
+        for (handler, (event_type, element)) in routed {
+            self.unacked.fetch_add(1, Ordering::AcqRel);
+            handler.deliver(AsyncEvent {
+                event_type,
+                element,
+                unacked: Arc::clone(&self.unacked),
+            });
+        }
+    }
+
+    /// Moves what the sources hold into the queue, or aside for the
+    /// handler of the object an event is about.
     fn pump(&self, q: &mut Queue) -> Result<()> {
         if let Some(events) = &self.objects {
             while let Some(ev) = events.try_get().verb(VERB)? {
-                q.events.push_back(object_event(&ev));
+                let ev = object_event(&ev);
+                match self.table().get(&ev.1) {
+                    Some((_, h)) => q.routed.push((h.clone(), ev)),
+                    None => q.events.push_back(ev),
+                }
             }
         }
         if let Some(file) = &self.file {
@@ -290,7 +435,10 @@ impl AsyncEvents {
     /// The next event if one is ready.
     pub fn try_get(&self) -> Result<Option<AsyncEvent>> {
         let mut q = self.lock();
-        self.take(&mut q)
+        let got = self.take(&mut q);
+        drop(q);
+        self.deliver();
+        got
     }
 
     fn take(&self, q: &mut Queue) -> Result<Option<AsyncEvent>> {
@@ -334,6 +482,13 @@ impl AsyncEvents {
             std::mem::take(&mut q.wakers)
         };
         wakers.into_iter().for_each(Waker::wake);
+        // The event thread sees the queue closed within one wait.
+        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = t {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
     }
 
     pub fn is_closed(&self) -> bool {
@@ -358,7 +513,13 @@ impl Future for NextAsyncEvent<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let queue = self.queue;
         let mut q = queue.lock();
-        match queue.take(&mut q) {
+        let got = queue.take(&mut q);
+        if !q.routed.is_empty() {
+            drop(q);
+            queue.deliver();
+            q = queue.lock();
+        }
+        match got {
             Ok(Some(ev)) => return Poll::Ready(Ok(ev)),
             Err(e) => return Poll::Ready(Err(e)),
             Ok(None) => {}
@@ -374,5 +535,58 @@ impl Future for NextAsyncEvent<'_> {
             }
         }
         Poll::Pending
+    }
+}
+
+/// How long the event thread waits on the sources before it looks whether
+/// its queue is still there.
+const DISPATCH_WAIT_MS: i32 = 50;
+
+/// The event thread: reads the sources while the queue lives and is open,
+/// hands the events of objects with a handler to it, and wakes the waiters
+/// of the queue when it moved others into it.
+fn dispatch(queue: std::sync::Weak<AsyncEvents>) {
+    loop {
+        let fds: Vec<libc::pollfd> = {
+            let Some(q) = queue.upgrade() else { return };
+            if q.is_closed() {
+                return;
+            }
+            q.fds()
+                .map(|fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect()
+        };
+        let mut fds = fds;
+        // SAFETY: `fds` is a live array of `fds.len()` pollfd entries; an
+        // fd closed meanwhile (the queue went) only reports POLLNVAL.
+        unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                DISPATCH_WAIT_MS,
+            )
+        };
+        let Some(q) = queue.upgrade() else { return };
+        let wakers = {
+            let mut g = q.lock();
+            if g.closed {
+                return;
+            }
+            let before = g.events.len();
+            if q.pump(&mut g).is_err() {
+                // The sources failed: waiters meet the error themselves.
+                std::mem::take(&mut g.wakers)
+            } else if g.events.len() > before {
+                std::mem::take(&mut g.wakers)
+            } else {
+                Vec::new()
+            }
+        };
+        wakers.into_iter().for_each(Waker::wake);
+        q.deliver();
     }
 }

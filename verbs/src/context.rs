@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use prm_layouts::enums::{HcaCapType, Opcode};
 use prm_layouts::{CmdHcaCap, HcaCapUnion, QueryHcaCapIn, QueryHcaCapOut};
 
-use crate::async_event::{AsyncEvent, AsyncEvents, Subscriber};
+use crate::async_event::{AsyncEvent, AsyncEvents, EventHandler, HandlerEntry, Subscriber};
 use crate::error::{Error, Result, VerbResult};
 use crate::port::GidEntry;
 use crate::qp::gid_rank;
@@ -132,6 +132,13 @@ impl Context {
         &self.inner.devx
     }
 
+    /// A command channel for the `_async` verbs of this context (raw DEVX
+    /// commands may share it: the verbs tag theirs with
+    /// [`crate::VERBS_WR_ID_BIT`] set).
+    pub fn cmd_comp(&self) -> Result<devx::CmdComp> {
+        devx::CmdComp::new(self.devx()).verb("create_cmd_comp")
+    }
+
     pub fn device(&self) -> &devx::Device {
         self.inner.devx.device()
     }
@@ -204,14 +211,21 @@ impl Context {
         Ok(())
     }
 
-    /// Subscribes a new object's affiliated events to the queue, if there
-    /// is one.
+    /// Subscribes a new object's affiliated events: to its own `handler`
+    /// (opening the queue if needed; the entry lasts as long as what this
+    /// returns), else to the queue if there is one.
     pub(crate) fn subscribe_async(
         &self,
         verb: &'static str,
         obj: &devx::Obj,
         kind: Subscriber,
-    ) -> Result<()> {
+        handler: Option<&EventHandler>,
+    ) -> Result<Option<HandlerEntry>> {
+        if let Some(h) = handler {
+            let q = self.async_events()?;
+            q.subscribe(obj, kind).verb(verb)?;
+            return q.register(obj, kind, h.clone()).map(Some);
+        }
         let q = self
             .inner
             .async_events
@@ -219,8 +233,8 @@ impl Context {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         match q {
-            Some(q) => q.subscribe(obj, kind).verb(verb),
-            None => Ok(()),
+            Some(q) => q.subscribe(obj, kind).verb(verb).map(|()| None),
+            None => Ok(None),
         }
     }
 

@@ -4,17 +4,19 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use devx::{Uar, Umem};
+use devx::{CmdComp, Uar, Umem};
 use memmap2::MmapMut;
 use prm_layouts::enums::Opcode;
 use prm_layouts::{Cqe64, CqeOpcode};
 use prm_layouts::{CreateCqIn, CreateCqOut, ModifyCqIn, ModifyCqOut, QueryCqIn, QueryCqOut};
 
+use crate::async_event::{EventHandler, HandlerEntry};
 use crate::comp_channel::CompChannel;
 use crate::context::Context;
 use crate::cq_notify::{self, CqNotify};
 use crate::datapath::{Poller, Registry};
 use crate::error::{DestroyError, Error, Result, VerbResult};
+use crate::exec::{self, Exec};
 use crate::util::{
     log2, outbox, pow2_at_least, queue_memory, sole, DoorbellRecord, Owned, QueueMemory,
 };
@@ -38,6 +40,9 @@ pub struct CqInit {
     pub channel: Option<CompChannel>,
     /// Share a UAR for the arm doorbell; by default the CQ allocates its own.
     pub uar: Option<Arc<Uar>>,
+    /// Where this CQ's async events (CQ error) go instead of the context's
+    /// queue.
+    pub events: Option<EventHandler>,
 }
 
 impl CqInit {
@@ -47,7 +52,14 @@ impl CqInit {
             comp_vector: 0,
             channel: None,
             uar: None,
+            events: None,
         }
+    }
+
+    /// Sends this CQ's async events to `handler`.
+    pub fn events(mut self, handler: EventHandler) -> CqInit {
+        self.events = Some(handler);
+        self
     }
 
     pub fn comp_vector(mut self, v: u32) -> CqInit {
@@ -93,6 +105,8 @@ pub(crate) struct CqDeps {
     ring: Mutex<Umem<MmapMut>>,
     dbr: DoorbellRecord,
     uar: Arc<Uar>,
+    /// Its entry in the context's event dispatch table, if it has a handler.
+    _events: Option<HandlerEntry>,
 }
 
 pub(crate) struct CqShared {
@@ -159,14 +173,47 @@ fn ring_entries(verb: &'static str, ctx: &Context, entries: u32) -> Result<u32> 
     pow2_at_least(entries + 1).ok_or_else(|| Error::argument(verb, "CQ size overflows"))
 }
 
-fn new_ring(verb: &'static str, ctx: &Context, n: u32) -> Result<Umem<MmapMut>> {
+async fn new_ring(
+    verb: &'static str,
+    ctx: &Context,
+    n: u32,
+    exec: Exec<'_>,
+) -> Result<Umem<MmapMut>> {
     let mut mem = queue_memory(verb, n as usize * CQE_SIZE)?;
     // Opcode INVALID, owner 0: nobody wrote these yet (prm-guide §6.2).
     let invalid = Cqe64::new().with_opcode(CqeOpcode::Invalid.raw());
     for cqe in mem.chunks_exact_mut(CQE_SIZE) {
         cqe[CQE_SIZE - 1] = invalid.0[CQE_SIZE - 1];
     }
-    Umem::register(ctx.devx(), mem, devx::access::LOCAL_WRITE).verb(verb)
+    exec.register(ctx.devx(), mem, devx::access::LOCAL_WRITE)
+        .await
+        .verb(verb)
+}
+
+/// CREATE_CQ's mailbox over the ring, doorbell record, UAR and EQ made
+/// before it (the *pre* step).
+fn create_cq_inbox(
+    n: u32,
+    ring: &Umem<MmapMut>,
+    dbr: &DoorbellRecord,
+    uar: &Uar,
+    eqn: u32,
+) -> CreateCqIn {
+    let mut inbox = CreateCqIn::new();
+    inbox.set_opcode(Opcode::CreateCq.raw());
+    let cqc = inbox.cq_context_mut();
+    cqc.set_log_cq_size(log2(n) as u8);
+    cqc.set_uar_page(uar.page_id());
+    cqc.set_c_eqn_or_apu_element(eqn);
+    cqc.set_cqe_sz(0);
+    cqc.set_log_page_size(0);
+    cqc.set_dbr_umem_valid(1);
+    cqc.set_dbr_umem_id(dbr.umem_id());
+    cqc.set_dbr_addr(0);
+    inbox.set_cq_umem_id(ring.id());
+    inbox.set_cq_umem_offset(0);
+    inbox.set_cq_umem_valid(1);
+    inbox
 }
 
 impl Cq {
@@ -174,35 +221,58 @@ impl Cq {
     /// UAR allocation unless one is given, QUERY_EQN and CREATE_CQ; a failure at
     /// any step releases what the earlier steps made.
     pub fn create(ctx: &Context, init: &CqInit) -> Result<Cq> {
+        exec::now(Cq::build(ctx, init, Exec::Now))
+    }
+
+    /// [`Cq::create`] with its commands queued on `comp` (QUERY_EQN, which
+    /// names no firmware object, runs during the call). Dropping the future
+    /// releases what the earlier steps made and cancels the step in flight:
+    /// nothing is left behind.
+    pub async fn create_async(ctx: &Context, init: &CqInit, comp: &CmdComp) -> Result<Cq> {
+        Cq::build(ctx, init, Exec::Queued(comp)).await
+    }
+
+    /// The one description of `ibv_create_cq`, for both forms.
+    async fn build(ctx: &Context, init: &CqInit, exec: Exec<'_>) -> Result<Cq> {
         const VERB: &str = "create_cq";
         let n = ring_entries(VERB, ctx, init.entries)?;
-        let ring = new_ring(VERB, ctx, n)?;
-        let dbr = DoorbellRecord::new(VERB, ctx.devx())?;
+        let ring = new_ring(VERB, ctx, n, exec).await?;
+        let dbr = DoorbellRecord::new(VERB, ctx.devx(), exec).await?;
         let uar = match &init.uar {
             Some(u) => u.clone(),
-            None => Arc::new(Uar::alloc(ctx.devx()).verb(VERB)?),
+            None => Arc::new(exec.alloc_uar(ctx.devx()).await.verb(VERB)?),
         };
         let eqn = ctx.devx().query_eqn(init.comp_vector).verb(VERB)?;
-
-        let mut inbox = CreateCqIn::new();
-        inbox.set_opcode(Opcode::CreateCq.raw());
-        let cqc = inbox.cq_context_mut();
-        cqc.set_log_cq_size(log2(n) as u8);
-        cqc.set_uar_page(uar.page_id());
-        cqc.set_c_eqn_or_apu_element(eqn);
-        cqc.set_cqe_sz(0);
-        cqc.set_log_page_size(0);
-        cqc.set_dbr_umem_valid(1);
-        cqc.set_dbr_umem_id(dbr.umem_id());
-        cqc.set_dbr_addr(0);
-        inbox.set_cq_umem_id(ring.id());
-        inbox.set_cq_umem_offset(0);
-        inbox.set_cq_umem_valid(1);
-        let obj = ctx
-            .devx()
-            .create(inbox.as_bytes(), CreateCqOut::SIZE_BYTES)
+        let inbox = create_cq_inbox(n, &ring, &dbr, &uar, eqn);
+        let obj = exec
+            .create(ctx.devx(), inbox.as_bytes(), CreateCqOut::SIZE_BYTES)
+            .await
             .verb(VERB)?;
-        ctx.subscribe_async(VERB, &obj, crate::async_event::Subscriber::Cq)?;
+        Cq::made(ctx, init, n, ring, dbr, uar, eqn, obj)
+    }
+
+    /// The CQ CREATE_CQ made (the *post* step): its event subscriptions and
+    /// the data path's view of its ring.
+    #[allow(clippy::too_many_arguments)]
+    ///
+    /// `obj` comes last: on a failure it drops first, before what it uses.
+    fn made(
+        ctx: &Context,
+        init: &CqInit,
+        n: u32,
+        ring: Umem<MmapMut>,
+        dbr: DoorbellRecord,
+        uar: Arc<Uar>,
+        eqn: u32,
+        obj: devx::Obj,
+    ) -> Result<Cq> {
+        const VERB: &str = "create_cq";
+        let events = ctx.subscribe_async(
+            VERB,
+            &obj,
+            crate::async_event::Subscriber::Cq,
+            init.events.as_ref(),
+        )?;
         let notify = Arc::new(CqNotify::default());
         if let Some(ch) = &init.channel {
             cq_notify::subscribe(VERB, ch, &obj, &notify)?;
@@ -215,6 +285,7 @@ impl Cq {
             ring: Mutex::new(ring),
             dbr,
             uar,
+            _events: events,
         };
         let shared = CqShared {
             owned: Owned::new(obj, deps),
@@ -330,7 +401,7 @@ impl Cq {
             ));
         }
         let n = ring_entries(VERB, &ctx, entries)?;
-        let ring = new_ring(VERB, &ctx, n)?;
+        let ring = exec::now(new_ring(VERB, &ctx, n, Exec::Now))?;
 
         let mut inbox = ModifyCqIn::new();
         inbox.set_opcode(Opcode::ModifyCq.raw());
@@ -448,6 +519,11 @@ impl Context {
     /// `ibv_create_cq` with `entries` and defaults otherwise.
     pub fn create_cq(&self, entries: u32) -> Result<Cq> {
         Cq::create(self, &CqInit::new(entries))
+    }
+
+    /// [`Cq::create_async`].
+    pub async fn create_cq_async(&self, init: &CqInit, comp: &CmdComp) -> Result<Cq> {
+        Cq::create_async(self, init, comp).await
     }
 }
 

@@ -12,6 +12,13 @@
 //! object itself if it was refused). A constructor that issues several
 //! commands releases whatever it already made when a later step fails.
 //!
+//! The multi-command verbs (CQ, QP and its transitions, MR, MW, SRQ, PD)
+//! have `_async` forms whose commands queue on a [`devx::CmdComp`]
+//! ([`Context::cmd_comp`]) and complete on the device's own command queue;
+//! each returns a future (no runtime needed). The blocking verb and its
+//! async form run the same description of the verb, and dropping the
+//! future before it resolves leaves nothing behind.
+//!
 //! Registered memory is bytes shared with the device: safe code reads and
 //! writes it by copy ([`Mr::write_at`], [`Mr::read_at`], [`Mr::read_vec`],
 //! [`Mr::fill`]), never through a reference the device could write under,
@@ -34,6 +41,7 @@ pub mod datapath;
 mod device;
 mod endpoint;
 mod error;
+mod exec;
 mod mcast;
 mod mr;
 mod mw;
@@ -51,7 +59,9 @@ pub use devx;
 
 pub use access::AccessFlags;
 pub use ah::{mac_from_gid, Ah, AhAttr, GlobalRoute};
-pub use async_event::{AsyncElement, AsyncEvent, AsyncEventType, AsyncEvents, NextAsyncEvent};
+pub use async_event::{
+    AsyncElement, AsyncEvent, AsyncEventType, AsyncEvents, EventHandler, NextAsyncEvent,
+};
 pub use comp_channel::CompChannel;
 pub use context::{Context, LinkLayer};
 pub use cq::{Cq, CqAttr, CqInit, CQE_SIZE};
@@ -62,6 +72,7 @@ pub use datapath::{
 pub use device::{AtomicCap, DeviceAttr, DeviceCapFlags};
 pub use endpoint::{Endpoint, ParseEndpointError};
 pub use error::{DestroyError, Error, Result};
+pub use exec::VERBS_WR_ID_BIT;
 pub use mcast::McastAttachment;
 pub use mr::{Mr, MrAttr};
 pub use mw::{Mw, MwType};

@@ -12,12 +12,13 @@
 use std::fmt;
 use std::sync::Arc;
 
-use devx::{ExclusiveMemory, SharedMemory, StableMemory, Umem};
+use devx::{CmdComp, ExclusiveMemory, SharedMemory, StableMemory, Umem};
 use prm_layouts::enums::Opcode;
 use prm_layouts::{CreateMkeyIn, CreateMkeyOut, QueryMkeyIn, QueryMkeyOut};
 
 use crate::access::AccessFlags;
 use crate::error::{DestroyError, Error, Result, VerbResult};
+use crate::exec::{self, Exec};
 use crate::pd::Pd;
 use crate::util::{outbox, Owned};
 
@@ -136,12 +137,14 @@ fn check_access(verb: &'static str, pd: &Pd, a: AccessFlags) -> Result<()> {
     Ok(())
 }
 
-/// CREATE_MKEY over `umem`, covering it from its first byte.
-fn create_mkey<M: StableMemory>(
+/// CREATE_MKEY over `umem`, covering it from its first byte: the object
+/// and its key.
+async fn create_mkey<M: StableMemory>(
     verb: &'static str,
     pd: &Pd,
     umem: &Umem<M>,
     access: AccessFlags,
+    exec: Exec<'_>,
 ) -> Result<(devx::Obj, u32)> {
     let ctx = pd.context();
     let addr = umem.addr() as u64;
@@ -171,9 +174,9 @@ fn create_mkey<M: StableMemory>(
     inbox.set_mkey_umem_valid(1);
     inbox.set_mkey_umem_id(umem.id());
     inbox.set_mkey_umem_offset(0);
-    let obj = ctx
-        .devx()
-        .create(inbox.as_bytes(), CreateMkeyOut::SIZE_BYTES)
+    let obj = exec
+        .create(ctx.devx(), inbox.as_bytes(), CreateMkeyOut::SIZE_BYTES)
+        .await
         .verb(verb)?;
     let k = key(obj.id(), variant);
     Ok((obj, k))
@@ -229,10 +232,30 @@ impl<M: ExclusiveMemory> Mr<M> {
     /// pd.reg_mr(shared, AccessFlags::LOCAL_WRITE);
     /// ```
     pub fn register(pd: &Pd, memory: M, access: AccessFlags) -> Result<Mr<M>> {
+        exec::now(Mr::build(pd, memory, access, Exec::Now))
+    }
+
+    /// [`Mr::register`] with its commands queued on `comp`. Dropping the
+    /// future deregisters the memory and cancels the step in flight:
+    /// nothing is left behind (the memory is dropped with it).
+    pub async fn register_async(
+        pd: &Pd,
+        memory: M,
+        access: AccessFlags,
+        comp: &CmdComp,
+    ) -> Result<Mr<M>> {
+        Mr::build(pd, memory, access, Exec::Queued(comp)).await
+    }
+
+    /// The one description of `ibv_reg_mr`, for both forms.
+    async fn build(pd: &Pd, memory: M, access: AccessFlags, exec: Exec<'_>) -> Result<Mr<M>> {
         const VERB: &str = "reg_mr";
         check_access(VERB, pd, access)?;
-        let umem = Umem::register(pd.context().devx(), memory, umem_access(access)).verb(VERB)?;
-        Mr::over(VERB, pd, Arc::new(umem), access)
+        let umem = exec
+            .register(pd.context().devx(), memory, umem_access(access))
+            .await
+            .verb(VERB)?;
+        Mr::over_with(VERB, pd, Arc::new(umem), access, exec).await
     }
 
     /// Copies `data` into the region at `offset` (see [`Mr`]); a range past
@@ -335,7 +358,17 @@ impl<M: StableMemory> Mr<M> {
     }
 
     fn over(verb: &'static str, pd: &Pd, umem: Arc<Umem<M>>, access: AccessFlags) -> Result<Mr<M>> {
-        let (obj, key) = create_mkey(verb, pd, &umem, access)?;
+        exec::now(Mr::over_with(verb, pd, umem, access, Exec::Now))
+    }
+
+    async fn over_with(
+        verb: &'static str,
+        pd: &Pd,
+        umem: Arc<Umem<M>>,
+        access: AccessFlags,
+        exec: Exec<'_>,
+    ) -> Result<Mr<M>> {
+        let (obj, key) = create_mkey(verb, pd, &umem, access, exec).await?;
         Ok(Mr {
             owned: Owned::new(
                 obj,
@@ -479,6 +512,16 @@ impl Pd {
     /// `ibv_reg_mr` over memory the region owns exclusively.
     pub fn reg_mr<M: ExclusiveMemory>(&self, memory: M, access: AccessFlags) -> Result<Mr<M>> {
         Mr::register(self, memory, access)
+    }
+
+    /// [`Mr::register_async`].
+    pub async fn reg_mr_async<M: ExclusiveMemory>(
+        &self,
+        memory: M,
+        access: AccessFlags,
+        comp: &CmdComp,
+    ) -> Result<Mr<M>> {
+        Mr::register_async(self, memory, access, comp).await
     }
 
     /// `ibv_reg_mr` the device only reads, over any memory.

@@ -4,10 +4,12 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use devx::CmdComp;
 use prm_layouts::enums::Opcode;
 use prm_layouts::{CreateMkeyIn, CreateMkeyOut};
 
 use crate::error::{DestroyError, Error, Result, VerbResult};
+use crate::exec::{self, Exec};
 use crate::mr::{key, query_mkey, MrAttr, ACCESS_MODE_KLMS, QPN_UNBOUND};
 use crate::pd::Pd;
 use crate::util::Owned;
@@ -43,6 +45,17 @@ impl Mw {
     /// QP (type 2 windows are tied to a QP by the bind), no UMEM. Whether the
     /// device takes windows is its answer (`query_device` reports `imaicl`).
     pub fn alloc(pd: &Pd, mw_type: MwType) -> Result<Mw> {
+        exec::now(Mw::build(pd, mw_type, Exec::Now))
+    }
+
+    /// [`Mw::alloc`] with its CREATE_MKEY queued on `comp`. Dropping the
+    /// future cancels it: a window the firmware makes anyway is destroyed.
+    pub async fn alloc_async(pd: &Pd, mw_type: MwType, comp: &CmdComp) -> Result<Mw> {
+        Mw::build(pd, mw_type, Exec::Queued(comp)).await
+    }
+
+    /// The one description of `ibv_alloc_mw`, for both forms.
+    async fn build(pd: &Pd, mw_type: MwType, exec: Exec<'_>) -> Result<Mw> {
         const VERB: &str = "alloc_mw";
         let ctx = pd.context();
         let variant = ctx.next_key_variant();
@@ -59,9 +72,9 @@ impl Mw {
         mkc.set_mkey_7_0(variant);
         mkc.set_pd(pd.pdn());
         mkc.set_translations_octword_size(MW_KLMS);
-        let obj = ctx
-            .devx()
-            .create(inbox.as_bytes(), CreateMkeyOut::SIZE_BYTES)
+        let obj = exec
+            .create(ctx.devx(), inbox.as_bytes(), CreateMkeyOut::SIZE_BYTES)
+            .await
             .verb(VERB)?;
         let rkey = key(obj.id(), variant);
         Ok(Mw {
@@ -127,5 +140,10 @@ impl Pd {
     /// `ibv_alloc_mw`.
     pub fn alloc_mw(&self, mw_type: MwType) -> Result<Mw> {
         Mw::alloc(self, mw_type)
+    }
+
+    /// [`Mw::alloc_async`].
+    pub async fn alloc_mw_async(&self, mw_type: MwType, comp: &CmdComp) -> Result<Mw> {
+        Mw::alloc_async(self, mw_type, comp).await
     }
 }

@@ -3,11 +3,13 @@
 use std::fmt;
 use std::sync::Arc;
 
+use devx::CmdComp;
 use prm_layouts::enums::Opcode;
 use prm_layouts::{AllocPdIn, AllocPdOut, AllocTransportDomainIn, AllocTransportDomainOut};
 
 use crate::context::Context;
 use crate::error::{DestroyError, Error, Result, VerbResult};
+use crate::exec::{self, Exec};
 use crate::util::{sole, Owned};
 
 struct PdInner {
@@ -41,11 +43,22 @@ impl fmt::Debug for Pd {
 impl Pd {
     /// `ibv_alloc_pd`: ALLOC_PD.
     pub fn alloc(ctx: &Context) -> Result<Pd> {
+        exec::now(Pd::build(ctx, Exec::Now))
+    }
+
+    /// [`Pd::alloc`] with its ALLOC_PD queued on `comp`. Dropping the
+    /// future cancels it: a PD the firmware makes anyway is deallocated.
+    pub async fn alloc_async(ctx: &Context, comp: &CmdComp) -> Result<Pd> {
+        Pd::build(ctx, Exec::Queued(comp)).await
+    }
+
+    /// The one description of `ibv_alloc_pd`, for both forms.
+    async fn build(ctx: &Context, exec: Exec<'_>) -> Result<Pd> {
         let mut inbox = AllocPdIn::new();
         inbox.set_opcode(Opcode::AllocPd.raw());
-        let obj = ctx
-            .devx()
-            .create(inbox.as_bytes(), AllocPdOut::SIZE_BYTES)
+        let obj = exec
+            .create(ctx.devx(), inbox.as_bytes(), AllocPdOut::SIZE_BYTES)
+            .await
             .verb("alloc_pd")?;
         Ok(Pd {
             inner: Arc::new(PdInner {
@@ -97,6 +110,11 @@ impl Context {
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<Pd> {
         Pd::alloc(self)
+    }
+
+    /// [`Pd::alloc_async`].
+    pub async fn alloc_pd_async(&self, comp: &CmdComp) -> Result<Pd> {
+        Pd::alloc_async(self, comp).await
     }
 
     /// A transport domain, which raw Ethernet queues (TIS/TIR) need.

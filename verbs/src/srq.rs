@@ -5,16 +5,18 @@
 use std::fmt;
 use std::sync::Arc;
 
-use devx::Umem;
+use devx::{CmdComp, Umem};
 use memmap2::MmapMut;
 use prm_layouts::enums::Opcode;
 use prm_layouts::{
     CreateRmpIn, CreateRmpOut, ModifyRmpIn, ModifyRmpOut, QueryRmpIn, QueryRmpOut, WqeSrqNextSeg,
 };
 
+use crate::async_event::{EventHandler, HandlerEntry};
 use crate::context::Context;
 use crate::datapath::SrqTrack;
 use crate::error::{DestroyError, Error, Result, VerbResult};
+use crate::exec::{self, Exec};
 use crate::pd::Pd;
 use crate::util::{
     log2, outbox, pow2_at_least, queue_memory, sole, DoorbellRecord, Owned, QueueMemory,
@@ -28,12 +30,15 @@ const WQ_TYPE_LINKED_LIST: u8 = 0;
 const MIN_WQE: u32 = 32;
 
 /// Attributes of a new SRQ (`ibv_srq_init_attr`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct SrqInit {
     pub max_wr: u32,
     pub max_sge: u32,
-    /// Limit event threshold (LWM); 0 disarms it.
+    /// Limit event threshold (LWM); 0 disarms it. Armed, the SRQ reports
+    /// `SrqLimitReached` once when its posted receives drop below it.
     pub srq_limit: u32,
+    /// Where this SRQ's async events go instead of the context's queue.
+    pub events: Option<EventHandler>,
 }
 
 impl SrqInit {
@@ -42,7 +47,20 @@ impl SrqInit {
             max_wr,
             max_sge,
             srq_limit: 0,
+            events: None,
         }
+    }
+
+    /// Arms the limit event at `srq_limit` (see [`SrqInit::srq_limit`]).
+    pub fn limit(mut self, srq_limit: u32) -> SrqInit {
+        self.srq_limit = srq_limit;
+        self
+    }
+
+    /// Sends this SRQ's async events to `handler`.
+    pub fn events(mut self, handler: EventHandler) -> SrqInit {
+        self.events = Some(handler);
+        self
     }
 }
 
@@ -60,6 +78,8 @@ pub(crate) struct SrqDeps {
     buf: Umem<MmapMut>,
     dbr: DoorbellRecord,
     pd: Pd,
+    /// Its entry in the context's event dispatch table, if it has a handler.
+    _events: Option<HandlerEntry>,
 }
 
 pub(crate) struct SrqShared {
@@ -102,6 +122,18 @@ impl Srq {
     /// `ibv_create_srq`: UMEM_REG (ring), UMEM_REG (doorbell record),
     /// CREATE_RMP; a failure at any step releases what the earlier steps made.
     pub fn create(pd: &Pd, init: &SrqInit) -> Result<Srq> {
+        exec::now(Srq::build(pd, init, Exec::Now))
+    }
+
+    /// [`Srq::create`] with its commands queued on `comp`. Dropping the
+    /// future releases what the earlier steps made and cancels the step in
+    /// flight: nothing is left behind.
+    pub async fn create_async(pd: &Pd, init: &SrqInit, comp: &CmdComp) -> Result<Srq> {
+        Srq::build(pd, init, Exec::Queued(comp)).await
+    }
+
+    /// The one description of `ibv_create_srq`, for both forms.
+    async fn build(pd: &Pd, init: &SrqInit, exec: Exec<'_>) -> Result<Srq> {
         const VERB: &str = "create_srq";
         let ctx = pd.context();
         let l = ctx.limits();
@@ -150,8 +182,11 @@ impl Srq {
                 next.set_next_wqe_index(((i as u32 + 1) & (n - 1)) as u16);
             }
         }
-        let buf = Umem::register(ctx.devx(), mem, devx::access::LOCAL_WRITE).verb(VERB)?;
-        let dbr = DoorbellRecord::new(VERB, ctx.devx())?;
+        let buf = exec
+            .register(ctx.devx(), mem, devx::access::LOCAL_WRITE)
+            .await
+            .verb(VERB)?;
+        let dbr = DoorbellRecord::new(VERB, ctx.devx(), exec).await?;
 
         let mut inbox = CreateRmpIn::new();
         inbox.set_opcode(Opcode::CreateRmp.raw());
@@ -170,17 +205,23 @@ impl Srq {
         wq.set_dbr_addr(0);
         wq.set_wq_umem_id(buf.id());
         wq.set_wq_umem_offset(0);
-        let obj = ctx
-            .devx()
-            .create(inbox.as_bytes(), CreateRmpOut::SIZE_BYTES)
+        let obj = exec
+            .create(ctx.devx(), inbox.as_bytes(), CreateRmpOut::SIZE_BYTES)
+            .await
             .verb(VERB)?;
-        ctx.subscribe_async(VERB, &obj, crate::async_event::Subscriber::Srq)?;
+        let events = ctx.subscribe_async(
+            VERB,
+            &obj,
+            crate::async_event::Subscriber::Srq,
+            init.events.as_ref(),
+        )?;
 
         let buf_addr = buf.addr();
         let deps = SrqDeps {
             buf,
             dbr,
             pd: pd.clone(),
+            _events: events,
         };
         Ok(Srq {
             shared: Arc::new(SrqShared {
@@ -259,7 +300,18 @@ impl Srq {
     }
 
     /// `ibv_modify_srq(IBV_SRQ_LIMIT)`: MODIFY_RMP with the LWM bit selected.
+    /// Arms the limit event: the SRQ reports `SrqLimitReached` once when its
+    /// posted receives drop below `srq_limit` (0 disarms it).
     pub fn modify_limit(&self, srq_limit: u32) -> Result<()> {
+        exec::now(self.modify_limit_with(srq_limit, Exec::Now))
+    }
+
+    /// [`Srq::modify_limit`] with its MODIFY_RMP queued on `comp`.
+    pub async fn modify_limit_async(&self, srq_limit: u32, comp: &CmdComp) -> Result<()> {
+        self.modify_limit_with(srq_limit, Exec::Queued(comp)).await
+    }
+
+    async fn modify_limit_with(&self, srq_limit: u32, exec: Exec<'_>) -> Result<()> {
         const VERB: &str = "modify_srq";
         if srq_limit > self.max_wr {
             return Err(Error::argument(
@@ -275,8 +327,8 @@ impl Srq {
         let rmpc = inbox.ctx_mut();
         rmpc.set_state(RMP_STATE_RDY);
         rmpc.wq_mut().set_lwm(srq_limit as u16);
-        self.obj()
-            .modify(inbox.as_bytes(), ModifyRmpOut::SIZE_BYTES)
+        exec.modify(self.obj(), inbox.as_bytes(), ModifyRmpOut::SIZE_BYTES)
+            .await
             .verb(VERB)?;
         Ok(())
     }
@@ -332,5 +384,10 @@ impl Pd {
     /// `ibv_create_srq`.
     pub fn create_srq(&self, init: &SrqInit) -> Result<Srq> {
         Srq::create(self, init)
+    }
+
+    /// [`Srq::create_async`].
+    pub async fn create_srq_async(&self, init: &SrqInit, comp: &CmdComp) -> Result<Srq> {
+        Srq::create_async(self, init, comp).await
     }
 }

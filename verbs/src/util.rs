@@ -9,6 +9,7 @@ use std::sync::Arc;
 use zerocopy::{FromBytes, Immutable, KnownLayout};
 
 use crate::error::{Error, Result, VerbResult};
+use crate::exec::Exec;
 
 /// Smallest power of two ≥ `n` (≥ 1), or `None` past `u32`.
 pub(crate) fn pow2_at_least(n: u32) -> Option<u32> {
@@ -65,9 +66,16 @@ pub(crate) struct DoorbellRecord {
 impl DoorbellRecord {
     pub(crate) const LEN: usize = 64;
 
-    pub(crate) fn new(verb: &'static str, ctx: &devx::Context) -> Result<DoorbellRecord> {
+    pub(crate) async fn new(
+        verb: &'static str,
+        ctx: &devx::Context,
+        exec: Exec<'_>,
+    ) -> Result<DoorbellRecord> {
         let mem = queue_memory(verb, Self::LEN)?;
-        let umem = Umem::register(ctx, mem, devx::access::LOCAL_WRITE).verb(verb)?;
+        let umem = exec
+            .register(ctx, mem, devx::access::LOCAL_WRITE)
+            .await
+            .verb(verb)?;
         Ok(DoorbellRecord { umem })
     }
 

@@ -14,6 +14,7 @@ fn srq_create_query_modify_destroy() {
             max_wr: 100,
             max_sge: 3,
             srq_limit: 10,
+            events: None,
         })
         .unwrap();
     // Ring UMEM, doorbell UMEM, RMP; no UAR (receives have no MMIO doorbell).
@@ -58,6 +59,7 @@ fn srq_attributes_are_checked_before_any_command() {
             max_wr: 16,
             max_sge: 1,
             srq_limit: 17,
+            events: None,
         },
     ] {
         let e = pd.create_srq(&init).unwrap_err();

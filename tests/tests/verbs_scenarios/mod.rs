@@ -45,6 +45,11 @@ pub const ALL: &[Scenario] = &[
         about: "completion channel, CQ armed with req_notify, a SEND between two RC QPs, its event",
         run: completion_events,
     },
+    Scenario {
+        name: "verbs_async_rc",
+        about: "the tokio RC example's setup with async verbs: PD, CQ, two RC QPs, MR, each transition queued on a command channel with its completion, a SEND and its completion event",
+        run: async_rc,
+    },
 ];
 
 /// A verbs failure as the scenario's error (the devx error when there is one).
@@ -217,6 +222,51 @@ fn completion_events(dev: &Device) -> devx::Result<()> {
     let mut wc = [Wc::default(); 4];
     cq.poll(&mut wc);
     Ok(())
+}
+
+/// The RC pair of `verbs/examples/tokio_rc.rs`, built with the `_async`
+/// verbs awaited in turn (so the order of the commands, and the fixture,
+/// is fixed); then one message and its completion event.
+fn async_rc(dev: &Device) -> devx::Result<()> {
+    let ctx = v(Context::open(dev))?;
+    let comp = v(ctx.cmd_comp())?;
+    let ch = v(CompChannel::new(&ctx))?;
+    devx::reactor::block_on(async {
+        let pd = v(ctx.alloc_pd_async(&comp).await)?;
+        let mut cq = v(Cq::create_async(&ctx, &CqInit::new(16).channel(&ch), &comp).await)?;
+        let init = QpInit::new(QpType::Rc, &cq, &cq);
+        let mut a = v(pd.create_qp_async(&init, &comp).await)?;
+        let mut b = v(pd.create_qp_async(&init, &comp).await)?;
+        let path = peer(&ctx)?;
+        for (qp, remote) in [(&a, b.qpn()), (&b, a.qpn())] {
+            v(qp.to_init_async(&InitAttr::new(1), &comp).await)?;
+            let rtr = RtrAttr::new(Mtu::Mtu1024, remote, 0, path).min_rnr_timer(12);
+            v(qp.to_rtr_async(&rtr, &comp).await)?;
+            let rts = RtsAttr::new(0).timeout(14).retry_cnt(7).rnr_retry(7);
+            v(qp.to_rts_async(&rts, &comp).await)?;
+        }
+        let mr = v(pd
+            .reg_mr_async(pages(1)?, AccessFlags::LOCAL_WRITE, &comp)
+            .await)?;
+        let sge = [Sge::new(mr.addr() as u64, 64, mr.lkey())];
+        v(b.post_recv(&RecvWr::new(2, &sge)))?;
+        v(cq.req_notify(false))?;
+        v(a.post_send(&SendWr::send(1, &sge)))?;
+        // The device raises the completion event; a replay hands back the
+        // recorded one.
+        let cqn = v(ch.next_cq_event().await)?;
+        if cqn != cq.cqn() {
+            return Err(devx::Error::argument(format!(
+                "completion event for CQ {cqn:#x}, expected {:#x}",
+                cq.cqn()
+            )));
+        }
+        cq.ack_events(1);
+        let mut wc = [Wc::default(); 4];
+        cq.poll(&mut wc);
+        v(a.to_err_async(&comp).await)?;
+        Ok(())
+    })
 }
 
 fn srq(dev: &Device) -> devx::Result<()> {

@@ -6,6 +6,7 @@
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, OnceLock};
 
+use devx::CmdComp;
 use prm_layouts::enums::QpState;
 
 use super::modify::{check_max, InitAttr, RtrAttr, RtsAttr};
@@ -15,6 +16,7 @@ use crate::ah::{AhAttr, GlobalRoute};
 use crate::context::LinkLayer;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
+use crate::exec::{self, Exec};
 use crate::port::{GidType, Mtu};
 
 const VERB: &str = "connect";
@@ -277,6 +279,34 @@ impl Qp {
     /// if the device then refuses a transition the QP stays in the state it
     /// reached ([`Qp::state`]), and [`Qp::reset`] starts over.
     pub fn connect_with(&self, remote: &Endpoint, opts: &ConnectOpts) -> Result<()> {
+        exec::now(self.connect_exec(remote, opts, Exec::Now))
+    }
+
+    /// [`Qp::connect`] with its transitions queued on `comp`.
+    pub async fn connect_async(&self, remote: &Endpoint, comp: &CmdComp) -> Result<()> {
+        self.connect_exec(remote, &ConnectOpts::default(), Exec::Queued(comp))
+            .await
+    }
+
+    /// [`Qp::connect_with`] with its transitions queued on `comp`. The
+    /// checks and the path resolution run during the call, before the first
+    /// transition is queued.
+    pub async fn connect_with_async(
+        &self,
+        remote: &Endpoint,
+        opts: &ConnectOpts,
+        comp: &CmdComp,
+    ) -> Result<()> {
+        self.connect_exec(remote, opts, Exec::Queued(comp)).await
+    }
+
+    /// The one description of `connect_with`, for both forms.
+    async fn connect_exec(
+        &self,
+        remote: &Endpoint,
+        opts: &ConnectOpts,
+        exec: Exec<'_>,
+    ) -> Result<()> {
         let start = self.state();
         if !matches!(start, QpState::Rst | QpState::Init) {
             return Err(Error::argument(
@@ -380,7 +410,7 @@ impl Qp {
             let init = InitAttr::new(opts.port)
                 .access(access)
                 .pkey_index(opts.pkey_index);
-            self.to_init(&init)?;
+            self.to_init_with(&init, exec).await?;
         } else if self.port() != opts.port {
             return Err(Error::argument(
                 VERB,
@@ -391,8 +421,8 @@ impl Qp {
                 ),
             ));
         }
-        self.to_rtr(&rtr)?;
-        self.to_rts(&rts)
+        self.to_rtr_with(&rtr, exec).await?;
+        self.to_rts_with(&rts, exec).await
     }
 }
 

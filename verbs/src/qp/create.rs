@@ -3,7 +3,7 @@
 use std::sync::atomic::AtomicU8;
 use std::sync::Arc;
 
-use devx::{Uar, Umem};
+use devx::CmdComp;
 use prm_layouts::enums::{Opcode, QpState};
 use prm_layouts::{CreateQpIn, CreateQpOut};
 
@@ -11,6 +11,7 @@ use super::geometry::{compute, RqKind};
 use super::{Qp, QpDeps, QpInit, QpShared};
 use crate::datapath::{Layout, QpDataPath};
 use crate::error::{Error, Result, VerbResult};
+use crate::exec::{self, Exec};
 use crate::pd::Pd;
 use crate::util::{queue_memory, DoorbellRecord, Owned};
 
@@ -25,6 +26,18 @@ impl Qp {
     /// unless one is given, and CREATE_QP; a failure at any step releases what
     /// the earlier steps made.
     pub fn create(pd: &Pd, init: &QpInit) -> Result<Qp> {
+        exec::now(Qp::build(pd, init, Exec::Now))
+    }
+
+    /// [`Qp::create`] with its commands queued on `comp`. Dropping the
+    /// future releases what the earlier steps made and cancels the step in
+    /// flight: nothing is left behind.
+    pub async fn create_async(pd: &Pd, init: &QpInit, comp: &CmdComp) -> Result<Qp> {
+        Qp::build(pd, init, Exec::Queued(comp)).await
+    }
+
+    /// The one description of `ibv_create_qp`, for both forms.
+    async fn build(pd: &Pd, init: &QpInit, exec: Exec<'_>) -> Result<Qp> {
         const VERB: &str = "create_qp";
         let ctx = pd.context();
         for (what, c) in [("send CQ", &init.send_cq), ("receive CQ", &init.recv_cq)] {
@@ -61,8 +74,11 @@ impl Qp {
             .map_err(|m| Error::argument(VERB, m))?;
 
         let mem = queue_memory(VERB, geo.buf_len())?;
-        let buf = Umem::register(ctx.devx(), mem, devx::access::LOCAL_WRITE).verb(VERB)?;
-        let dbr = DoorbellRecord::new(VERB, ctx.devx())?;
+        let buf = exec
+            .register(ctx.devx(), mem, devx::access::LOCAL_WRITE)
+            .await
+            .verb(VERB)?;
+        let dbr = DoorbellRecord::new(VERB, ctx.devx(), exec).await?;
         // A UAR of its own: the QP rings its BlueFlame register alone, with
         // no lock. A given UAR may be given to other QPs too: they take turns
         // under its lock (see `datapath::Doorbell`).
@@ -73,7 +89,7 @@ impl Qp {
                 u.clone()
             }
             None => {
-                let u = Uar::alloc(ctx.devx()).verb(VERB)?;
+                let u = exec.alloc_uar(ctx.devx()).await.verb(VERB)?;
                 u.blue_flame().dedicate().verb(VERB)?;
                 Arc::new(u)
             }
@@ -107,11 +123,16 @@ impl Qp {
         inbox.set_wq_umem_id(buf.id());
         inbox.set_wq_umem_offset(0);
         inbox.set_wq_umem_valid(1);
-        let obj = ctx
-            .devx()
-            .create(inbox.as_bytes(), CreateQpOut::SIZE_BYTES)
+        let obj = exec
+            .create(ctx.devx(), inbox.as_bytes(), CreateQpOut::SIZE_BYTES)
+            .await
             .verb(VERB)?;
-        ctx.subscribe_async(VERB, &obj, crate::async_event::Subscriber::Qp)?;
+        let events = ctx.subscribe_async(
+            VERB,
+            &obj,
+            crate::async_event::Subscriber::Qp,
+            init.events.as_ref(),
+        )?;
 
         let buf_addr = buf.addr();
         let layout = Layout {
@@ -130,6 +151,7 @@ impl Qp {
             send_cq: init.send_cq.clone(),
             recv_cq: init.recv_cq.clone(),
             srq: init.srq.clone(),
+            _events: events,
         };
         Ok(Qp {
             shared: Arc::new(QpShared {
@@ -153,5 +175,10 @@ impl Pd {
     /// `ibv_create_qp`.
     pub fn create_qp(&self, init: &QpInit) -> Result<Qp> {
         Qp::create(self, init)
+    }
+
+    /// [`Qp::create_async`].
+    pub async fn create_qp_async(&self, init: &QpInit, comp: &CmdComp) -> Result<Qp> {
+        Qp::create_async(self, init, comp).await
     }
 }

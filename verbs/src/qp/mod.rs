@@ -16,6 +16,7 @@ use devx::{Uar, Umem};
 use memmap2::MmapMut;
 pub use prm_layouts::enums::{QpServiceType, QpState};
 
+use crate::async_event::{EventHandler, HandlerEntry};
 use crate::context::Context;
 use crate::cq::{Cq, CqShared};
 use crate::error::{DestroyError, Error, Result};
@@ -78,6 +79,7 @@ pub struct QpInit {
     pub(crate) cap: QpCap,
     pub(crate) sq_sig_all: bool,
     pub(crate) uar: Option<Arc<Uar>>,
+    pub(crate) events: Option<EventHandler>,
 }
 
 impl fmt::Debug for QpInit {
@@ -111,7 +113,16 @@ impl QpInit {
             },
             sq_sig_all: false,
             uar: None,
+            events: None,
         }
+    }
+
+    /// Sends this QP's async events (communication established, SQ
+    /// drained, last WQE reached, its errors) to `handler` instead of the
+    /// context's queue.
+    pub fn events(mut self, handler: EventHandler) -> QpInit {
+        self.events = Some(handler);
+        self
     }
 
     pub fn cap(mut self, cap: QpCap) -> QpInit {
@@ -174,6 +185,8 @@ pub(crate) struct QpDeps {
     send_cq: Arc<CqShared>,
     recv_cq: Arc<CqShared>,
     srq: Option<Arc<SrqShared>>,
+    /// Its entry in the context's event dispatch table, if it has a handler.
+    _events: Option<HandlerEntry>,
 }
 
 pub(crate) struct QpShared {

@@ -4,6 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
+use devx::CmdComp;
 use prm_layouts::enums::{Opcode, QpState};
 use prm_layouts::{Init2rtrQpIn, Qp2errIn, Qp2rstIn, Qpc, Rst2initQpIn, Rtr2rtsQpIn, Rts2rtsQpIn};
 
@@ -14,6 +15,7 @@ use crate::access::AccessFlags;
 use crate::ah::AhAttr;
 use crate::context::Context;
 use crate::error::{Error, Result, VerbResult};
+use crate::exec::{self, Exec};
 use crate::port::Mtu;
 use crate::util::log2_ceil;
 
@@ -465,49 +467,115 @@ impl Qp {
         }
     }
 
-    fn submit(&self, verb: &'static str, inbox: &[u8], reached: QpState) -> Result<()> {
-        self.obj().modify(inbox, 16).verb(verb)?;
+    /// Runs a transition's mailbox; the QP has reached `reached` once the
+    /// firmware accepts it.
+    async fn submit(
+        &self,
+        exec: Exec<'_>,
+        verb: &'static str,
+        inbox: &[u8],
+        reached: QpState,
+    ) -> Result<()> {
+        exec.modify(self.obj(), inbox, 16).await.verb(verb)?;
         self.set_state(reached);
         Ok(())
     }
 
     /// RST→INIT (RST2INIT_QP).
     pub fn to_init(&self, attr: &InitAttr) -> Result<()> {
+        exec::now(self.to_init_with(attr, Exec::Now))
+    }
+
+    /// [`Qp::to_init`] with its MODIFY queued on `comp`. If the future is
+    /// dropped before it resolves, whether the QP made the transition is
+    /// unknown: [`Qp::query`] tells.
+    pub async fn to_init_async(&self, attr: &InitAttr, comp: &CmdComp) -> Result<()> {
+        self.to_init_with(attr, Exec::Queued(comp)).await
+    }
+
+    pub(super) async fn to_init_with(&self, attr: &InitAttr, exec: Exec<'_>) -> Result<()> {
         let inbox = self.target().init_inbox(attr)?;
-        self.submit("modify_qp(INIT)", &inbox, QpState::Init)?;
+        self.submit(exec, "modify_qp(INIT)", &inbox, QpState::Init)
+            .await?;
         self.port.store(attr.port_num, Ordering::Relaxed);
         Ok(())
     }
 
     /// INIT→RTR (INIT2RTR_QP).
     pub fn to_rtr(&self, attr: &RtrAttr) -> Result<()> {
+        exec::now(self.to_rtr_with(attr, Exec::Now))
+    }
+
+    /// [`Qp::to_rtr`] with its MODIFY queued on `comp`. If the future is
+    /// dropped before it resolves, whether the QP made the transition is
+    /// unknown: [`Qp::query`] tells.
+    pub async fn to_rtr_async(&self, attr: &RtrAttr, comp: &CmdComp) -> Result<()> {
+        self.to_rtr_with(attr, Exec::Queued(comp)).await
+    }
+
+    pub(super) async fn to_rtr_with(&self, attr: &RtrAttr, exec: Exec<'_>) -> Result<()> {
         let inbox = self.target().rtr_inbox(attr)?;
-        self.submit("modify_qp(RTR)", &inbox, QpState::Rtr)
+        self.submit(exec, "modify_qp(RTR)", &inbox, QpState::Rtr)
+            .await
     }
 
     /// RTR→RTS (RTR2RTS_QP).
     pub fn to_rts(&self, attr: &RtsAttr) -> Result<()> {
+        exec::now(self.to_rts_with(attr, Exec::Now))
+    }
+
+    /// [`Qp::to_rts`] with its MODIFY queued on `comp`. If the future is
+    /// dropped before it resolves, whether the QP made the transition is
+    /// unknown: [`Qp::query`] tells.
+    pub async fn to_rts_async(&self, attr: &RtsAttr, comp: &CmdComp) -> Result<()> {
+        self.to_rts_with(attr, Exec::Queued(comp)).await
+    }
+
+    pub(super) async fn to_rts_with(&self, attr: &RtsAttr, exec: Exec<'_>) -> Result<()> {
         let inbox = self.target().rts_inbox(attr)?;
-        self.submit("modify_qp(RTS)", &inbox, QpState::Rts)
+        self.submit(exec, "modify_qp(RTS)", &inbox, QpState::Rts)
+            .await
     }
 
     /// RTS→RTS (RTS2RTS_QP): change access rights, RNR timer or Q_Key.
     pub fn modify_rts(&self, attr: &RtsModify) -> Result<()> {
+        exec::now(self.modify_rts_with(attr, Exec::Now))
+    }
+
+    /// [`Qp::modify_rts`] with its MODIFY queued on `comp`. If the future is
+    /// dropped before it resolves, whether the QP made the transition is
+    /// unknown: [`Qp::query`] tells.
+    pub async fn modify_rts_async(&self, attr: &RtsModify, comp: &CmdComp) -> Result<()> {
+        self.modify_rts_with(attr, Exec::Queued(comp)).await
+    }
+
+    async fn modify_rts_with(&self, attr: &RtsModify, exec: Exec<'_>) -> Result<()> {
         let inbox = self.target().rts_modify_inbox(attr)?;
-        self.submit("modify_qp(RTS→RTS)", &inbox, QpState::Rts)
+        self.submit(exec, "modify_qp(RTS→RTS)", &inbox, QpState::Rts)
+            .await
     }
 
     /// Any state → ERR (2ERR_QP): outstanding requests flush.
     pub fn to_err(&self) -> Result<()> {
+        exec::now(self.to_err_with(Exec::Now))
+    }
+
+    /// [`Qp::to_err`] with its MODIFY queued on `comp`.
+    pub async fn to_err_async(&self, comp: &CmdComp) -> Result<()> {
+        self.to_err_with(Exec::Queued(comp)).await
+    }
+
+    async fn to_err_with(&self, exec: Exec<'_>) -> Result<()> {
         let inbox = self.target().err_inbox();
-        self.submit("modify_qp(ERR)", &inbox, QpState::Err)
+        self.submit(exec, "modify_qp(ERR)", &inbox, QpState::Err)
+            .await
     }
 
     /// Any state → RST (2RST_QP). Also rewinds the software queue counters,
     /// hence the exclusive borrow.
     pub fn reset(&mut self) -> Result<()> {
         let inbox = self.target().reset_inbox();
-        self.submit("modify_qp(RESET)", &inbox, QpState::Rst)?;
+        exec::now(self.submit(Exec::Now, "modify_qp(RESET)", &inbox, QpState::Rst))?;
         self.dp.reset();
         Ok(())
     }

@@ -5,6 +5,7 @@
 //! the RMP's `wq.hw_counter`), so QUERY_* reports them and 2RST clears them.
 
 use super::dma::Span;
+use crate::sim::fw::events;
 use crate::sim::fw::ext::srq::SrqCtx;
 use crate::sim::fw::ext::wq::wq_type;
 use crate::sim::fw::state::State;
@@ -270,6 +271,24 @@ pub(crate) fn srq_view(st: &State, srqn: u32) -> Option<SrqView> {
         dbr: span(st, w.dbr_umem_id(), w.dbr_addr(), 8)?,
         consumed: w.hw_counter(),
     })
+}
+
+/// The RMP's limit event: armed while its `lwm` is set, it fires once when
+/// the receives software posted and the device has not consumed drop below
+/// it, and disarms (`lwm` back to 0) until a MODIFY_RMP arms it again.
+pub(crate) fn srq_limit(st: &mut State, srqn: u32, outstanding: u16) {
+    let Some(e) = st.srq.peek_mut(srqn) else {
+        return;
+    };
+    let lwm = e.obj.lwm;
+    if !matches!(e.obj.ctx, SrqCtx::Rmp(_)) || lwm == 0 || outstanding >= lwm {
+        return;
+    }
+    e.obj.lwm = 0;
+    st.events.raise(
+        Some(events::rmp_key(srqn)),
+        &events::srq_event_eqe(events::ty::SRQ_RQ_LIMIT, srqn),
+    );
 }
 
 /// Stores the RMP's consumed count.

@@ -401,6 +401,7 @@ fn read_recv(st: &mut State, inner: &mut Inner, v: &QpView, r: &mut Recv) -> Opt
             };
             inner.srq_heads.insert(s.srqn, (consumed, next));
             queue::save_srq_counter(st, s.srqn, consumed);
+            queue::srq_limit(st, s.srqn, (posted as u16).wrapping_sub(consumed as u16));
             Some(())
         }
         _ => None,

@@ -269,6 +269,22 @@ pub(crate) fn qp_key(qpn: u32) -> ObjKey {
     }
 }
 
+/// The key an RMP's subscriptions are filed under (CREATE_RMP, rmpn).
+pub(crate) fn rmp_key(rmpn: u32) -> ObjKey {
+    ObjKey {
+        creator: u32::from(Opcode::CreateRmp.raw()),
+        number: rmpn & 0x00ff_ffff,
+    }
+}
+
+/// An SRQ event EQE (`mlx5_eqe_qp_srq`) naming SRQ `srqn`.
+pub(crate) fn srq_event_eqe(event_type: u16, srqn: u32) -> [u8; 64] {
+    let mut e = Eqe::new();
+    e.set_event_type(event_type as u8);
+    e.event_data_mut().qp_srq_mut().set_qpn_rqn_sqn(srqn);
+    e.0
+}
+
 /// `mlx5_eqe_qp_srq.type` of a QP.
 const QUEUE_TYPE_QP: u8 = 0;
 

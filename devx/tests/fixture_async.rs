@@ -1,0 +1,70 @@
+//! Queued general commands and creates in fixtures: recorded on the
+//! emulated device as a `general_async` / `create_async` submission and its
+//! `completion` (which defines a created object), replayed with no device,
+//! through the application and through `drive::replay_file`.
+
+use devx::fixture::{self, drive};
+use devx::{CmdComp, Device};
+use prm_layouts::enums::{HcaCapType, Opcode};
+use prm_layouts::{AllocPdIn, AllocPdOut, NopIn, NopOut, QueryHcaCapIn, QueryHcaCapOut};
+
+fn app(dev: &Device) -> devx::Result<()> {
+    let ctx = dev.open()?;
+    let comp = CmdComp::new(&ctx)?;
+    let mut nop = NopIn::new();
+    nop.set_opcode(Opcode::Nop.raw());
+    let mut cap = QueryHcaCapIn::new();
+    cap.set_opcode(Opcode::QueryHcaCap.raw());
+    cap.set_op_mod(HcaCapType::General.op_mod(true));
+    ctx.general_async(nop.as_bytes(), NopOut::SIZE_BYTES, 1, &comp)?;
+    let (w, out) = comp.get()?;
+    out?;
+    ctx.general_async(cap.as_bytes(), QueryHcaCapOut::SIZE_BYTES, 2, &comp)?;
+    let (w2, out) = comp.get()?;
+    let out = out?;
+    let caps = QueryHcaCapOut::from_slice(&out).expect("a full outbox");
+    if (w, w2) != (1, 2) || caps.capability().cmd_hca_cap().log_max_cq() == 0 {
+        return Err(devx::Error::argument("wrong completions"));
+    }
+    let mut pd = AllocPdIn::new();
+    pd.set_opcode(Opcode::AllocPd.raw());
+    let pd = ctx
+        .create_async(pd.as_bytes(), AllocPdOut::SIZE_BYTES, 3, &comp)?
+        .wait()?;
+    pd.destroy()?;
+    Ok(())
+}
+
+#[test]
+fn queued_general_commands_and_creates_record_and_replay() {
+    devx::sim::sim_device("sim14000").unwrap();
+    let path =
+        std::env::temp_dir().join(format!("devx-fixture-async-{}.fixture", std::process::id()));
+    let dev = fixture::record(&Device::by_name("sim14000").unwrap(), &path).unwrap();
+    app(&dev).unwrap();
+    fixture::finish(&dev).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("general_async $ctx0 NOP chan=$chan0 wr_id=0x1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("completion $ctx0 $chan0 QUERY_HCA_CAP wr_id=0x2"),
+        "{text}"
+    );
+    for line in [
+        "create_async $ctx0 ALLOC_PD chan=$chan0 wr_id=0x3",
+        "completion $ctx0 $chan0 ALLOC_PD wr_id=0x3 opcode=0x800 -> $obj0=",
+        "destroy $ctx0 $obj0 DEALLOC_PD",
+    ] {
+        assert!(text.contains(line), "{line}:\n{text}");
+    }
+
+    let dev = fixture::replay(&path).unwrap();
+    app(&dev).unwrap();
+    fixture::finish(&dev).unwrap();
+    let r = drive::replay_file(&path).unwrap();
+    assert!(r.passed(), "{:?}", r.error);
+    assert_eq!(r.steps.len(), r.stanzas);
+    let _ = std::fs::remove_file(&path);
+}
