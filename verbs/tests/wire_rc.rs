@@ -505,10 +505,7 @@ fn a_killed_peer_ends_in_retry_exceeded() {
                     .post_send(&SendWr::rdma_write(id, &[local.sge(0, 4096)], raddr, rkey))
                     .unwrap();
             }
-            let wc = wait(&mut e.s.cq, 3);
-            let st: Vec<String> = wc.iter().map(|w| format!("{:?}", w.status)).collect();
-            let ids: Vec<String> = wc.iter().map(|w| w.wr_id.to_string()).collect();
-            println!("STATUS {} {}", st.join(" "), ids.join(" "));
+            print_statuses(&mut e.s.cq, 3);
             return;
         }
         _ => {}
@@ -522,6 +519,26 @@ fn a_killed_peer_ends_in_retry_exceeded() {
         ["RetryExcErr", "WrFlushErr", "WrFlushErr", "1", "2", "3"]
     );
     cli.finish();
+}
+
+/// The client's side of the in-flight tests: waits for `n` completions
+/// and prints their statuses, then their wr_ids, on a STATUS line.
+fn print_statuses(cq: &mut verbs::Cq, n: usize) {
+    let wc = wait(cq, n);
+    let st: Vec<String> = wc.iter().map(|w| format!("{:?}", w.status)).collect();
+    let ids: Vec<String> = wc.iter().map(|w| w.wr_id.to_string()).collect();
+    println!("STATUS {} {}", st.join(" "), ids.join(" "));
+}
+
+/// Runs `test`'s server and client at `addrs` and checks the client's
+/// STATUS line against `want`, then the server's memory.
+fn expect_statuses(test: &str, addrs: (u8, u8), want: &[&str]) {
+    let (mut srv, mut cli) = handshake(test, &device_at(addr(addrs.0)), &device_at(addr(addrs.1)));
+    assert_eq!(cli.expect("STATUS"), want);
+    cli.finish();
+    srv.tell("check");
+    srv.expect("DONE");
+    srv.finish();
 }
 
 const NO_RECV: &str = "no_receive_posted_ends_in_rnr_retry_exceeded";
@@ -606,23 +623,16 @@ fn an_rnr_behind_messages_in_flight_fails_that_message_and_flushes_the_rest() {
                     .post_send(&SendWr::send(u64::from(id), &[local.sge(at, 64)]))
                     .unwrap();
             }
-            let wc = wait(&mut e.s.cq, 3);
-            let st: Vec<String> = wc.iter().map(|w| format!("{:?}", w.status)).collect();
-            let ids: Vec<String> = wc.iter().map(|w| w.wr_id.to_string()).collect();
-            println!("STATUS {} {}", st.join(" "), ids.join(" "));
+            print_statuses(&mut e.s.cq, 3);
             return;
         }
         _ => {}
     }
-    let (mut srv, mut cli) = handshake(RNR_BEHIND, &device_at(addr(81)), &device_at(addr(82)));
-    assert_eq!(
-        cli.expect("STATUS"),
-        ["Success", "RnrRetryExcErr", "WrFlushErr", "1", "2", "3"]
+    expect_statuses(
+        RNR_BEHIND,
+        (81, 82),
+        &["Success", "RnrRetryExcErr", "WrFlushErr", "1", "2", "3"],
     );
-    cli.finish();
-    srv.tell("check");
-    srv.expect("DONE");
-    srv.finish();
 }
 
 const NAK_BEHIND: &str = "a_nak_behind_messages_in_flight_fails_that_message_and_flushes_the_rest";
@@ -667,23 +677,16 @@ fn a_nak_behind_messages_in_flight_fails_that_message_and_flushes_the_rest() {
                     ))
                     .unwrap();
             }
-            let wc = wait(&mut e.s.cq, 3);
-            let st: Vec<String> = wc.iter().map(|w| format!("{:?}", w.status)).collect();
-            let ids: Vec<String> = wc.iter().map(|w| w.wr_id.to_string()).collect();
-            println!("STATUS {} {}", st.join(" "), ids.join(" "));
+            print_statuses(&mut e.s.cq, 3);
             return;
         }
         _ => {}
     }
-    let (mut srv, mut cli) = handshake(NAK_BEHIND, &device_at(addr(91)), &device_at(addr(92)));
-    assert_eq!(
-        cli.expect("STATUS"),
-        ["Success", "RemAccessErr", "WrFlushErr", "1", "2", "3"]
+    expect_statuses(
+        NAK_BEHIND,
+        (91, 92),
+        &["Success", "RemAccessErr", "WrFlushErr", "1", "2", "3"],
     );
-    cli.finish();
-    srv.tell("check");
-    srv.expect("DONE");
-    srv.finish();
 }
 
 const FORGED: &str = "forged_packets_and_bad_keys_are_refused";
