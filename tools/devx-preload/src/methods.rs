@@ -884,6 +884,8 @@ fn uar_alloc(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
         .map_err(|e| e.errno())?;
     let page_id = alloc.page_id;
     ctx.watcher.watch(page_id, Arc::clone(&alloc.page));
+    // DEVX programs ring doorbells of queues the library never sees created.
+    ctx.watcher.start();
     let (handle, offset) = {
         let mut o = ctx.objects();
         let offset = uabi::dyn_mmap_offset(o.next_mmap_index, page_size().trailing_zeros());
