@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use devx::kernel::abi::{
-    devx as devx_ids, devx_obj as obj_ids, obj, uar as uar_ids, umem as umem_ids, verbs as ids,
-    AllocUcontextReq, UcontextResp, UverbsGidEntry, ALLOC_UCONTEXT_REQ_LEN,
+    async_fd, devx as devx_ids, devx_obj as obj_ids, obj, uar as uar_ids, umem as umem_ids,
+    verbs as ids, AllocUcontextReq, UcontextResp, UverbsGidEntry, ALLOC_UCONTEXT_REQ_LEN,
     ALLOC_UCONTEXT_RESP_LEN, MLX5_IB_ALLOC_UCTX_DEVX, MLX5_LIB_CAP_4K_UAR, MLX5_LIB_CAP_DYN_UAR,
 };
 use devx::{Provider, UarAlloc, UarKind, UarPage};
@@ -26,6 +26,7 @@ use crate::uverbs::{page_size, Errno, Request, UverbsFile};
 
 mod ah;
 mod channel;
+mod devx_fd;
 mod qp;
 mod srq;
 
@@ -72,6 +73,10 @@ enum Object {
     },
     /// A completion channel (the program holds its fd).
     CompChannel(Arc<channel::CompChannel>),
+    /// A DEVX async command fd (the program holds its end).
+    CmdFd(Arc<devx_fd::RecordFd>),
+    /// A DEVX event channel (the program holds its end).
+    EventFd(Arc<devx_fd::EventFd>),
     /// A QP over the program's buffer and doorbell record.
     Qp(Box<qp::QpObj>),
     /// A shared receive queue over the program's ring and doorbell record.
@@ -93,7 +98,11 @@ impl Object {
             | Object::Cq { .. }
             | Object::Ah { .. }
             | Object::Srq(_) => 1,
-            Object::Pd(_) | Object::Umem(_) | Object::CompChannel(_) => 2,
+            Object::Pd(_)
+            | Object::Umem(_)
+            | Object::CompChannel(_)
+            | Object::CmdFd(_)
+            | Object::EventFd(_) => 2,
             Object::Uar(_) => 3,
         }
     }
@@ -196,6 +205,10 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
             )
             | (obj::DEVX, devx_ids::METHOD_OTHER)
             | (obj::DEVX, devx_ids::METHOD_QUERY_EQN)
+            | (obj::DEVX, devx_ids::METHOD_SUBSCRIBE_EVENT)
+            | (obj::DEVX_ASYNC_CMD_FD, async_fd::METHOD_ALLOC)
+            | (obj::DEVX_ASYNC_EVENT_FD, async_fd::METHOD_ALLOC)
+            | (obj::DEVX_OBJ, obj_ids::METHOD_ASYNC_QUERY)
             | (obj::UAR, uar_ids::METHOD_ALLOC)
             | (obj::UAR, uar_ids::METHOD_DESTROY)
             | (ids::UVERBS_OBJECT_PD, ids::UVERBS_METHOD_PD_DESTROY)
@@ -240,6 +253,10 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         }
         (obj::DEVX, devx_ids::METHOD_OTHER) => devx_other(&ctx, req),
         (obj::DEVX, devx_ids::METHOD_QUERY_EQN) => devx_query_eqn(&ctx, req),
+        (obj::DEVX, devx_ids::METHOD_SUBSCRIBE_EVENT) => devx_fd::subscribe_event(&ctx, req),
+        (obj::DEVX_ASYNC_CMD_FD, async_fd::METHOD_ALLOC) => devx_fd::cmd_fd_alloc(&ctx, req),
+        (obj::DEVX_ASYNC_EVENT_FD, async_fd::METHOD_ALLOC) => devx_fd::event_fd_alloc(&ctx, req),
+        (obj::DEVX_OBJ, obj_ids::METHOD_ASYNC_QUERY) => devx_fd::obj_async_query(&ctx, req),
         (obj::UAR, uar_ids::METHOD_ALLOC) => uar_alloc(&ctx, req),
         (ids::UVERBS_OBJECT_PD, ids::UVERBS_METHOD_PD_DESTROY) => destroy_pd(&ctx, req),
         (ids::UVERBS_OBJECT_MR, ids::UVERBS_METHOD_MR_DESTROY) => destroy_mr(&ctx, req),

@@ -318,3 +318,48 @@ fn c_devx_program_runs_firmware_commands_through_libmlx5() {
     assert!(devx::syndrome_name(syndrome).is_some(), "{bad}");
     assert_eq!(lines.last(), Some(&"done"), "{stdout}");
 }
+
+#[test]
+fn c_devx_program_runs_an_rc_qp_with_raw_wqes_events_and_async_queries() {
+    let Some(exe) = build_c("devx_rc_qp", &["-libverbs", "-lmlx5"]) else {
+        eprintln!("skipped: {SKIP_DEV}");
+        return;
+    };
+    let out = run(&exe, &[], "sim0");
+    let _ = std::fs::remove_file(&exe);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "devx_rc_qp failed:\n{stdout}\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.first(), Some(&"open sim0 devx"), "{stdout}");
+    assert!(lines.contains(&"rts"), "{stdout}");
+    // The requester's CQE (MLX5_CQE_REQ) for WQE 0; the responder's
+    // (MLX5_CQE_RESP_SEND_IMM) with the bytes, the immediate and the data.
+    assert!(
+        lines.contains(&"send cqe opcode 0 wqe_counter 0"),
+        "{stdout}"
+    );
+    assert!(
+        lines.contains(&"recv cqe opcode 3 byte_cnt 256 imm 0x3020100 data matches"),
+        "{stdout}"
+    );
+    // The completion event of b's CQ: the cookie, a 64-byte EQE of type
+    // COMP naming that CQ.
+    let cqs = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("qps "))
+        .unwrap_or_else(|| panic!("no qps line:\n{stdout}"));
+    let cq_b = cqs.split_whitespace().last().unwrap();
+    assert!(
+        lines.contains(&format!("event cookie 0xc0ffee bytes 72 type 0 cqn {cq_b}").as_str()),
+        "{stdout}"
+    );
+    // QUERY_QP answered through the async command fd: RTS.
+    assert!(
+        lines.contains(&"async query_qp wr_id 42 status 0 state 3"),
+        "{stdout}"
+    );
+    assert_eq!(lines.last(), Some(&"done"), "{stdout}");
+}
