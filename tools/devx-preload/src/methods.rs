@@ -25,6 +25,7 @@ use crate::state;
 use crate::uverbs::{page_size, Errno, Request, UverbsFile};
 
 mod ah;
+mod async_events;
 mod channel;
 mod devx_fd;
 mod qp;
@@ -41,6 +42,8 @@ pub struct Ucontext {
     objects: Mutex<Objects>,
     /// Notices the doorbells the program stores into its UAR pages.
     pub watcher: Watcher,
+    /// The async-event file the program reads (ASYNC_EVENT_ALLOC).
+    async_events: Mutex<Option<Arc<async_events::AsyncEvents>>>,
 }
 
 #[derive(Default)]
@@ -146,6 +149,10 @@ impl Ucontext {
         self.objects.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn async_events(&self) -> MutexGuard<'_, Option<Arc<async_events::AsyncEvents>>> {
+        self.async_events.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The UAR page mapped at file offset `off`.
     pub fn page_at(&self, off: u64) -> Option<Arc<dyn UarPage>> {
         self.objects().table.values().find_map(|o| match o {
@@ -249,7 +256,7 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
             query_gid_entry(&ctx, req)
         }
         (ids::UVERBS_OBJECT_ASYNC_EVENT, ids::UVERBS_METHOD_ASYNC_EVENT_ALLOC) => {
-            async_event_alloc(req)
+            async_event_alloc(&ctx, req)
         }
         (obj::DEVX, devx_ids::METHOD_OTHER) => devx_other(&ctx, req),
         (obj::DEVX, devx_ids::METHOD_QUERY_EQN) => devx_query_eqn(&ctx, req),
@@ -327,6 +334,7 @@ fn get_context(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         num_comp_vectors,
         objects: Mutex::new(Objects::default()),
         watcher: Watcher::new(Arc::clone(&shown.sim)),
+        async_events: Mutex::new(None),
     }));
     Ok(())
 }
@@ -813,18 +821,16 @@ fn query_gid_table(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     )
 }
 
-/// ASYNC_EVENT_ALLOC: the context's async event fd (an eventfd; no events
-/// are delivered through it yet).
-fn async_event_alloc(req: &mut Request) -> Result<(), Errno> {
+/// ASYNC_EVENT_ALLOC: the context's async-event file (port changes,
+/// device fatal, QP errors; see `async_events`).
+fn async_event_alloc(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     req.known(&[ids::UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE])?;
     req.need(ids::UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE)?;
-    // SAFETY: eventfd takes no pointers.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EMFILE));
-    }
+    let ev = Arc::new(async_events::AsyncEvents::new(ctx.verbs.devx())?);
+    let fd = ev.fd;
+    *ctx.async_events() = Some(Arc::clone(&ev));
+    ctx.watcher.serve(ev);
+    ctx.watcher.start();
     req.set_data(ids::UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE, fd as u64);
     Ok(())
 }

@@ -363,3 +363,33 @@ fn c_devx_program_runs_an_rc_qp_with_raw_wqes_events_and_async_queries() {
     );
     assert_eq!(lines.last(), Some(&"done"), "{stdout}");
 }
+
+#[test]
+fn c_program_reads_qp_port_and_fatal_async_events() {
+    let Some(exe) = build_c("async_events", &["-libverbs", "-ldl"]) else {
+        eprintln!("skipped: {SKIP_DEV}");
+        return;
+    };
+    let out = run(&exe, &[], "sim0");
+    let _ = std::fs::remove_file(&exe);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "async_events failed:\n{stdout}\n{stderr}"
+    );
+    // ibv_event_type_str's words, in the order the program raised them: the
+    // responder QP's access error (its user handle: QP b), the port down and
+    // up, then the device-fatal error. ibv_destroy_qp returned, so the
+    // library reported the one event the program acknowledged for QP b.
+    let expected = [
+        "open sim0",
+        "wc remote access error",
+        "event local access violation work queue error qp b",
+        "event port error port 1",
+        "event port active port 1",
+        "qps destroyed",
+        "event local catastrophic error",
+        "done",
+    ];
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), expected, "{stderr}");
+}
