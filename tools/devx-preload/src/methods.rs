@@ -303,7 +303,16 @@ fn get_context(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         return Err(libc::EINVAL);
     }
     let provider: Arc<dyn Provider> = Arc::clone(&shown.sim) as Arc<dyn Provider>;
-    let dev = devx::Device::from_provider(provider);
+    let mut dev = devx::Device::from_provider(provider);
+    if let Some(path) = state::record_path() {
+        // Every command of this context goes to the fixture; it is complete
+        // (its `end` line written) when the context closes.
+        dev = devx::fixture::record(&dev, &path).map_err(|e| {
+            state::log(|| format!("cannot record to {}: {e}", path.display()));
+            e.errno()
+        })?;
+        state::log(|| format!("recording commands to {}", path.display()));
+    }
     let ctx = dev
         .open()
         .map_err(|e| e.errno())

@@ -393,3 +393,46 @@ fn c_program_reads_qp_port_and_fatal_async_events() {
     ];
     assert_eq!(stdout.lines().collect::<Vec<_>>(), expected, "{stderr}");
 }
+
+#[test]
+fn a_c_devx_program_records_a_fixture_that_replays() {
+    let Some(exe) = build_c("devx_rc_qp", &["-libverbs", "-lmlx5"]) else {
+        eprintln!("skipped: {SKIP_DEV}");
+        return;
+    };
+    let fixture =
+        std::env::temp_dir().join(format!("devx-preload-rec-{}.fixture", std::process::id()));
+    let out = Command::new(&exe)
+        .env("LD_PRELOAD", preload_lib())
+        .env("DEVX_PRELOAD_DEVICES", "sim0")
+        .env("DEVX_PRELOAD_RECORD", &fixture)
+        .output()
+        .expect("run the program");
+    let _ = std::fs::remove_file(&exe);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let recorded = std::fs::read_to_string(&fixture).expect("the fixture was written");
+    // The program's own PRM commands are in it, and it is complete.
+    for call in [
+        "CREATE_QP",
+        "INIT2RTR_QP",
+        "RTR2RTS_QP",
+        "QUERY_QP",
+        "DESTROY_QP",
+    ] {
+        assert!(recorded.contains(call), "no {call} in:\n{recorded}");
+    }
+    assert!(
+        recorded.lines().any(|l| l.starts_with("end ")),
+        "{recorded}"
+    );
+    // With no device: every recorded call answered as recorded.
+    let r = devx::fixture::drive::replay_file(&fixture).expect("replay");
+    let _ = std::fs::remove_file(&fixture);
+    assert!(r.passed(), "{:?}", r.error);
+    assert_eq!(r.steps.len(), r.stanzas);
+}
