@@ -1171,6 +1171,10 @@ fn reg_mr(ctx: &Ucontext, req: &mut Request, core_in: &[u8]) -> Result<(), Errno
         state::log(|| "reg_mr with an I/O virtual address other than the buffer's".into());
         return Err(libc::EOPNOTSUPP);
     }
+    if cmd.access_flags & uabi::ACCESS_ON_DEMAND != 0 {
+        // ib_check_mr_access on a device without on-demand paging.
+        return Err(libc::EOPNOTSUPP);
+    }
     let access = verbs::AccessFlags::from_bits(cmd.access_flags & !uabi::ACCESS_OPTIONAL_RANGE)
         .ok_or(libc::EINVAL)?;
     let pd = match ctx.objects().table.get(&cmd.pd_handle) {
@@ -1818,6 +1822,11 @@ mod tests {
         bad.access_flags = verbs::AccessFlags::REMOTE_WRITE.bits();
         cmd.attrs[1] = IoctlAttr::ptr_in(ids::UVERBS_ATTR_CORE_IN, bad.as_bytes());
         assert_eq!(run(&file, &mut cmd), Err(libc::EINVAL));
+        // On-demand paging: not offered, as by a device without ODP.
+        bad = reg;
+        bad.access_flags |= uabi::ACCESS_ON_DEMAND;
+        cmd.attrs[1] = IoctlAttr::ptr_in(ids::UVERBS_ATTR_CORE_IN, bad.as_bytes());
+        assert_eq!(run(&file, &mut cmd), Err(libc::EOPNOTSUPP));
         // A PD handle that is no PD.
         bad = reg;
         bad.pd_handle = resp.mr_handle;

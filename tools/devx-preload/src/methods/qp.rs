@@ -659,7 +659,16 @@ pub(super) fn query_qp(ctx: &Ucontext, req: &mut Request, core_in: &[u8]) -> Res
     };
     let out = QueryQpOut::from_slice(&out).ok_or(libc::EIO)?;
     let eth = ctx.verbs.link_layer() == LinkLayer::Ethernet;
-    let a = verbs::QpAttr::from_qpc(out.qpc(), eth, verbs::QpCap::default(), sq_sig_all);
+    let qpc = out.qpc();
+    // mlx5_ib answers the receive queue's real geometry (its WQE count and
+    // the data segments a WQE holds), not the request: a program filling
+    // the RQ finds it full there.
+    let (max_recv_wr, max_recv_sge) = if qpc.rq_type() == RQ_TYPE_REGULAR {
+        (1u32 << qpc.log_rq_size(), 1u32 << qpc.log_rq_stride())
+    } else {
+        (0, 0)
+    };
+    let a = verbs::QpAttr::from_qpc(qpc, eth, verbs::QpCap::default(), sq_sig_all);
     let dest = |ah: &AhAttr| {
         let g = ah.grh.unwrap_or_default();
         uabi::QpDest {
@@ -682,9 +691,9 @@ pub(super) fn query_qp(ctx: &Ucontext, req: &mut Request, core_in: &[u8]) -> Res
         dest: dest(&a.ah_attr),
         alt_dest: uabi::QpDest::default(),
         max_send_wr: cap.max_send_wr,
-        max_recv_wr: cap.max_recv_wr,
+        max_recv_wr,
         max_send_sge: cap.max_send_sge,
-        max_recv_sge: cap.max_recv_sge,
+        max_recv_sge,
         max_inline_data: cap.max_inline_data,
         qkey: a.qkey,
         rq_psn: a.rq_psn,
