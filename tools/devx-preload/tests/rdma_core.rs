@@ -193,7 +193,10 @@ fn build_c(name: &str, libs: &[&str]) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/c")
         .join(format!("{name}.c"));
-    let exe = std::env::temp_dir().join(format!("devx-preload-{name}-{}", std::process::id()));
+    // One executable per build: tests building the same program run at once.
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let exe = std::env::temp_dir().join(format!("devx-preload-{name}-{}-{n}", std::process::id()));
     let out = Command::new(cc)
         .args(["-O1", "-Wall", "-Werror", "-o"])
         .arg(&exe)
