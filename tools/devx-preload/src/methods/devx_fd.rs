@@ -284,3 +284,120 @@ pub fn subscribe_event(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     };
     r.map_err(|e| e.errno())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::methods::tests::{open_context, run};
+    use crate::uverbs::UverbsFile;
+    use devx::kernel::abi::{obj, IoctlAttr, IoctlCmd};
+
+    fn alloc_cmd_fd(file: &UverbsFile) -> RawFd {
+        let mut cmd = IoctlCmd::new(
+            obj::DEVX_ASYNC_CMD_FD,
+            async_fd::METHOD_ALLOC,
+            [IoctlAttr::new_obj(async_fd::HANDLE)],
+        );
+        assert_eq!(run(file, &mut cmd), Ok(0));
+        cmd.attrs[0].data as RawFd
+    }
+
+    fn alloc_event_fd(file: &UverbsFile, flags: u32) -> Result<RawFd, Errno> {
+        let mut cmd = IoctlCmd::new(
+            obj::DEVX_ASYNC_EVENT_FD,
+            async_fd::METHOD_ALLOC,
+            [
+                IoctlAttr::new_obj(async_fd::HANDLE),
+                IoctlAttr::u32_in(async_fd::EVENT_FLAGS, flags),
+            ],
+        );
+        run(file, &mut cmd).map(|_| cmd.attrs[0].data as RawFd)
+    }
+
+    fn subscribe(file: &UverbsFile, fd: RawFd, types: &[u16]) -> Result<i32, Errno> {
+        let list: Vec<u8> = types.iter().flat_map(|t| t.to_ne_bytes()).collect();
+        let mut cmd = IoctlCmd::new(
+            obj::DEVX,
+            devx_ids::METHOD_SUBSCRIBE_EVENT,
+            [
+                IoctlAttr::obj(devx_ids::SUBSCRIBE_FD_HANDLE, fd as u64),
+                IoctlAttr::ptr_in(devx_ids::SUBSCRIBE_TYPE_NUM_LIST, &list),
+                IoctlAttr::u64_in(devx_ids::SUBSCRIBE_COOKIE, 5),
+            ],
+        );
+        run(file, &mut cmd)
+    }
+
+    fn async_query(file: &UverbsFile, handle: u64, fd: RawFd) -> Result<i32, Errno> {
+        let inbox = [0u8; 16];
+        let mut cmd = IoctlCmd::new(
+            obj::DEVX_OBJ,
+            obj_ids::METHOD_ASYNC_QUERY,
+            [
+                IoctlAttr::obj(obj_ids::HANDLE, handle),
+                IoctlAttr::ptr_in(obj_ids::CMD_IN, &inbox),
+                IoctlAttr::obj(obj_ids::ASYNC_FD, fd as u64),
+                IoctlAttr::u64_in(obj_ids::ASYNC_WR_ID, 1),
+                IoctlAttr::u32_in(obj_ids::ASYNC_OUT_LEN, 16),
+            ],
+        );
+        run(file, &mut cmd)
+    }
+
+    #[test]
+    fn devx_fds_are_sockets_and_each_method_takes_only_its_own_kind() {
+        let (file, _) = open_context();
+        let cmd_fd = alloc_cmd_fd(&file);
+        let ev_fd = alloc_event_fd(&file, 0).unwrap();
+        for fd in [cmd_fd, ev_fd] {
+            // SAFETY: a zeroed stat is a valid out-buffer.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: fstat on an fd this test owns.
+            assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
+            assert_eq!(st.st_mode & libc::S_IFMT, libc::S_IFSOCK);
+        }
+        // Flags the kernel does not know.
+        assert_eq!(alloc_event_fd(&file, 1 << 4), Err(libc::EINVAL));
+        assert!(alloc_event_fd(&file, async_fd::FLAG_OMIT_DATA).is_ok());
+        // Device-wide port changes on the event channel; not on a command fd.
+        assert_eq!(
+            subscribe(&file, ev_fd, &[devx::event_type::PORT_CHANGE]),
+            Ok(0)
+        );
+        assert_eq!(
+            subscribe(&file, cmd_fd, &[devx::event_type::PORT_CHANGE]),
+            Err(libc::EINVAL)
+        );
+        // An async query names an object of the file and a command fd.
+        assert_eq!(async_query(&file, 999, cmd_fd), Err(libc::ENOENT));
+        let mut pd = IoctlCmd::new(
+            obj::DEVX_OBJ,
+            obj_ids::METHOD_CREATE,
+            [
+                IoctlAttr::new_obj(obj_ids::HANDLE),
+                IoctlAttr::ptr_in(obj_ids::CMD_IN, &alloc_pd_in()),
+                IoctlAttr::ptr_out(
+                    obj_ids::CMD_OUT,
+                    Box::leak(Box::new([0u8; 16])).as_mut_ptr(),
+                    16,
+                ),
+            ],
+        );
+        assert_eq!(run(&file, &mut pd), Ok(0));
+        let handle = pd.attrs[0].data;
+        assert_eq!(async_query(&file, handle, ev_fd), Err(libc::EINVAL));
+        // SAFETY: closing fds this test owns.
+        unsafe {
+            libc::close(cmd_fd);
+            libc::close(ev_fd);
+        }
+    }
+
+    fn alloc_pd_in() -> [u8; 16] {
+        let mut inbox = prm_layouts::AllocPdIn::new();
+        inbox.set_opcode(prm_layouts::Opcode::AllocPd.raw());
+        let mut b = [0u8; 16];
+        b.copy_from_slice(zerocopy::IntoBytes::as_bytes(&inbox));
+        b
+    }
+}
