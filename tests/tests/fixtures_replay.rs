@@ -76,6 +76,26 @@ fn scenarios_send_what_their_fixtures_recorded() {
     );
 }
 
+/// Fixtures recorded from unmodified rdma-core programs run under the
+/// preload library (`DEVX_PRELOAD_RECORD`): they have no scenario here, the
+/// program is their source; each replays through the API.
+#[test]
+fn rdma_core_program_fixtures_replay_through_the_api() {
+    let dir = fixtures_dir().join("rdma-core");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("fixtures/rdma-core exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "fixture"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no fixtures in {}", dir.display());
+    for f in &files {
+        let r = drive::replay_file(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert!(r.passed(), "{}: {:?}", f.display(), r.error);
+        assert_eq!(r.steps.len(), r.stanzas, "{}", f.display());
+    }
+}
+
 #[test]
 fn every_fixture_belongs_to_a_scenario() {
     for f in fixture_files() {

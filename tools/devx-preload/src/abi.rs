@@ -467,6 +467,10 @@ pub mod qp_state {
 /// `IB_MIG_MIGRATED`: the path migration state of a QP with no alternate path.
 pub const MIG_MIGRATED: u8 = 0;
 
+/// `IB_ACCESS_ON_DEMAND`: on-demand paging, which the emulated device does
+/// not offer (no `IBK_ON_DEMAND_PAGING`).
+pub const ACCESS_ON_DEMAND: u32 = 1 << 6;
+
 /// `IB_UVERBS_ACCESS_OPTIONAL_RANGE`: access bits a kernel that does not
 /// know them ignores.
 pub const ACCESS_OPTIONAL_RANGE: u32 = (((1 << 29) << 1) - 1) & !((1 << 20) - 1);

@@ -9,12 +9,14 @@
 //!   uverbs + mlx5_ib, answered by the emulator;
 //! * [`doorbell`]: the watch thread through which the emulated device
 //!   notices the doorbells a program stores into its mapped UAR pages;
+//! * [`faults`]: link changes and fatal errors a test program raises;
 //! * `interpose` (only in the built library): the libc entry points.
 //!
 //! See the crate's README for what is intercepted and why.
 
 pub mod abi;
 pub mod doorbell;
+pub mod faults;
 mod methods;
 pub mod paths;
 pub mod state;

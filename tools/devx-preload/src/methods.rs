@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use devx::kernel::abi::{
-    devx as devx_ids, devx_obj as obj_ids, obj, uar as uar_ids, umem as umem_ids, verbs as ids,
-    AllocUcontextReq, UcontextResp, UverbsGidEntry, ALLOC_UCONTEXT_REQ_LEN,
+    async_fd, devx as devx_ids, devx_obj as obj_ids, obj, uar as uar_ids, umem as umem_ids,
+    verbs as ids, AllocUcontextReq, UcontextResp, UverbsGidEntry, ALLOC_UCONTEXT_REQ_LEN,
     ALLOC_UCONTEXT_RESP_LEN, MLX5_IB_ALLOC_UCTX_DEVX, MLX5_LIB_CAP_4K_UAR, MLX5_LIB_CAP_DYN_UAR,
 };
 use devx::{Provider, UarAlloc, UarKind, UarPage};
@@ -25,7 +25,9 @@ use crate::state;
 use crate::uverbs::{page_size, Errno, Request, UverbsFile};
 
 mod ah;
+mod async_events;
 mod channel;
+mod devx_fd;
 mod qp;
 mod srq;
 
@@ -40,6 +42,8 @@ pub struct Ucontext {
     objects: Mutex<Objects>,
     /// Notices the doorbells the program stores into its UAR pages.
     pub watcher: Watcher,
+    /// The async-event file the program reads (ASYNC_EVENT_ALLOC).
+    async_events: Mutex<Option<Arc<async_events::AsyncEvents>>>,
 }
 
 #[derive(Default)]
@@ -72,6 +76,10 @@ enum Object {
     },
     /// A completion channel (the program holds its fd).
     CompChannel(Arc<channel::CompChannel>),
+    /// A DEVX async command fd (the program holds its end).
+    CmdFd(Arc<devx_fd::RecordFd>),
+    /// A DEVX event channel (the program holds its end).
+    EventFd(Arc<devx_fd::EventFd>),
     /// A QP over the program's buffer and doorbell record.
     Qp(Box<qp::QpObj>),
     /// A shared receive queue over the program's ring and doorbell record.
@@ -93,7 +101,11 @@ impl Object {
             | Object::Cq { .. }
             | Object::Ah { .. }
             | Object::Srq(_) => 1,
-            Object::Pd(_) | Object::Umem(_) | Object::CompChannel(_) => 2,
+            Object::Pd(_)
+            | Object::Umem(_)
+            | Object::CompChannel(_)
+            | Object::CmdFd(_)
+            | Object::EventFd(_) => 2,
             Object::Uar(_) => 3,
         }
     }
@@ -135,6 +147,10 @@ struct UarObj {
 impl Ucontext {
     fn objects(&self) -> MutexGuard<'_, Objects> {
         self.objects.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn async_events(&self) -> MutexGuard<'_, Option<Arc<async_events::AsyncEvents>>> {
+        self.async_events.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The UAR page mapped at file offset `off`.
@@ -196,6 +212,10 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
             )
             | (obj::DEVX, devx_ids::METHOD_OTHER)
             | (obj::DEVX, devx_ids::METHOD_QUERY_EQN)
+            | (obj::DEVX, devx_ids::METHOD_SUBSCRIBE_EVENT)
+            | (obj::DEVX_ASYNC_CMD_FD, async_fd::METHOD_ALLOC)
+            | (obj::DEVX_ASYNC_EVENT_FD, async_fd::METHOD_ALLOC)
+            | (obj::DEVX_OBJ, obj_ids::METHOD_ASYNC_QUERY)
             | (obj::UAR, uar_ids::METHOD_ALLOC)
             | (obj::UAR, uar_ids::METHOD_DESTROY)
             | (ids::UVERBS_OBJECT_PD, ids::UVERBS_METHOD_PD_DESTROY)
@@ -236,10 +256,14 @@ pub fn dispatch(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
             query_gid_entry(&ctx, req)
         }
         (ids::UVERBS_OBJECT_ASYNC_EVENT, ids::UVERBS_METHOD_ASYNC_EVENT_ALLOC) => {
-            async_event_alloc(req)
+            async_event_alloc(&ctx, req)
         }
         (obj::DEVX, devx_ids::METHOD_OTHER) => devx_other(&ctx, req),
         (obj::DEVX, devx_ids::METHOD_QUERY_EQN) => devx_query_eqn(&ctx, req),
+        (obj::DEVX, devx_ids::METHOD_SUBSCRIBE_EVENT) => devx_fd::subscribe_event(&ctx, req),
+        (obj::DEVX_ASYNC_CMD_FD, async_fd::METHOD_ALLOC) => devx_fd::cmd_fd_alloc(&ctx, req),
+        (obj::DEVX_ASYNC_EVENT_FD, async_fd::METHOD_ALLOC) => devx_fd::event_fd_alloc(&ctx, req),
+        (obj::DEVX_OBJ, obj_ids::METHOD_ASYNC_QUERY) => devx_fd::obj_async_query(&ctx, req),
         (obj::UAR, uar_ids::METHOD_ALLOC) => uar_alloc(&ctx, req),
         (ids::UVERBS_OBJECT_PD, ids::UVERBS_METHOD_PD_DESTROY) => destroy_pd(&ctx, req),
         (ids::UVERBS_OBJECT_MR, ids::UVERBS_METHOD_MR_DESTROY) => destroy_mr(&ctx, req),
@@ -279,7 +303,16 @@ fn get_context(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         return Err(libc::EINVAL);
     }
     let provider: Arc<dyn Provider> = Arc::clone(&shown.sim) as Arc<dyn Provider>;
-    let dev = devx::Device::from_provider(provider);
+    let mut dev = devx::Device::from_provider(provider);
+    if let Some(path) = state::record_path() {
+        // Every command of this context goes to the fixture; it is complete
+        // (its `end` line written) when the context closes.
+        dev = devx::fixture::record(&dev, &path).map_err(|e| {
+            state::log(|| format!("cannot record to {}: {e}", path.display()));
+            e.errno()
+        })?;
+        state::log(|| format!("recording commands to {}", path.display()));
+    }
     let ctx = dev
         .open()
         .map_err(|e| e.errno())
@@ -310,6 +343,7 @@ fn get_context(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         num_comp_vectors,
         objects: Mutex::new(Objects::default()),
         watcher: Watcher::new(Arc::clone(&shown.sim)),
+        async_events: Mutex::new(None),
     }));
     Ok(())
 }
@@ -796,18 +830,16 @@ fn query_gid_table(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     )
 }
 
-/// ASYNC_EVENT_ALLOC: the context's async event fd (an eventfd; no events
-/// are delivered through it yet).
-fn async_event_alloc(req: &mut Request) -> Result<(), Errno> {
+/// ASYNC_EVENT_ALLOC: the context's async-event file (port changes,
+/// device fatal, QP errors; see `async_events`).
+fn async_event_alloc(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     req.known(&[ids::UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE])?;
     req.need(ids::UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE)?;
-    // SAFETY: eventfd takes no pointers.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EMFILE));
-    }
+    let ev = Arc::new(async_events::AsyncEvents::new(ctx.verbs.devx())?);
+    let fd = ev.fd;
+    *ctx.async_events() = Some(Arc::clone(&ev));
+    ctx.watcher.serve(ev);
+    ctx.watcher.start();
     req.set_data(ids::UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE, fd as u64);
     Ok(())
 }
@@ -884,6 +916,8 @@ fn uar_alloc(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
         .map_err(|e| e.errno())?;
     let page_id = alloc.page_id;
     ctx.watcher.watch(page_id, Arc::clone(&alloc.page));
+    // DEVX programs ring doorbells of queues the library never sees created.
+    ctx.watcher.start();
     let (handle, offset) = {
         let mut o = ctx.objects();
         let offset = uabi::dyn_mmap_offset(o.next_mmap_index, page_size().trailing_zeros());
@@ -1135,6 +1169,10 @@ fn reg_mr(ctx: &Ucontext, req: &mut Request, core_in: &[u8]) -> Result<(), Errno
     }
     if cmd.hca_va != cmd.start {
         state::log(|| "reg_mr with an I/O virtual address other than the buffer's".into());
+        return Err(libc::EOPNOTSUPP);
+    }
+    if cmd.access_flags & uabi::ACCESS_ON_DEMAND != 0 {
+        // ib_check_mr_access on a device without on-demand paging.
         return Err(libc::EOPNOTSUPP);
     }
     let access = verbs::AccessFlags::from_bits(cmd.access_flags & !uabi::ACCESS_OPTIONAL_RANGE)
@@ -1784,6 +1822,11 @@ mod tests {
         bad.access_flags = verbs::AccessFlags::REMOTE_WRITE.bits();
         cmd.attrs[1] = IoctlAttr::ptr_in(ids::UVERBS_ATTR_CORE_IN, bad.as_bytes());
         assert_eq!(run(&file, &mut cmd), Err(libc::EINVAL));
+        // On-demand paging: not offered, as by a device without ODP.
+        bad = reg;
+        bad.access_flags |= uabi::ACCESS_ON_DEMAND;
+        cmd.attrs[1] = IoctlAttr::ptr_in(ids::UVERBS_ATTR_CORE_IN, bad.as_bytes());
+        assert_eq!(run(&file, &mut cmd), Err(libc::EOPNOTSUPP));
         // A PD handle that is no PD.
         bad = reg;
         bad.pd_handle = resp.mr_handle;

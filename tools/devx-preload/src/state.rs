@@ -18,6 +18,25 @@ use crate::uverbs::UverbsFile;
 pub const DEVICES_ENV: &str = "DEVX_PRELOAD_DEVICES";
 /// Environment variable that turns logging to stderr on (`1`).
 pub const LOG_ENV: &str = "DEVX_PRELOAD_LOG";
+/// Environment variable naming a fixture file to record every command of
+/// the program's contexts into (the first context; the n-th, n > 1, into
+/// `<path>.<n>`).
+pub const RECORD_ENV: &str = "DEVX_PRELOAD_RECORD";
+
+/// Where the next context records its commands, when `DEVX_PRELOAD_RECORD`
+/// asks for recording.
+pub fn record_path() -> Option<PathBuf> {
+    static CONTEXTS: AtomicUsize = AtomicUsize::new(0);
+    let base = PathBuf::from(std::env::var_os(RECORD_ENV).filter(|v| !v.is_empty())?);
+    match CONTEXTS.fetch_add(1, Ordering::Relaxed) {
+        0 => Some(base),
+        n => {
+            let mut p = base.into_os_string();
+            p.push(format!(".{}", n + 1));
+            Some(PathBuf::from(p))
+        }
+    }
+}
 
 /// One device as the program sees it.
 pub struct Shown {

@@ -193,7 +193,10 @@ fn build_c(name: &str, libs: &[&str]) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/c")
         .join(format!("{name}.c"));
-    let exe = std::env::temp_dir().join(format!("devx-preload-{name}-{}", std::process::id()));
+    // One executable per build: tests building the same program run at once.
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let exe = std::env::temp_dir().join(format!("devx-preload-{name}-{}-{n}", std::process::id()));
     let out = Command::new(cc)
         .args(["-O1", "-Wall", "-Werror", "-o"])
         .arg(&exe)
@@ -317,4 +320,122 @@ fn c_devx_program_runs_firmware_commands_through_libmlx5() {
     let syndrome = u32::from_str_radix(words[5].trim_start_matches("0x"), 16).unwrap();
     assert!(devx::syndrome_name(syndrome).is_some(), "{bad}");
     assert_eq!(lines.last(), Some(&"done"), "{stdout}");
+}
+
+#[test]
+fn c_devx_program_runs_an_rc_qp_with_raw_wqes_events_and_async_queries() {
+    let Some(exe) = build_c("devx_rc_qp", &["-libverbs", "-lmlx5"]) else {
+        eprintln!("skipped: {SKIP_DEV}");
+        return;
+    };
+    let out = run(&exe, &[], "sim0");
+    let _ = std::fs::remove_file(&exe);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "devx_rc_qp failed:\n{stdout}\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.first(), Some(&"open sim0 devx"), "{stdout}");
+    assert!(lines.contains(&"rts"), "{stdout}");
+    // The requester's CQE (MLX5_CQE_REQ) for WQE 0; the responder's
+    // (MLX5_CQE_RESP_SEND_IMM) with the bytes, the immediate and the data.
+    assert!(
+        lines.contains(&"send cqe opcode 0 wqe_counter 0"),
+        "{stdout}"
+    );
+    assert!(
+        lines.contains(&"recv cqe opcode 3 byte_cnt 256 imm 0x3020100 data matches"),
+        "{stdout}"
+    );
+    // The completion event of b's CQ: the cookie, a 64-byte EQE of type
+    // COMP naming that CQ.
+    let cqs = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("qps "))
+        .unwrap_or_else(|| panic!("no qps line:\n{stdout}"));
+    let cq_b = cqs.split_whitespace().last().unwrap();
+    assert!(
+        lines.contains(&format!("event cookie 0xc0ffee bytes 72 type 0 cqn {cq_b}").as_str()),
+        "{stdout}"
+    );
+    // QUERY_QP answered through the async command fd: RTS.
+    assert!(
+        lines.contains(&"async query_qp wr_id 42 status 0 state 3"),
+        "{stdout}"
+    );
+    assert_eq!(lines.last(), Some(&"done"), "{stdout}");
+}
+
+#[test]
+fn c_program_reads_qp_port_and_fatal_async_events() {
+    let Some(exe) = build_c("async_events", &["-libverbs", "-ldl"]) else {
+        eprintln!("skipped: {SKIP_DEV}");
+        return;
+    };
+    let out = run(&exe, &[], "sim0");
+    let _ = std::fs::remove_file(&exe);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "async_events failed:\n{stdout}\n{stderr}"
+    );
+    // ibv_event_type_str's words, in the order the program raised them: the
+    // responder QP's access error (its user handle: QP b), the port down and
+    // up, then the device-fatal error. ibv_destroy_qp returned, so the
+    // library reported the one event the program acknowledged for QP b.
+    let expected = [
+        "open sim0",
+        "wc remote access error",
+        "event local access violation work queue error qp b",
+        "event port error port 1",
+        "event port active port 1",
+        "qps destroyed",
+        "event local catastrophic error",
+        "done",
+    ];
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), expected, "{stderr}");
+}
+
+#[test]
+fn a_c_devx_program_records_a_fixture_that_replays() {
+    let Some(exe) = build_c("devx_rc_qp", &["-libverbs", "-lmlx5"]) else {
+        eprintln!("skipped: {SKIP_DEV}");
+        return;
+    };
+    let fixture =
+        std::env::temp_dir().join(format!("devx-preload-rec-{}.fixture", std::process::id()));
+    let out = Command::new(&exe)
+        .env("LD_PRELOAD", preload_lib())
+        .env("DEVX_PRELOAD_DEVICES", "sim0")
+        .env("DEVX_PRELOAD_RECORD", &fixture)
+        .output()
+        .expect("run the program");
+    let _ = std::fs::remove_file(&exe);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let recorded = std::fs::read_to_string(&fixture).expect("the fixture was written");
+    // The program's own PRM commands are in it, and it is complete.
+    for call in [
+        "CREATE_QP",
+        "INIT2RTR_QP",
+        "RTR2RTS_QP",
+        "QUERY_QP",
+        "DESTROY_QP",
+    ] {
+        assert!(recorded.contains(call), "no {call} in:\n{recorded}");
+    }
+    assert!(
+        recorded.lines().any(|l| l.starts_with("end ")),
+        "{recorded}"
+    );
+    // With no device: every recorded call answered as recorded.
+    let r = devx::fixture::drive::replay_file(&fixture).expect("replay");
+    let _ = std::fs::remove_file(&fixture);
+    assert!(r.passed(), "{:?}", r.error);
+    assert_eq!(r.steps.len(), r.stanzas);
 }

@@ -124,7 +124,9 @@ pub(super) fn create_qp(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> 
         ids::UVERBS_ATTR_UHW_OUT,
     ])?;
     req.need(ids::UVERBS_ATTR_CREATE_QP_HANDLE)?;
-    req.need(ids::UVERBS_ATTR_CREATE_QP_USER_HANDLE)?;
+    let user_handle = req
+        .const_in(ids::UVERBS_ATTR_CREATE_QP_USER_HANDLE)?
+        .ok_or(libc::EINVAL)?;
     let qp_type = match req
         .const_in(ids::UVERBS_ATTR_CREATE_QP_TYPE)?
         .ok_or(libc::EINVAL)?
@@ -294,6 +296,9 @@ pub(super) fn create_qp(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> 
         .create(inbox.as_bytes(), CreateQpOut::SIZE_BYTES)
         .map_err(|e| verbs_errno(&e))?;
     let qpn = obj.id();
+    if let Some(ev) = ctx.async_events().as_ref() {
+        ev.attach_qp(&obj, user_handle)?;
+    }
     let handle = ctx.objects().insert(Object::Qp(Box::new(QpObj {
         obj,
         _buf: buf,
@@ -325,7 +330,7 @@ pub(super) fn create_qp(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> 
     Ok(())
 }
 
-/// QP_DESTROY: the number of async events reported (none are: zero).
+/// QP_DESTROY: the number of the QP's async events the program read.
 pub(super) fn destroy_qp(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     req.known(&[
         ids::UVERBS_ATTR_DESTROY_QP_HANDLE,
@@ -336,6 +341,7 @@ pub(super) fn destroy_qp(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno>
     let Object::Qp(qp) = take(ctx, handle, |o| matches!(o, Object::Qp(_)))? else {
         return Err(libc::EINVAL);
     };
+    let qpn = qp.obj.id();
     let QpObj {
         obj,
         _buf,
@@ -373,7 +379,11 @@ pub(super) fn destroy_qp(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno>
         }));
         return Err(put_back(ctx, handle, back, verbs_errno(&e.error)));
     }
-    req.output(ids::UVERBS_ATTR_DESTROY_QP_RESP, &0u32.to_ne_bytes())
+    let read = ctx
+        .async_events()
+        .as_ref()
+        .map_or(0, |ev| ev.detach_qp(qpn));
+    req.output(ids::UVERBS_ATTR_DESTROY_QP_RESP, &read.to_ne_bytes())
 }
 
 /// `ib_modify_qp_is_ok` for RC, UC and UD: the attributes each transition
@@ -649,7 +659,16 @@ pub(super) fn query_qp(ctx: &Ucontext, req: &mut Request, core_in: &[u8]) -> Res
     };
     let out = QueryQpOut::from_slice(&out).ok_or(libc::EIO)?;
     let eth = ctx.verbs.link_layer() == LinkLayer::Ethernet;
-    let a = verbs::QpAttr::from_qpc(out.qpc(), eth, verbs::QpCap::default(), sq_sig_all);
+    let qpc = out.qpc();
+    // mlx5_ib answers the receive queue's real geometry (its WQE count and
+    // the data segments a WQE holds), not the request: a program filling
+    // the RQ finds it full there.
+    let (max_recv_wr, max_recv_sge) = if qpc.rq_type() == RQ_TYPE_REGULAR {
+        (1u32 << qpc.log_rq_size(), 1u32 << qpc.log_rq_stride())
+    } else {
+        (0, 0)
+    };
+    let a = verbs::QpAttr::from_qpc(qpc, eth, verbs::QpCap::default(), sq_sig_all);
     let dest = |ah: &AhAttr| {
         let g = ah.grh.unwrap_or_default();
         uabi::QpDest {
@@ -672,9 +691,9 @@ pub(super) fn query_qp(ctx: &Ucontext, req: &mut Request, core_in: &[u8]) -> Res
         dest: dest(&a.ah_attr),
         alt_dest: uabi::QpDest::default(),
         max_send_wr: cap.max_send_wr,
-        max_recv_wr: cap.max_recv_wr,
+        max_recv_wr,
         max_send_sge: cap.max_send_sge,
-        max_recv_sge: cap.max_recv_sge,
+        max_recv_sge,
         max_inline_data: cap.max_inline_data,
         qkey: a.qkey,
         rq_psn: a.rq_psn,
