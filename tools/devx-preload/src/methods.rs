@@ -28,6 +28,7 @@ mod ah;
 mod async_events;
 mod channel;
 mod devx_fd;
+mod program_fd;
 mod qp;
 mod srq;
 
@@ -77,7 +78,7 @@ enum Object {
     /// A completion channel (the program holds its fd).
     CompChannel(Arc<channel::CompChannel>),
     /// A DEVX async command fd (the program holds its end).
-    CmdFd(Arc<devx_fd::RecordFd>),
+    CmdFd(Arc<program_fd::ProgramFd>),
     /// A DEVX event channel (the program holds its end).
     EventFd(Arc<devx_fd::EventFd>),
     /// A QP over the program's buffer and doorbell record.
@@ -836,7 +837,7 @@ fn async_event_alloc(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     req.known(&[ids::UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE])?;
     req.need(ids::UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE)?;
     let ev = Arc::new(async_events::AsyncEvents::new(ctx.verbs.devx())?);
-    let fd = ev.fd;
+    let fd = ev.out.fd;
     *ctx.async_events() = Some(Arc::clone(&ev));
     ctx.watcher.serve(ev);
     ctx.watcher.start();
@@ -1400,12 +1401,12 @@ fn destroy_cq(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
 fn create_comp_channel(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     require_out(req, ids::UVERBS_ATTR_CORE_OUT, 4)?;
     let ch = Arc::new(channel::CompChannel::new(ctx.verbs.devx())?);
-    let fd = ch.fd;
+    let fd = ch.out.fd;
     {
         let mut o = ctx.objects();
         // A channel whose fd number came back was closed by the program.
         o.table
-            .retain(|_, v| !matches!(v, Object::CompChannel(c) if c.fd == fd));
+            .retain(|_, v| !matches!(v, Object::CompChannel(c) if c.out.fd == fd));
         o.insert(Object::CompChannel(Arc::clone(&ch)));
     }
     ctx.watcher.serve(ch);

@@ -14,13 +14,13 @@
 //! the socket.
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use devx::async_event::ib_event;
 use devx::event_type;
 
+use super::program_fd::ProgramFd;
 use crate::doorbell::EventSource;
 use crate::uverbs::Errno;
 
@@ -34,12 +34,6 @@ const QP_EVENTS: [(u16, u32); 3] = [
     (event_type::WQ_INVAL_REQ_ERROR, ib_event::QP_REQ_ERR),
     (event_type::WQ_ACCESS_ERROR, ib_event::QP_ACCESS_ERR),
 ];
-
-fn errno() -> Errno {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
 
 fn desc(element: u64, event_type: u32) -> [u8; DESC_LEN] {
     let mut d = [0u8; DESC_LEN];
@@ -57,9 +51,8 @@ struct QpEntry {
 pub struct AsyncEvents {
     file: Arc<dyn devx::AsyncEventFile>,
     qp_events: devx::Events,
-    tx: OwnedFd,
-    /// The program's end.
-    pub fd: RawFd,
+    /// The program's end of the file, stream records of 16 bytes.
+    pub out: ProgramFd,
     qps: Mutex<HashMap<u32, QpEntry>>,
 }
 
@@ -67,26 +60,10 @@ impl AsyncEvents {
     pub fn new(ctx: &devx::Context) -> Result<AsyncEvents, Errno> {
         let file = ctx.async_event_file().map_err(|e| e.errno())?;
         let qp_events = devx::Events::new(ctx, false).map_err(|e| e.errno())?;
-        let mut fds = [0 as RawFd; 2];
-        // SAFETY: socketpair writes two fds into the array it is given.
-        let r = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
-        if r != 0 {
-            return Err(errno());
-        }
-        // SAFETY: fds[1] was just created and is owned by nobody else.
-        let tx = unsafe { OwnedFd::from_raw_fd(fds[1]) };
         Ok(AsyncEvents {
             file,
             qp_events,
-            tx,
-            fd: fds[0],
+            out: ProgramFd::new(libc::SOCK_STREAM)?,
             qps: Mutex::new(HashMap::new()),
         })
     }
@@ -124,24 +101,8 @@ impl AsyncEvents {
 
     /// QP events for `user_handle` forwarded but not read yet.
     fn unread(&self, user_handle: u64) -> u32 {
-        let mut queued: libc::c_int = 0;
-        // SAFETY: FIONREAD writes one int.
-        if unsafe { libc::ioctl(self.fd, libc::FIONREAD, &mut queued) } != 0 || queued <= 0 {
-            return 0;
-        }
-        let mut buf = vec![0u8; queued as usize];
-        // SAFETY: `buf` has `queued` writable bytes; MSG_PEEK leaves the
-        // program's data where it is.
-        let n = unsafe {
-            libc::recv(
-                self.fd,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        let n = usize::try_from(n).unwrap_or(0);
-        buf[..n]
+        self.out
+            .unread()
             .chunks_exact(DESC_LEN)
             .filter(|d| {
                 let element = u64::from_ne_bytes(d[..8].try_into().unwrap_or_default());
@@ -152,16 +113,7 @@ impl AsyncEvents {
     }
 
     fn send(&self, d: &[u8; DESC_LEN]) -> bool {
-        // SAFETY: `d` is 16 readable bytes; `tx` is our open socket.
-        let sent = unsafe {
-            libc::send(
-                self.tx.as_raw_fd(),
-                d.as_ptr().cast(),
-                d.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        sent == d.len() as isize
+        self.out.send(d)
     }
 }
 

@@ -14,74 +14,31 @@
 //! still unread in the socket, which the library peeks at.
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::program_fd::ProgramFd;
 use crate::doorbell::EventSource;
 use crate::uverbs::Errno;
 
 /// One completion channel.
 pub struct CompChannel {
     events: devx::Events,
-    /// Our end of the socket pair.
-    tx: OwnedFd,
-    /// The program's end: its number, and which socket it was (device,
-    /// inode), so that a number the program closed and reused is no channel.
-    pub(super) fd: RawFd,
-    ident: (u64, u64),
+    /// The program's end of the channel, stream records of 8 bytes.
+    pub(super) out: ProgramFd,
     /// The CQs on this channel by CQN: their user handle and the events
     /// delivered for them.
     cqs: Mutex<HashMap<u32, (u64, Arc<AtomicU32>)>>,
 }
 
-fn errno() -> Errno {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
-
-/// (device, inode) of an open fd.
-fn ident(fd: RawFd) -> Option<(u64, u64)> {
-    // SAFETY: fstat writes into the zeroed struct it is given.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; a bad fd fails with EBADF.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return None;
-    }
-    Some((st.st_dev, st.st_ino))
-}
-
 impl CompChannel {
-    /// A channel on the context's device; the program's fd is `self.fd`.
+    /// A channel on the context's device; the program's fd is `self.out.fd`.
     pub fn new(ctx: &devx::Context) -> Result<CompChannel, Errno> {
         let events = devx::Events::new(ctx, false).map_err(|e| e.errno())?;
-        let mut fds = [0 as RawFd; 2];
-        // SAFETY: socketpair writes two fds into the array it is given.
-        let r = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
-        if r != 0 {
-            return Err(errno());
-        }
-        // SAFETY: fds[1] was just created and is owned by nobody else.
-        let tx = unsafe { OwnedFd::from_raw_fd(fds[1]) };
-        let Some(id) = ident(fds[0]) else {
-            let e = errno();
-            // SAFETY: fds[0] was just created; nobody else has it yet.
-            unsafe { libc::close(fds[0]) };
-            return Err(e);
-        };
         Ok(CompChannel {
             events,
-            tx,
-            fd: fds[0],
-            ident: id,
+            out: ProgramFd::new(libc::SOCK_STREAM)?,
             cqs: Mutex::new(HashMap::new()),
         })
     }
@@ -92,7 +49,7 @@ impl CompChannel {
 
     /// Whether `fd` is still this channel's fd in the program.
     pub fn is(&self, fd: RawFd) -> bool {
-        fd == self.fd && ident(fd) == Some(self.ident)
+        self.out.is(fd)
     }
 
     /// Subscribes CQ `cq` to completion events; `user_handle` is what the
@@ -121,27 +78,8 @@ impl CompChannel {
 
     /// Events for `user_handle` forwarded but not yet read by the program.
     fn unread(&self, user_handle: u64) -> u32 {
-        if !self.is(self.fd) {
-            return 0;
-        }
-        let mut queued: libc::c_int = 0;
-        // SAFETY: FIONREAD writes one int.
-        if unsafe { libc::ioctl(self.fd, libc::FIONREAD, &mut queued) } != 0 || queued <= 0 {
-            return 0;
-        }
-        let mut buf = vec![0u8; queued as usize];
-        // SAFETY: `buf` has `queued` writable bytes; MSG_PEEK leaves the
-        // program's data where it is.
-        let n = unsafe {
-            libc::recv(
-                self.fd,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        let n = usize::try_from(n).unwrap_or(0);
-        buf[..n]
+        self.out
+            .unread()
             .chunks_exact(8)
             .filter(|c| <[u8; 8]>::try_from(*c).map(u64::from_ne_bytes).ok() == Some(user_handle))
             .count() as u32
@@ -162,17 +100,7 @@ impl EventSource for CompChannel {
             let Some((handle, count)) = cqs.get(&cqn) else {
                 continue;
             };
-            let b = handle.to_ne_bytes();
-            // SAFETY: `b` is 8 readable bytes; `tx` is our open socket.
-            let sent = unsafe {
-                libc::send(
-                    self.tx.as_raw_fd(),
-                    b.as_ptr().cast(),
-                    b.len(),
-                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-                )
-            };
-            if sent == b.len() as isize {
+            if self.out.send(&handle.to_ne_bytes()) {
                 count.fetch_add(1, Ordering::AcqRel);
                 n += 1;
             } else {
@@ -299,9 +227,7 @@ mod tests {
         };
         let count = ch.cqs().get(&cqn).map(|(_, c)| Arc::clone(c)).unwrap();
         for _ in 0..2 {
-            let b = 0x77u64.to_ne_bytes();
-            // SAFETY: 8 readable bytes to our own socket.
-            unsafe { libc::send(ch.tx.as_raw_fd(), b.as_ptr().cast(), 8, 0) };
+            assert!(ch.out.send(&0x77u64.to_ne_bytes()));
             count.fetch_add(1, Ordering::AcqRel);
         }
         let mut got = [0u8; 8];

@@ -13,96 +13,20 @@
 //! record is queued; events come from a DEVX event channel of the emulated
 //! device, forwarded by the doorbell watch thread.
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, RawFd};
 
 use devx::kernel::abi::{async_fd, devx as devx_ids, devx_obj as obj_ids};
 
+use super::program_fd::{ident, ProgramFd};
 use super::{need_devx, Object, Ucontext};
 use crate::doorbell::EventSource;
 use crate::uverbs::{Errno, Request};
 use std::sync::Arc;
 
-fn errno() -> Errno {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
-
-/// (device, inode) of an open fd.
-fn ident(fd: RawFd) -> Option<(u64, u64)> {
-    // SAFETY: fstat writes into the zeroed struct it is given.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; a bad fd fails with EBADF.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return None;
-    }
-    Some((st.st_dev, st.st_ino))
-}
-
-/// A socket pair: the program reads records from `fd`, we send on `tx`.
-pub struct RecordFd {
-    tx: OwnedFd,
-    pub fd: RawFd,
-    ident: (u64, u64),
-}
-
-impl RecordFd {
-    fn new() -> Result<RecordFd, Errno> {
-        let mut fds = [0 as RawFd; 2];
-        // SAFETY: socketpair writes two fds into the array it is given.
-        let r = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
-        if r != 0 {
-            return Err(errno());
-        }
-        // SAFETY: fds[1] was just created and is owned by nobody else.
-        let tx = unsafe { OwnedFd::from_raw_fd(fds[1]) };
-        let Some(id) = ident(fds[0]) else {
-            let e = errno();
-            // SAFETY: fds[0] was just created; nobody else has it yet.
-            unsafe { libc::close(fds[0]) };
-            return Err(e);
-        };
-        Ok(RecordFd {
-            tx,
-            fd: fds[0],
-            ident: id,
-        })
-    }
-
-    /// Whether `fd` is still this pair's fd in the program (not closed and
-    /// its number reused).
-    pub fn is(&self, fd: RawFd) -> bool {
-        fd == self.fd && ident(fd) == Some(self.ident)
-    }
-
-    /// Queues one record; false when the program closed its end or the
-    /// socket is full.
-    fn send(&self, parts: &[&[u8]]) -> bool {
-        let rec: Vec<u8> = parts.concat();
-        // SAFETY: `rec` is readable for its length; `tx` is our open socket.
-        let sent = unsafe {
-            libc::send(
-                self.tx.as_raw_fd(),
-                rec.as_ptr().cast(),
-                rec.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        sent == rec.len() as isize
-    }
-}
-
 /// A DEVX event channel and the program's end of its records.
 pub struct EventFd {
     events: devx::Events,
-    out: RecordFd,
+    out: ProgramFd,
 }
 
 impl EventSource for EventFd {
@@ -112,7 +36,10 @@ impl EventSource for EventFd {
         // (the program closed its end) is dropped, as the kernel drops
         // events of a closed channel.
         while let Ok(Some(ev)) = self.events.try_get() {
-            if self.out.send(&[&ev.cookie.to_ne_bytes(), &ev.eqe]) {
+            if self
+                .out
+                .send(&[&ev.cookie.to_ne_bytes()[..], &ev.eqe].concat())
+            {
                 n += 1;
             }
         }
@@ -134,7 +61,7 @@ pub fn cmd_fd_alloc(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     req.known(&[async_fd::HANDLE])?;
     need_devx(ctx)?;
     req.need(async_fd::HANDLE)?;
-    let out = Arc::new(RecordFd::new()?);
+    let out = Arc::new(ProgramFd::new(libc::SOCK_SEQPACKET)?);
     forget_closed(ctx, out.fd);
     let fd = out.fd;
     ctx.objects().insert(Object::CmdFd(out));
@@ -152,7 +79,7 @@ pub fn event_fd_alloc(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
     let events = devx::Events::new(ctx.verbs.devx(), omit).map_err(|e| e.errno())?;
     let ch = Arc::new(EventFd {
         events,
-        out: RecordFd::new()?,
+        out: ProgramFd::new(libc::SOCK_SEQPACKET)?,
     });
     forget_closed(ctx, ch.out.fd);
     let fd = ch.out.fd;
@@ -209,7 +136,7 @@ pub fn obj_async_query(ctx: &Ucontext, req: &mut Request) -> Result<(), Errno> {
         Err(e) if e.errno() == libc::EREMOTEIO => {}
         Err(e) => return Err(e.errno()),
     }
-    if cmd.send(&[&wr_id.to_ne_bytes(), &out]) {
+    if cmd.send(&[&wr_id.to_ne_bytes()[..], &out].concat()) {
         Ok(())
     } else {
         Err(libc::ENOSPC)
