@@ -6,39 +6,21 @@
 //! as server. Skips, saying so, when ibverbs-utils (or the example) is
 //! not there.
 
+mod common;
+
+use common::{preload_lib, tool, SKIP};
 use std::io::Read;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const SKIP: &str = "ibverbs-utils not installed; apt-get install ibverbs-utils";
 /// The RoCE v2 IPv4-mapped entry of the emulated device's GID table.
 const GID_INDEX: &str = "3";
 /// How long the server may take to listen, and the whole exchange to end.
 const LISTEN_WAIT: Duration = Duration::from_secs(20);
 const RUN_WAIT: Duration = Duration::from_secs(120);
 const ITERS: &str = "100";
-
-fn preload_lib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("deps directory");
-    let lib = "libdevx_preload.so";
-    [
-        deps.join(lib),
-        deps.parent().expect("profile directory").join(lib),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .unwrap_or_else(|| panic!("{lib} not built next to {}", deps.display()))
-}
-
-fn tool(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
-}
 
 /// Loopback address of side `n` (127.x.y.n, x.y from the test's pid so
 /// concurrent runs do not meet).

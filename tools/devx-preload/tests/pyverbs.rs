@@ -5,6 +5,9 @@
 //! bit, 1000 messages. Skips, saying so, when python3-pyverbs (and scapy,
 //! without which rdma-core skips its DEVX tests) is not installed.
 
+mod common;
+
+use common::preload_lib;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -16,19 +19,6 @@ const SKIP: &str =
 const TESTS: &str = "/usr/share/doc/rdma-core/tests";
 /// The whole run is bounded: a lost doorbell must fail the test, not hang it.
 const RUN_WAIT: Duration = Duration::from_secs(300);
-
-fn preload_lib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("deps directory");
-    let lib = "libdevx_preload.so";
-    [
-        deps.join(lib),
-        deps.parent().expect("profile directory").join(lib),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .unwrap_or_else(|| panic!("{lib} not built next to {}", deps.display()))
-}
 
 /// The Python that has pyverbs and scapy: the system's (pyverbs is built
 /// for it), not one a version manager put first in PATH.

@@ -2,32 +2,11 @@
 //! through the preload library. Each test skips, saying so, when the tools
 //! are not installed.
 
+mod common;
+
+use common::{preload_lib, tool, SKIP};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-const SKIP: &str = "ibverbs-utils not installed; apt-get install ibverbs-utils";
-
-/// The preload library cargo built next to this test's deps directory.
-fn preload_lib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("deps directory");
-    let lib = "libdevx_preload.so";
-    [
-        deps.join(lib),
-        deps.parent().expect("profile directory").join(lib),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .unwrap_or_else(|| panic!("{lib} not built next to {}", deps.display()))
-}
-
-/// Full path of `tool` when ibverbs-utils provides it.
-fn tool(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
-}
 
 /// Runs `tool args` with the library preloaded and logging on.
 fn run(tool: &Path, args: &[&str], devices: &str) -> Output {
