@@ -537,12 +537,53 @@ pub fn dyn_mmap_offset(index: u64, page_shift: u32) -> u64 {
         << page_shift
 }
 
+/// `MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_CORE_CLOCK_OFFSET`: the response's
+/// `hca_core_clock_offset` is valid and the core clock can be mapped.
+pub const UCONTEXT_RESP_MASK_CORE_CLOCK_OFFSET: u32 = 1 << 0;
+/// `MLX5_IB_MMAP_CORE_CLOCK` and `MLX5_IB_MMAP_CLOCK_INFO`: mmap commands
+/// of the read-only clock pages.
+pub const MLX5_IB_MMAP_CORE_CLOCK: u64 = 5;
+pub const MLX5_IB_MMAP_CLOCK_INFO: u64 = 7;
+/// Bit index of `clock_info_versions` (`MLX5_IB_CLOCK_INFO_V1`), also the
+/// extended index of its mmap offset.
+pub const MLX5_IB_CLOCK_INFO_V1: u8 = 0;
+/// `MLX5_IB_CLOCK_INFO_KERNEL_UPDATING`: the `sign` bit set while the
+/// clock-info page is rewritten.
+pub const MLX5_IB_CLOCK_INFO_KERNEL_UPDATING: u32 = 1;
+/// Offset of `internal_timer_h` in `struct mlx5_init_seg` (`internal_timer_l`
+/// follows it); the core-clock page is the init-segment page holding it.
+pub const INIT_SEG_INTERNAL_TIMER_H: u64 = 0x1000;
+
+/// The mmap offset (bytes) of a fixed mlx5 mmap command (`cmd`) with
+/// argument 0, as libmlx5 builds it (`set_command`) for `page_shift`.
+pub fn cmd_mmap_offset(cmd: u64, page_shift: u32) -> u64 {
+    (cmd << MLX5_IB_MMAP_CMD_SHIFT) << page_shift
+}
+
+/// `struct mlx5_ib_clock_info`: the clock-info page's contents, the
+/// parameters of the kernel's timecounter for the device clock.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClockInfo {
+    pub sign: u32,
+    pub resv: u32,
+    pub nsec: u64,
+    pub cycles: u64,
+    pub frac: u64,
+    pub mult: u32,
+    pub shift: u32,
+    pub mask: u64,
+    pub overflow_period: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn sizes_match_the_uapi() {
+        assert_eq!(std::mem::size_of::<ClockInfo>(), 56);
+        assert_eq!(std::mem::offset_of!(ClockInfo, mult), 32);
         assert_eq!(std::mem::size_of::<QueryDeviceResp>(), 176);
         assert_eq!(std::mem::size_of::<ExQueryDeviceResp>(), 304);
         assert_eq!(std::mem::size_of::<QueryPortRespEx>(), 48);
@@ -573,5 +614,7 @@ mod tests {
         assert_eq!(dyn_mmap_offset(0, 12), 0x90_0000);
         assert_eq!(dyn_mmap_offset(1, 12), 0x90_1000);
         assert_eq!(dyn_mmap_offset(0x100, 12), 0x1090_0000);
+        assert_eq!(cmd_mmap_offset(MLX5_IB_MMAP_CORE_CLOCK, 12), 0x50_0000);
+        assert_eq!(cmd_mmap_offset(MLX5_IB_MMAP_CLOCK_INFO, 12), 0x70_0000);
     }
 }

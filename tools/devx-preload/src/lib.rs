@@ -9,12 +9,15 @@
 //!   uverbs + mlx5_ib, answered by the emulator;
 //! * [`doorbell`]: the watch thread through which the emulated device
 //!   notices the doorbells a program stores into its mapped UAR pages;
+//! * [`clock`]: the core-clock and clock-info pages of the device's
+//!   free-running clock;
 //! * [`faults`]: link changes and fatal errors a test program raises;
 //! * `interpose` (only in the built library): the libc entry points.
 //!
 //! See the crate's README for what is intercepted and why.
 
 pub mod abi;
+pub mod clock;
 pub mod doorbell;
 pub mod faults;
 mod methods;

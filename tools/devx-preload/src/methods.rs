@@ -20,6 +20,7 @@ use crate::abi::{
     self as uabi, device_cap, ExQueryDevice, ExQueryDeviceResp, Mlx5QueryDeviceResp,
     QueryDeviceResp, QueryPortRespEx,
 };
+use crate::clock::{self, Clock};
 use crate::doorbell::Watcher;
 use crate::state;
 use crate::uverbs::{page_size, Errno, Request, UverbsFile};
@@ -45,6 +46,8 @@ pub struct Ucontext {
     pub watcher: Watcher,
     /// The async-event file the program reads (ASYNC_EVENT_ALLOC).
     async_events: Mutex<Option<Arc<async_events::AsyncEvents>>>,
+    /// The core-clock and clock-info pages, when the response offers them.
+    pub clock: Option<Clock>,
 }
 
 #[derive(Default)]
@@ -152,6 +155,13 @@ impl Ucontext {
 
     fn async_events(&self) -> MutexGuard<'_, Option<Arc<async_events::AsyncEvents>>> {
         self.async_events.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The clock page mapped at file offset `off` (read-only).
+    pub fn clock_page_at(&self, off: u64) -> Option<Arc<dyn UarPage>> {
+        self.clock
+            .as_ref()
+            .and_then(|c| c.page_at(off, page_size().trailing_zeros()))
     }
 
     /// The UAR page mapped at file offset `off`.
@@ -320,6 +330,12 @@ fn get_context(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         .and_then(|d| verbs::Context::from_devx(d).map_err(|e| e.errno()))?;
     let out_len = req.out_len(ids::UVERBS_ATTR_UHW_OUT).unwrap_or(0);
     let resp = ucontext_resp(&ctx, &ureq, shown, out_len)?;
+    let clock = (resp.comp_mask & uabi::UCONTEXT_RESP_MASK_CORE_CLOCK_OFFSET != 0
+        || resp.clock_info_versions != 0)
+        .then(|| {
+            let offset = usize::try_from(resp.hca_core_clock_offset).unwrap_or(0);
+            Clock::new(ctx.caps().device_frequency_khz(), offset)
+        });
     req.output(ids::UVERBS_ATTR_UHW_OUT, &resp.to_bytes())?;
     let num_comp_vectors = shown.sim.profile().num_comp_vectors;
     req.output(
@@ -345,6 +361,7 @@ fn get_context(file: &UverbsFile, req: &mut Request) -> Result<(), Errno> {
         objects: Mutex::new(Objects::default()),
         watcher: Watcher::new(Arc::clone(&shown.sim)),
         async_events: Mutex::new(None),
+        clock,
     }));
     Ok(())
 }
@@ -407,6 +424,21 @@ fn ucontext_resp(
     if c.ece_support() != 0 {
         comp_mask |= uabi::UCONTEXT_RESP_MASK_ECE;
     }
+    // The clock pages are 4 KiB (the init segment's and the kernel's
+    // clock-info page); mlx5_ib offers them only where that is a page.
+    let small_pages = page_size() <= clock::CLOCK_PAGE_SIZE;
+    let mut hca_core_clock_offset = 0;
+    let clock_offset_end = std::mem::offset_of!(UcontextResp, hca_core_clock_offset) + 8;
+    if small_pages && out_len >= clock_offset_end {
+        comp_mask |= uabi::UCONTEXT_RESP_MASK_CORE_CLOCK_OFFSET;
+        hca_core_clock_offset = uabi::INIT_SEG_INTERNAL_TIMER_H % page_size() as u64;
+    }
+    // mlx5_core keeps a clock-info page for a device with a frequency.
+    let clock_info_versions = if small_pages && c.device_frequency_khz() != 0 {
+        1 << uabi::MLX5_IB_CLOCK_INFO_V1
+    } else {
+        0
+    };
     let uar_4k = req.lib_caps & MLX5_LIB_CAP_4K_UAR != 0 && c.uar_4k() != 0;
     let page_shift = page_size().trailing_zeros();
     let log_uar_size = if uar_4k {
@@ -431,8 +463,8 @@ fn ucontext_resp(
         cqe_version: c.cqe_version().min(req.max_cqe_version),
         cmds_supp_uhw,
         eth_min_inline,
-        clock_info_versions: 0,
-        hca_core_clock_offset: 0,
+        clock_info_versions,
+        hca_core_clock_offset,
         log_uar_size,
         num_uars_per_page: 1 << (page_shift - log_uar_size),
         num_dyn_bfregs: 0,

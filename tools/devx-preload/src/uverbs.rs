@@ -264,7 +264,8 @@ impl UverbsFile {
         Err(libc::EOPNOTSUPP)
     }
 
-    /// `mmap` of this file: the UAR pages UAR_OBJ_ALLOC handed out.
+    /// `mmap` of this file: the UAR pages UAR_OBJ_ALLOC handed out and the
+    /// clock pages.
     pub fn mmap(
         &self,
         addr: *mut u8,
@@ -273,13 +274,17 @@ impl UverbsFile {
         flags: i32,
         off: i64,
     ) -> Result<*mut u8, Errno> {
-        let _ = prot;
         let Some(ctx) = self.ucontext() else {
             return Err(libc::EINVAL);
         };
-        let page = u64::try_from(off)
-            .ok()
-            .and_then(|off| ctx.page_at(off))
+        let off_u = u64::try_from(off).ok();
+        let clock_page = off_u.and_then(|off| ctx.clock_page_at(off));
+        if clock_page.is_some() && prot & (libc::PROT_WRITE | libc::PROT_EXEC) != 0 {
+            // mlx5_ib maps the clock pages read-only.
+            return Err(libc::EPERM);
+        }
+        let page = clock_page
+            .or_else(|| off_u.and_then(|off| ctx.page_at(off)))
             .ok_or_else(|| {
                 state::log(|| format!("mmap at offset {off:#x}: no such entry"));
                 libc::EINVAL

@@ -418,3 +418,33 @@ fn a_c_devx_program_records_a_fixture_that_replays() {
     assert!(r.passed(), "{:?}", r.error);
     assert_eq!(r.steps.len(), r.stanzas);
 }
+
+#[test]
+fn c_program_reads_the_free_running_clock_and_converts_it_with_clock_info() {
+    let Some(exe) = build_c("clock", &["-libverbs", "-lmlx5"]) else {
+        eprintln!("skipped: {SKIP_DEV}");
+        return;
+    };
+    let out = run(&exe, &[], "sim0");
+    let _ = std::fs::remove_file(&exe);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "clock failed:\n{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    let khz = devx::sim::sim_device("sim0")
+        .unwrap()
+        .profile()
+        .device_frequency_khz;
+    assert!(
+        lines.contains(&format!("hca_core_clock {khz} kHz").as_str()),
+        "{stdout}"
+    );
+    // Linux 6.1 mlx5_core's timecounter: a 41-bit counter, MLX5_CYCLES_SHIFT 23.
+    let info = lines
+        .iter()
+        .find(|l| l.starts_with("clock_info "))
+        .unwrap_or_else(|| panic!("no clock_info line:\n{stdout}"));
+    assert!(info.ends_with("shift 23 mask 0x1ffffffffff"), "{info}");
+    assert!(lines.contains(&"plausible"), "{stdout}");
+    assert_eq!(lines.last(), Some(&"done"), "{stdout}");
+    assert!(!stderr.contains("no such entry"), "{stderr}");
+}
