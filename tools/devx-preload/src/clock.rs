@@ -21,9 +21,10 @@
 //! current once either is mapped: one thread for all contexts of the
 //! process, running while a context with mapped pages lives. It stores the
 //! counter every [`TICK`], the resolution of the mapped counter (reads less
-//! than a tick apart may see the same value); the price is 10 000 short
-//! wake-ups a second, about 5 % of a CPU (debug build, measured with one
-//! idle context). It advances the timecounter every half overflow period
+//! than a tick apart may see the same value). Every program that opens a
+//! context maps the core clock, so the tick is 1 ms: 1 000 short wake-ups
+//! a second (a 100 µs tick cost about 5 % of a CPU with one idle context,
+//! debug build). It advances the timecounter every half overflow period
 //! (about six minutes at 1 GHz), as mlx5_core's overflow work does, so a
 //! delta times `mult` never overflows 64 bits. The counter is one aligned
 //! 8-byte store, so a reader's high/low/high sequence sees either the old
@@ -40,7 +41,7 @@ use crate::abi::{self as uabi, ClockInfo};
 use crate::state;
 
 /// How often the mapped counter is refreshed.
-pub const TICK: Duration = Duration::from_micros(100);
+pub const TICK: Duration = Duration::from_millis(1);
 /// `MLX5_CYCLES_SHIFT` of Linux 6.1's mlx5_core (`lib/clock.c`).
 const CYCLES_SHIFT: u32 = 23;
 /// Width of the counter the timecounter uses (`CLOCKSOURCE_MASK(41)`).
