@@ -160,6 +160,22 @@ fn ibv_devinfo_describes_the_emulated_device_and_port() {
 const SKIP_DEV: &str =
     "libibverbs-dev or a C compiler not installed; apt-get install libibverbs-dev gcc";
 
+/// Builds `tests/c/<name>.c`, runs it on sim0 through the library and
+/// fails the test unless it succeeds; its stdout and stderr (the library's
+/// log). None (after saying so)
+/// when the headers or a compiler are missing.
+fn run_c_on_sim0(name: &str, libs: &[&str]) -> Option<(String, String)> {
+    let Some(exe) = build_c(name, libs) else {
+        eprintln!("skipped: {SKIP_DEV}");
+        return None;
+    };
+    let out = run(&exe, &[], "sim0");
+    let _ = std::fs::remove_file(&exe);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{name} failed:\n{stdout}\n{stderr}");
+    Some((stdout, stderr))
+}
+
 /// Builds `tests/c/<name>.c` against the system's libibverbs, or None when
 /// the headers or a compiler are missing.
 fn build_c(name: &str, libs: &[&str]) -> Option<PathBuf> {
@@ -194,17 +210,9 @@ fn build_c(name: &str, libs: &[&str]) -> Option<PathBuf> {
 
 #[test]
 fn c_program_creates_pd_mr_and_cq_on_the_emulated_device() {
-    let Some(exe) = build_c("verbs_objects", &["-libverbs"]) else {
-        eprintln!("skipped: {SKIP_DEV}");
+    let Some((stdout, stderr)) = run_c_on_sim0("verbs_objects", &["-libverbs"]) else {
         return;
     };
-    let out = run(&exe, &[], "sim0");
-    let _ = std::fs::remove_file(&exe);
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(
-        out.status.success(),
-        "verbs_objects failed:\n{stdout}\n{stderr}"
-    );
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.first(), Some(&"open sim0"), "{stdout}");
     // The MR's keys are the emulator's mkey (index << 8 | variant).
@@ -269,17 +277,9 @@ fn trees_of_dead_processes_are_removed() {
 
 #[test]
 fn c_devx_program_runs_firmware_commands_through_libmlx5() {
-    let Some(exe) = build_c("devx_objects", &["-libverbs", "-lmlx5"]) else {
-        eprintln!("skipped: {SKIP_DEV}");
+    let Some((stdout, _)) = run_c_on_sim0("devx_objects", &["-libverbs", "-lmlx5"]) else {
         return;
     };
-    let out = run(&exe, &[], "sim0");
-    let _ = std::fs::remove_file(&exe);
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(
-        out.status.success(),
-        "devx_objects failed:\n{stdout}\n{stderr}"
-    );
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.first(), Some(&"open sim0 devx"), "{stdout}");
     assert!(lines.contains(&"query_hca_cap status 0"), "{stdout}");
@@ -303,17 +303,9 @@ fn c_devx_program_runs_firmware_commands_through_libmlx5() {
 
 #[test]
 fn c_devx_program_runs_an_rc_qp_with_raw_wqes_events_and_async_queries() {
-    let Some(exe) = build_c("devx_rc_qp", &["-libverbs", "-lmlx5"]) else {
-        eprintln!("skipped: {SKIP_DEV}");
+    let Some((stdout, _)) = run_c_on_sim0("devx_rc_qp", &["-libverbs", "-lmlx5"]) else {
         return;
     };
-    let out = run(&exe, &[], "sim0");
-    let _ = std::fs::remove_file(&exe);
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(
-        out.status.success(),
-        "devx_rc_qp failed:\n{stdout}\n{stderr}"
-    );
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.first(), Some(&"open sim0 devx"), "{stdout}");
     assert!(lines.contains(&"rts"), "{stdout}");
@@ -348,17 +340,9 @@ fn c_devx_program_runs_an_rc_qp_with_raw_wqes_events_and_async_queries() {
 
 #[test]
 fn c_program_reads_qp_port_and_fatal_async_events() {
-    let Some(exe) = build_c("async_events", &["-libverbs", "-ldl"]) else {
-        eprintln!("skipped: {SKIP_DEV}");
+    let Some((stdout, stderr)) = run_c_on_sim0("async_events", &["-libverbs", "-ldl"]) else {
         return;
     };
-    let out = run(&exe, &[], "sim0");
-    let _ = std::fs::remove_file(&exe);
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(
-        out.status.success(),
-        "async_events failed:\n{stdout}\n{stderr}"
-    );
     // ibv_event_type_str's words, in the order the program raised them: the
     // responder QP's access error (its user handle: QP b), the port down and
     // up, then the device-fatal error. ibv_destroy_qp returned, so the
@@ -421,14 +405,9 @@ fn a_c_devx_program_records_a_fixture_that_replays() {
 
 #[test]
 fn c_program_reads_the_free_running_clock_and_converts_it_with_clock_info() {
-    let Some(exe) = build_c("clock", &["-libverbs", "-lmlx5"]) else {
-        eprintln!("skipped: {SKIP_DEV}");
+    let Some((stdout, stderr)) = run_c_on_sim0("clock", &["-libverbs", "-lmlx5"]) else {
         return;
     };
-    let out = run(&exe, &[], "sim0");
-    let _ = std::fs::remove_file(&exe);
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(out.status.success(), "clock failed:\n{stdout}\n{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
     let khz = devx::sim::sim_device("sim0")
         .unwrap()
