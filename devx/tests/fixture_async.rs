@@ -1,10 +1,11 @@
-//! Queued general commands and creates in fixtures: recorded on the
-//! emulated device as a `general_async` / `create_async` submission and its
-//! `completion` (which defines a created object), replayed with no device,
-//! through the application and through `drive::replay_file`.
+//! Queued commands in fixtures: recorded on the emulated device as a
+//! `general_async` / `create_async` / `destroy_async` / `umem_reg_async` /
+//! `uar_alloc_async` submission and its `completion` (which defines a
+//! created object, UMEM or UAR), replayed with no device, through the
+//! application and through `drive::replay_file`.
 
 use devx::fixture::{self, drive};
-use devx::{CmdComp, Device};
+use devx::{CmdComp, Device, Uar, UarKind, Umem};
 use prm_layouts::enums::{HcaCapType, Opcode};
 use prm_layouts::{AllocPdIn, AllocPdOut, NopIn, NopOut, QueryHcaCapIn, QueryHcaCapOut};
 
@@ -68,3 +69,62 @@ fn queued_general_commands_and_creates_record_and_replay() {
     assert_eq!(r.steps.len(), r.stanzas);
     let _ = std::fs::remove_file(&path);
 }
+
+/// Queued destroy, UMEM registration and UAR allocation (and the UMEM's
+/// deregistration and the UAR's release, which have no queued form).
+fn resources_app(dev: &Device) -> devx::Result<()> {
+    let ctx = dev.open()?;
+    let comp = CmdComp::new(&ctx)?;
+    let umem =
+        Umem::register_async(&ctx, vec![0u8; 8192], devx::access::LOCAL_WRITE, 5, &comp)?.wait()?;
+    let uar = Uar::alloc_async(&ctx, UarKind::BlueFlame, 6, &comp)?.wait()?;
+    if umem.id() == 0 || uar.page_id() == 0 {
+        return Err(devx::Error::argument("no UMEM or UAR number"));
+    }
+    let mut pd = AllocPdIn::new();
+    pd.set_opcode(Opcode::AllocPd.raw());
+    let pd = ctx
+        .create_async(pd.as_bytes(), AllocPdOut::SIZE_BYTES, 7, &comp)?
+        .wait()?;
+    pd.destroy_async(8, &comp).wait().map_err(|f| f.error)?;
+    drop((umem, uar));
+    Ok(())
+}
+
+#[test]
+fn queued_destroys_umem_registrations_and_uar_allocations_record_and_replay() {
+    devx::sim::sim_device("sim14001").unwrap();
+    let path = std::env::temp_dir().join(format!(
+        "devx-fixture-async-res-{}.fixture",
+        std::process::id()
+    ));
+    let dev = fixture::record(&Device::by_name("sim14001").unwrap(), &path).unwrap();
+    resources_app(&dev).unwrap();
+    fixture::finish(&dev).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    for line in [
+        "umem_reg_async $ctx0 addr=$addr0 len=0x2000 access=0x1 chan=$chan0 wr_id=0x5",
+        "completion $ctx0 $chan0 CREATE_UMEM wr_id=0x5 opcode=0xa08 -> $umem0=",
+        "uar_alloc_async $ctx0 kind=blueflame chan=$chan0 wr_id=0x6",
+        "completion $ctx0 $chan0 ALLOC_UAR wr_id=0x6 opcode=0x802 -> $uar0=",
+        "destroy_async $ctx0 $obj0 DEALLOC_PD chan=$chan0 wr_id=0x8",
+        "completion $ctx0 $chan0 DEALLOC_PD wr_id=0x8 opcode=0x801",
+        "umem_dereg $ctx0 $umem0",
+        "uar_free $ctx0 $uar0",
+    ] {
+        assert!(text.contains(line), "{line}:\n{text}");
+    }
+    // Nothing of these ran as its blocking form.
+    for blocking in [" umem_reg $ctx0", " uar_alloc $ctx0", " destroy $ctx0"] {
+        assert!(!text.contains(blocking), "{blocking}:\n{text}");
+    }
+
+    let dev = fixture::replay(&path).unwrap();
+    resources_app(&dev).unwrap();
+    fixture::finish(&dev).unwrap();
+    let r = drive::replay_file(&path).unwrap();
+    assert!(r.passed(), "{:?}", r.error);
+    assert_eq!(r.steps.len(), r.stanzas);
+    let _ = std::fs::remove_file(&path);
+}
+
