@@ -128,3 +128,60 @@ fn queued_destroys_umem_registrations_and_uar_allocations_record_and_replay() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// A queued create dropped after the firmware made its object.
+fn dropped_create_app(dev: &Device) -> devx::Result<()> {
+    let ctx = dev.open()?;
+    let comp = CmdComp::new(&ctx)?;
+    let mut pd = AllocPdIn::new();
+    pd.set_opcode(Opcode::AllocPd.raw());
+    // Dropped at once: on an idle emulated device the firmware's answer is
+    // already on the channel, unread.
+    drop(ctx.create_async(pd.as_bytes(), AllocPdOut::SIZE_BYTES, 8, &comp)?);
+    let pending = ctx.create_async(pd.as_bytes(), AllocPdOut::SIZE_BYTES, 9, &comp)?;
+    // Its completion is on the channel once NOP (queued behind it) completes.
+    let mut nop = NopIn::new();
+    nop.set_opcode(Opcode::Nop.raw());
+    ctx.general_async(nop.as_bytes(), NopOut::SIZE_BYTES, 10, &comp)?;
+    devx::reactor::block_on(comp.completion(10))?;
+    drop(pending);
+    Ok(())
+}
+
+#[test]
+fn a_queued_create_dropped_after_it_completed_records_its_completion_and_destroy() {
+    let sim = devx::sim::sim_device("sim14002").unwrap();
+    let path = std::env::temp_dir().join(format!(
+        "devx-fixture-async-drop-{}.fixture",
+        std::process::id()
+    ));
+    let dev = fixture::record(&Device::by_name("sim14002").unwrap(), &path).unwrap();
+    dropped_create_app(&dev).unwrap();
+    // Not broken: finishing the recording succeeds.
+    fixture::finish(&dev).unwrap();
+    assert_eq!(sim.live_objects(), 0);
+    let text = std::fs::read_to_string(&path).unwrap();
+    for line in [
+        "@3 create_async $ctx0 ALLOC_PD chan=$chan0 wr_id=0x8",
+        "@4 completion $ctx0 $chan0 ALLOC_PD wr_id=0x8 opcode=0x800 -> $obj0=",
+        "@5 destroy $ctx0 $obj0 DEALLOC_PD",
+        "create_async $ctx0 ALLOC_PD chan=$chan0 wr_id=0x9",
+        "completion $ctx0 $chan0 ALLOC_PD wr_id=0x9 opcode=0x800 -> $obj1=",
+        "destroy $ctx0 $obj1 DEALLOC_PD",
+    ] {
+        assert!(text.contains(line), "{line}:\n{text}");
+    }
+    let created = text
+        .find("completion $ctx0 $chan0 ALLOC_PD wr_id=0x9")
+        .unwrap();
+    assert!(
+        created < text.find("destroy $ctx0 $obj1").unwrap(),
+        "{text}"
+    );
+
+    // The application replays it (`drive::replay_file` cannot: it takes a
+    // queued create's completion at once, and here a NOP comes between).
+    let dev = fixture::replay(&path).unwrap();
+    dropped_create_app(&dev).unwrap();
+    fixture::finish(&dev).unwrap();
+    let _ = std::fs::remove_file(&path);
+}
