@@ -392,6 +392,21 @@ impl Cq {
     /// old ring is released. Completions not yet polled move to the new ring at
     /// the same consumer counter. Returns the new usable size.
     pub fn resize(&mut self, entries: u32) -> Result<u32> {
+        exec::now(self.resize_with(entries, Exec::Now))
+    }
+
+    /// [`Cq::resize`] with its UMEM registration and MODIFY_CQ queued on
+    /// `comp`. Dropping the future before the MODIFY_CQ is queued leaves
+    /// the CQ as it was (the new ring is released); dropped while the
+    /// MODIFY_CQ is in flight, the CQ keeps polling its old ring although
+    /// the firmware may have moved to the new one, so a CQ whose resize
+    /// was cancelled that late should be destroyed, not polled.
+    pub async fn resize_async(&mut self, entries: u32, comp: &CmdComp) -> Result<u32> {
+        self.resize_with(entries, Exec::Queued(comp)).await
+    }
+
+    /// The one description of `ibv_resize_cq`, for both forms.
+    async fn resize_with(&mut self, entries: u32, exec: Exec<'_>) -> Result<u32> {
         const VERB: &str = "resize_cq";
         let ctx = self.shared.ctx.clone();
         if ctx.caps().cq_resize() == 0 {
@@ -401,7 +416,7 @@ impl Cq {
             ));
         }
         let n = ring_entries(VERB, &ctx, entries)?;
-        let ring = exec::now(new_ring(VERB, &ctx, n, Exec::Now))?;
+        let ring = new_ring(VERB, &ctx, n, exec).await?;
 
         let mut inbox = ModifyCqIn::new();
         inbox.set_opcode(Opcode::ModifyCq.raw());
@@ -419,8 +434,8 @@ impl Cq {
         inbox.set_cq_umem_valid(1);
         inbox.set_cq_umem_offset(0);
         inbox.set_cq_umem_id(ring.id());
-        self.obj()
-            .modify(inbox.as_bytes(), ModifyCqOut::SIZE_BYTES)
+        exec.modify(self.obj(), inbox.as_bytes(), ModifyCqOut::SIZE_BYTES)
+            .await
             .verb(VERB)?;
 
         let mut current = self
