@@ -185,3 +185,60 @@ fn a_queued_create_dropped_after_it_completed_records_its_completion_and_destroy
     fixture::finish(&dev).unwrap();
     let _ = std::fs::remove_file(&path);
 }
+
+/// A queued create dropped before the firmware ran it (`sim`, while
+/// recording, holds the command queue so it cannot have).
+fn cancelled_create_app(dev: &Device, sim: Option<&devx::sim::SimDevice>) -> devx::Result<()> {
+    let ctx = dev.open()?;
+    let comp = CmdComp::new(&ctx)?;
+    let mut pd = AllocPdIn::new();
+    pd.set_opcode(Opcode::AllocPd.raw());
+    if let Some(sim) = sim {
+        sim.pause_async(true);
+    }
+    drop(ctx.create_async(pd.as_bytes(), AllocPdOut::SIZE_BYTES, 12, &comp)?);
+    if let Some(sim) = sim {
+        sim.pause_async(false);
+    }
+    let mut nop = NopIn::new();
+    nop.set_opcode(Opcode::Nop.raw());
+    ctx.general_async(nop.as_bytes(), NopOut::SIZE_BYTES, 13, &comp)?;
+    devx::reactor::block_on(comp.completion(13))?;
+    Ok(())
+}
+
+#[test]
+fn a_queued_create_dropped_before_the_firmware_ran_it_records_a_cancel() {
+    let sim = devx::sim::sim_device("sim14003").unwrap();
+    let path = std::env::temp_dir().join(format!(
+        "devx-fixture-async-cancel-{}.fixture",
+        std::process::id()
+    ));
+    let dev = fixture::record(&Device::by_name("sim14003").unwrap(), &path).unwrap();
+    cancelled_create_app(&dev, Some(&sim)).unwrap();
+    fixture::finish(&dev).unwrap();
+    assert_eq!(sim.live_objects(), 0);
+    let text = std::fs::read_to_string(&path).unwrap();
+    for line in [
+        "@3 create_async $ctx0 ALLOC_PD chan=$chan0 wr_id=0xc",
+        "@4 cancel $ctx0 $chan0 wr_id=0xc",
+        "@5 general_async $ctx0 NOP chan=$chan0 wr_id=0xd",
+    ] {
+        assert!(text.contains(line), "{line}:\n{text}");
+    }
+    // Its completion (the firmware made the object and destroyed it at
+    // once) is recorded where the application's channel read it, and
+    // defines nothing.
+    assert!(
+        text.contains("@6 completion $ctx0 $chan0 ALLOC_PD wr_id=0xc opcode=0x800\n"),
+        "{text}"
+    );
+    assert!(!text.contains("$obj0"), "{text}");
+
+    // The application replays it (`drive::replay_file` cannot: it reads
+    // completions one by one, and the CmdComp discards this one on its own).
+    let dev = fixture::replay(&path).unwrap();
+    cancelled_create_app(&dev, None).unwrap();
+    fixture::finish(&dev).unwrap();
+    let _ = std::fs::remove_file(&path);
+}
