@@ -8,7 +8,9 @@ use devx::{CmdComp, Uar, Umem};
 use memmap2::MmapMut;
 use prm_layouts::enums::Opcode;
 use prm_layouts::{Cqe64, CqeOpcode};
-use prm_layouts::{CreateCqIn, CreateCqOut, ModifyCqIn, ModifyCqOut, QueryCqIn, QueryCqOut};
+use prm_layouts::{
+    CreateCqIn, CreateCqOut, ModifyCqIn, ModifyCqOut, NopIn, NopOut, QueryCqIn, QueryCqOut,
+};
 
 use crate::async_event::{EventHandler, HandlerEntry};
 use crate::comp_channel::CompChannel;
@@ -397,10 +399,11 @@ impl Cq {
 
     /// [`Cq::resize`] with its UMEM registration and MODIFY_CQ queued on
     /// `comp`. Dropping the future before the MODIFY_CQ is queued leaves
-    /// the CQ as it was (the new ring is released); dropped while the
-    /// MODIFY_CQ is in flight, the CQ keeps polling its old ring although
-    /// the firmware may have moved to the new one, so a CQ whose resize
-    /// was cancelled that late should be destroyed, not polled.
+    /// the CQ as it was (the new ring is released). Dropped while the
+    /// MODIFY_CQ is queued or in flight, the drop waits until the firmware
+    /// has run it (a NOP queued behind it completes) and the CQ takes the
+    /// new ring if the firmware moved to it (the device then still holds
+    /// its UMEM), so the CQ stays usable either way.
     pub async fn resize_async(&mut self, entries: u32, comp: &CmdComp) -> Result<u32> {
         self.resize_with(entries, Exec::Queued(comp)).await
     }
@@ -434,10 +437,28 @@ impl Cq {
         inbox.set_cq_umem_valid(1);
         inbox.set_cq_umem_offset(0);
         inbox.set_cq_umem_id(ring.id());
-        exec.modify(self.obj(), inbox.as_bytes(), ModifyCqOut::SIZE_BYTES)
-            .await
-            .verb(VERB)?;
+        let mut unsettled = Unsettled {
+            cq: self,
+            ring: Some(ring),
+            log: log2(n),
+            exec,
+        };
+        let done = exec
+            .modify(
+                unsettled.cq.obj(),
+                inbox.as_bytes(),
+                ModifyCqOut::SIZE_BYTES,
+            )
+            .await;
+        // Answered: nothing is left to settle when `unsettled` drops.
+        let ring = unsettled.ring.take().expect("the ring stays until settled");
+        done.verb(VERB)?;
+        unsettled.cq.take_ring(ring, log2(n));
+        Ok(unsettled.cq.cqe())
+    }
 
+    /// Moves to `ring` (of 2^`log` entries), which the firmware now writes.
+    fn take_ring(&mut self, ring: Umem<MmapMut>, log: u32) {
         let mut current = self
             .shared
             .owned
@@ -445,13 +466,12 @@ impl Cq {
             .ring
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        carry_unpolled(&current, self.log_size, &ring, log2(n), self.ci);
+        carry_unpolled(&current, self.log_size, &ring, log, self.ci);
         self.ring_addr = ring.addr();
-        self.log_size = log2(n);
+        self.log_size = log;
         // Deregistered on drop; if the device still used it, the context
         // keeps it mapped until it lets go.
         drop(std::mem::replace(&mut *current, ring));
-        Ok(self.cqe())
     }
 
     /// `ibv_modify_cq` moderation: MODIFY_CQ op_mod 0 with cq_max_count and cq_period.
@@ -539,6 +559,41 @@ impl Context {
     /// [`Cq::create_async`].
     pub async fn create_cq_async(&self, init: &CqInit, comp: &CmdComp) -> Result<Cq> {
         Cq::create_async(self, init, comp).await
+    }
+}
+
+/// A resize whose MODIFY_CQ was submitted and not yet answered. Dropped
+/// with its ring still in it (the resize future was dropped), it settles
+/// which ring the CQ has: a NOP queued behind the MODIFY_CQ completes once
+/// the firmware has run it, then a ring the device refuses to let go of is
+/// the one it moved to.
+struct Unsettled<'a, 'c> {
+    cq: &'a mut Cq,
+    ring: Option<Umem<MmapMut>>,
+    log: u32,
+    exec: Exec<'c>,
+}
+
+impl Drop for Unsettled<'_, '_> {
+    fn drop(&mut self) {
+        let (Some(ring), Exec::Queued(comp)) = (self.ring.take(), self.exec) else {
+            return;
+        };
+        let ctx = comp.context();
+        let mut nop = NopIn::new();
+        nop.set_opcode(Opcode::Nop.raw());
+        let wr_id = comp.library_wr_id();
+        let behind = ctx
+            .general_async(nop.as_bytes(), NopOut::SIZE_BYTES, wr_id, comp)
+            .and_then(|()| devx::reactor::block_on(comp.completion(wr_id)));
+        if behind.is_err() {
+            // The firmware cannot say (the device failed, the channel
+            // closed): the ring goes to the context if the device holds it.
+            return;
+        }
+        if let Err((ring, _in_use)) = ring.deregister() {
+            self.cq.take_ring(ring, self.log);
+        }
     }
 }
 

@@ -392,6 +392,22 @@ fn dropping_a_resize_or_rereg_in_flight_leaves_the_object_as_it_was() {
     drop((cq, comp, ctx));
     assert_eq!(sim.live_objects(), 0);
 
+    // Resize: dropped while the MODIFY_CQ holds its slot (the firmware has
+    // moved to the new ring): the CQ takes it, the old ring goes.
+    let (ctx, sim) = open_slow(&[Opcode::ModifyCq]);
+    let comp = ctx.cmd_comp().unwrap();
+    let mut cq = ctx.create_cq(16).unwrap();
+    let umems = sim.count(ObjKind::Umem);
+    assert!(drop_when(cq.resize_async(200, &comp), || sim
+        .async_in_flight()
+        == 1));
+    let attr = cq.query().unwrap();
+    assert!(attr.cqe >= 200);
+    assert_eq!(cq.cqe(), attr.cqe);
+    assert!(eventually(|| sim.count(ObjKind::Umem) == umems));
+    drop((cq, comp, ctx));
+    assert_eq!(sim.live_objects(), 0);
+
     // Rereg: dropped while the new key's CREATE_MKEY holds its slot.
     let (ctx, sim) = open_slow(&[Opcode::CreateMkey]);
     let comp = ctx.cmd_comp().unwrap();
