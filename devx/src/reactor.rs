@@ -248,7 +248,7 @@ thread_local! {
 /// polls: the blocking form of every future of this crate.
 pub fn block_on<F: Future>(f: F) -> F::Output {
     let mut f = std::pin::pin!(f);
-    OWN_WAKER.with(|((unpark, waker), in_use)| {
+    let own = OWN_WAKER.try_with(|((unpark, waker), in_use)| {
         if in_use.replace(true) {
             // A `block_on` inside a future that an outer one polls: a waker
             // of its own, so neither takes the other's wake-ups.
@@ -265,7 +265,15 @@ pub fn block_on<F: Future>(f: F) -> F::Output {
         let _release = Release(in_use);
         unpark.woken.store(false, Ordering::Release);
         run(f.as_mut(), unpark, waker)
-    })
+    });
+    match own {
+        Ok(out) => out,
+        // Called while this thread's locals are being destroyed.
+        Err(_) => {
+            let (unpark, waker) = Unpark::waker();
+            run(f.as_mut(), &unpark, &waker)
+        }
+    }
 }
 
 fn run<F: Future>(mut f: Pin<&mut F>, unpark: &Unpark, waker: &Waker) -> F::Output {
