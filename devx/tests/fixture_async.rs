@@ -9,6 +9,12 @@ use devx::{CmdComp, Device, Uar, UarKind, Umem};
 use prm_layouts::enums::{HcaCapType, Opcode};
 use prm_layouts::{AllocPdIn, AllocPdOut, NopIn, NopOut, QueryHcaCapIn, QueryHcaCapOut};
 
+/// The recorded text parses and writes back unchanged.
+fn reads_back(text: &str) {
+    let f = fixture::parse(text).unwrap();
+    assert_eq!(fixture::fixture_text(&f), text);
+}
+
 fn app(dev: &Device) -> devx::Result<()> {
     let ctx = dev.open()?;
     let comp = CmdComp::new(&ctx)?;
@@ -45,6 +51,7 @@ fn queued_general_commands_and_creates_record_and_replay() {
     app(&dev).unwrap();
     fixture::finish(&dev).unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
+    reads_back(&text);
     assert!(
         text.contains("general_async $ctx0 NOP chan=$chan0 wr_id=0x1"),
         "{text}"
@@ -102,6 +109,7 @@ fn queued_destroys_umem_registrations_and_uar_allocations_record_and_replay() {
     resources_app(&dev).unwrap();
     fixture::finish(&dev).unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
+    reads_back(&text);
     for line in [
         "umem_reg_async $ctx0 addr=$addr0 len=0x2000 access=0x1 chan=$chan0 wr_id=0x5",
         "completion $ctx0 $chan0 CREATE_UMEM wr_id=0x5 opcode=0xa08 -> $umem0=",
@@ -160,6 +168,7 @@ fn a_queued_create_dropped_after_it_completed_records_its_completion_and_destroy
     fixture::finish(&dev).unwrap();
     assert_eq!(sim.live_objects(), 0);
     let text = std::fs::read_to_string(&path).unwrap();
+    reads_back(&text);
     for line in [
         "@3 create_async $ctx0 ALLOC_PD chan=$chan0 wr_id=0x8",
         "@4 completion $ctx0 $chan0 ALLOC_PD wr_id=0x8 opcode=0x800 -> $obj0=",
@@ -219,6 +228,7 @@ fn a_queued_create_dropped_before_the_firmware_ran_it_records_a_cancel() {
     fixture::finish(&dev).unwrap();
     assert_eq!(sim.live_objects(), 0);
     let text = std::fs::read_to_string(&path).unwrap();
+    reads_back(&text);
     for line in [
         "@3 create_async $ctx0 ALLOC_PD chan=$chan0 wr_id=0xc",
         "@4 cancel $ctx0 $chan0 wr_id=0xc",
