@@ -311,6 +311,9 @@ pub(crate) struct Requesters {
 /// Buffers kept in [`Requesters::spare`] at most: about a window of small
 /// messages (big ones are few in flight, since a window holds few).
 const SPARE: usize = 2 * WINDOW as usize;
+/// Unsent packets a doorbell's run sends as one burst while others are
+/// in flight.
+const BURST: u32 = 16;
 /// Messages in flight per QP at most.
 const MAX_MESSAGES: usize = 4 * WINDOW as usize;
 
@@ -378,13 +381,17 @@ impl Requesters {
         (room && back.lets_others_pass()).then_some(back.at.wrapping_add(back.bbs))
     }
 
-    /// Sends QP `qpn`'s queued messages when nothing is in flight. With
-    /// packets in flight the queue waits for their ACK (the last packet of
-    /// every burst asks for one), which sends it as one burst: the answers
-    /// clock the sending, and many small messages share a system call.
-    pub(crate) fn pump(&mut self, qpn: u32, port: &NetPort) {
+    /// Sends what QP `qpn`'s window allows of its queued messages. Runs
+    /// the engine starts itself (`eager`: an answer settled messages, a
+    /// timer) send at once: their packets leave together with the batch
+    /// the receive thread sends. A doorbell's run sends when nothing is
+    /// in flight or [`BURST`] packets wait; otherwise the next answer or
+    /// doorbell takes them, so many small messages posted one by one
+    /// share a system call.
+    pub(crate) fn pump(&mut self, qpn: u32, port: &NetPort, eager: bool) {
         if let Some(q) = self.qps.get_mut(&qpn) {
-            if q.resend_at.is_none() && q.una == q.nxt {
+            let waiting = psn_diff(q.end(), q.nxt);
+            if q.resend_at.is_none() && (eager || q.una == q.nxt || waiting >= BURST as i32) {
                 q.pump(port);
             }
         }
