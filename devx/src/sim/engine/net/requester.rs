@@ -312,8 +312,9 @@ pub(crate) struct Requesters {
 /// messages (big ones are few in flight, since a window holds few).
 const SPARE: usize = 2 * WINDOW as usize;
 /// Unsent packets a doorbell's run sends as one burst while others are
-/// in flight.
-const BURST: u32 = 16;
+/// in flight: as many as an ACK answers, so the answers clock the
+/// sending and bursts stay long (one segmented send each).
+const BURST: u32 = ACK_EVERY;
 /// Messages in flight per QP at most.
 const MAX_MESSAGES: usize = 4 * WINDOW as usize;
 
