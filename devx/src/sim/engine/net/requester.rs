@@ -181,9 +181,9 @@ impl ReqQp {
 
     /// Sends what the window ([`WINDOW`] packets, the port's window bytes) allows
     /// from `nxt` on, and restarts the ACK timer when anything went. A
-    /// packet asks for an ACK every half window and when it is the last
-    /// one of the burst or fills the window, so the responder answers each
-    /// burst once or twice.
+    /// packet asks for an ACK every [`ACK_EVERY`] packets or half the
+    /// window's bytes, and when it is the last one of the burst or fills
+    /// the window, so the responder answers each burst a few times.
     fn pump(&mut self, port: &NetPort) {
         let before = self.nxt;
         let mut bytes = self.bytes_in_flight();

@@ -8,8 +8,8 @@
 //! duplicate is answered again (SEND/WRITE: ACK; READ: read again; atomic:
 //! the saved original value, never executed twice); an RNR NAK or an error
 //! NAK rewinds the expected PSN to the message's first packet. ACKs are coalesced: one per
-//! packet that asks for it (the requester asks every half window and on
-//! the last packet of a burst); an ACK acknowledges every PSN before it. UC: a gap drops the message being
+//! packet that asks for it (the requester asks every quarter window of
+//! packets or half of its bytes, and on the last packet of a burst); an ACK acknowledges every PSN before it. UC: a gap drops the message being
 //! gathered.
 
 use std::collections::VecDeque;
