@@ -15,6 +15,7 @@ use super::config::{NetConfig, PCAP_VAR_PREFIX};
 use super::error::WireError;
 use super::fault::{Fate, FaultSpec, Faults, FAULT_VAR_PREFIX};
 use super::flow::Flow;
+use super::icrc::IcrcCache;
 use super::mmsg;
 use super::packet::{Headers, Packet};
 use super::pcap::PcapWriter;
@@ -166,6 +167,7 @@ impl NetCounters {
 struct Tx {
     /// Where a packet is encoded.
     buf: Vec<u8>,
+    icrc: IcrcCache,
     faults: Option<Faults>,
     q: Queue,
 }
@@ -251,6 +253,7 @@ impl NetPort {
             counters: Default::default(),
             tx: Mutex::new(Tx {
                 buf: vec![0; TX_BUFFER],
+                icrc: IcrcCache::default(),
                 faults,
                 q: Queue {
                     slots: vec![0; mmsg::BATCH * mmsg::SLOT],
@@ -313,7 +316,12 @@ impl NetPort {
         let dst = self.config.peer(ip);
         let flow = Flow::new(self.local, dst);
         let mut guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let Tx { buf, faults, q } = &mut *guard;
+        let Tx {
+            buf,
+            icrc,
+            faults,
+            q,
+        } = &mut *guard;
         if faults.is_none() && headers.packet_len(payload.len()) <= mmsg::SLOT {
             // Straight into the send queue, no copy in between.
             if q.lens.len() == mmsg::BATCH {
@@ -321,7 +329,9 @@ impl NetPort {
             }
             let at = q.lens.len() * mmsg::SLOT;
             let slot = &mut q.slots[at..at + mmsg::SLOT];
-            let n = headers.encode(&flow, payload, slot)?;
+            let n = headers.encode_cached(icrc, &flow, payload.len(), slot, |s| {
+                s.copy_from_slice(payload)
+            })?;
             self.capture(&flow, &slot[..n]);
             q.lens.push(n);
             q.dsts.push(dst);
@@ -330,7 +340,9 @@ impl NetPort {
             }
             return Ok(());
         }
-        let n = headers.encode(&flow, payload, buf)?;
+        let n = headers.encode_cached(icrc, &flow, payload.len(), buf, |s| {
+            s.copy_from_slice(payload)
+        })?;
         let pkt = &buf[..n];
         let Some(faults) = faults.as_mut() else {
             self.enqueue(q, pkt, dst);
@@ -433,14 +445,21 @@ impl NetPort {
 
     /// Parses and checks one received packet, at `at` in the receive
     /// buffers `bufs`; whether it is good for the device.
-    fn check(&self, bufs: &[u8], at: usize, len: usize, from: SocketAddr) -> bool {
+    fn check(
+        &self,
+        icrc: &mut IcrcCache,
+        bufs: &[u8],
+        at: usize,
+        len: usize,
+        from: SocketAddr,
+    ) -> bool {
         let Some(data) = bufs.get(at..at + len) else {
             self.count(Counter::RxMalformed);
             return false;
         };
         let flow = Flow::new(from, self.local);
         self.capture(&flow, data);
-        match Packet::parse_checked(&flow, data) {
+        match Packet::parse_cached(icrc, &flow, data) {
             Ok(_) => {
                 self.count(Counter::RxPackets);
                 self.add(Counter::RxBytes, data.len() as u64);
@@ -468,6 +487,7 @@ fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
     }; mmsg::BATCH];
     // Room for every packet of a full batch of GRO datagrams, kept.
     let mut spans: Vec<Span> = Vec::with_capacity(mmsg::BATCH * mmsg::GSO_SEGMENTS);
+    let mut icrc = IcrcCache::default();
     let mut wait = RX_POLL;
     let mut last_tick = Instant::now();
     loop {
@@ -481,7 +501,7 @@ fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
         // Errors: the read timeout, a signal, an ICMP error from an
         // earlier send; none stops the port.
         let n = n.unwrap_or(0);
-        check_batch(&p, &bufs, &got[..n], &mut spans);
+        check_batch(&p, &mut icrc, &bufs, &got[..n], &mut spans);
         // What the batch's packets send (ACKs, the next bursts) leaves
         // together.
         if !spans.is_empty() {
@@ -504,7 +524,13 @@ fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
 
 /// Checks each packet of a received batch (cutting GRO datagrams into
 /// their packets); `spans` gets the good ones.
-fn check_batch(p: &NetPort, bufs: &[u8], got: &[mmsg::Received], spans: &mut Vec<Span>) {
+fn check_batch(
+    p: &NetPort,
+    icrc: &mut IcrcCache,
+    bufs: &[u8],
+    got: &[mmsg::Received],
+    spans: &mut Vec<Span>,
+) {
     spans.clear();
     for (i, r) in got.iter().enumerate() {
         let base = i * mmsg::RX_SLOT;
@@ -522,7 +548,7 @@ fn check_batch(p: &NetPort, bufs: &[u8], got: &[mmsg::Received], spans: &mut Vec
         let mut at = 0;
         loop {
             let len = step.min(r.len - at);
-            if p.check(bufs, base + at, len, from) {
+            if p.check(icrc, bufs, base + at, len, from) {
                 spans.push(Span {
                     at: base + at,
                     len,
