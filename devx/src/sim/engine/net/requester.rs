@@ -143,6 +143,9 @@ pub(crate) struct ReqQp {
     hi: u32,
     /// Packets and bytes sent since the last one that asked for an ACK.
     unasked: (u32, usize),
+    /// The largest payload of a request packet of the messages in flight
+    /// (or once in flight, since the queue last emptied).
+    max_payload: usize,
     retry_count: u8,
     retries_left: u8,
     timeout: Option<Duration>,
@@ -186,14 +189,23 @@ impl ReqQp {
     /// the window, so the responder answers each burst a few times.
     fn pump(&mut self, port: &NetPort) {
         let before = self.nxt;
-        let mut bytes = self.bytes_in_flight();
         let window_bytes = port.window_bytes();
+        // A full window of the largest packets in flight that fits the
+        // bytes needs no count of them.
+        let most = WINDOW as usize * (self.max_payload + PACKET_OVERHEAD);
+        let mut bytes = if most < window_bytes {
+            0
+        } else {
+            self.bytes_in_flight()
+        };
         let (una, msgs) = (self.una, &self.msgs);
         let mut nxt = self.nxt;
         let mut unasked = self.unasked;
+        // Messages are in PSN order: skip those that end before `nxt`.
+        let start = msgs.partition_point(|f| f.before(nxt));
         port.batch(|| {
             let count = msgs.len();
-            for (k, f) in msgs.iter().enumerate() {
+            for (k, f) in msgs.iter().enumerate().skip(start) {
                 if !f.within(nxt) {
                     continue;
                 }
@@ -460,6 +472,10 @@ pub(crate) fn request(
         q.retry_count = a.retry_count;
         q.retries_left = a.retry_count;
         q.timeout = ack_timeout(a.ack_timeout);
+        q.max_payload = 0;
+    }
+    if matches!(msg.op, Op::Send | Op::Write) {
+        q.max_payload = q.max_payload.max(msg.data.len().min(dest.mtu));
     }
     // The message keeps the engine's buffer; the engine gets a spare one.
     let spare = all.spare.pop().unwrap_or_default();
