@@ -252,6 +252,12 @@ fn drive_with(
         if pi == ci {
             return park(st, inner, qpn, ci);
         }
+        // The first WQE still in flight on the network: only later ones
+        // may go now, and this one need not be read.
+        if v.service == st::RC && inner.net.req.in_flight(qpn, ci) {
+            issue_ahead(eng, st, inner, &v, pi, wqe, entry.page.is_none());
+            return park(st, inner, qpn, ci);
+        }
         let Some(len) = v.read_send_wqe(ci, wqe) else {
             return park(st, inner, qpn, ci);
         };

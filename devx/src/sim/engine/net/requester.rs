@@ -383,6 +383,16 @@ impl Requesters {
         None
     }
 
+    /// Whether QP `qpn`'s WQE at send queue position `at` is the first
+    /// message in flight, not answered yet ([`Known::Pending`] from
+    /// [`lookup`](Self::lookup), which says the same without changing
+    /// anything).
+    pub(crate) fn in_flight(&self, qpn: u32, at: u16) -> bool {
+        self.qps
+            .get(&qpn)
+            .is_some_and(|q| q.done.is_empty() && q.msgs.front().is_some_and(|f| f.at == at))
+    }
+
     /// Where the WQE after QP `qpn`'s last one in flight starts, if a
     /// later WQE may go out now: the window has room and no READ or
     /// atomic waits for its answer.
