@@ -293,7 +293,13 @@ fn receive_connected(
         mtu: v.mtu_bytes() as usize,
     };
     let rq_psn = st.qp.peek(qpn).map_or(0, |e| e.obj.qpc.next_rcv_psn());
-    let action = responder::request(&mut inner.net.resp, port, &v, rq_psn, p, &back);
+    let action = {
+        let Inner { net, cache, .. } = &mut *inner;
+        let st = &*st;
+        let mut place =
+            |m: &Msg, at: u64, data: &[u8]| deliver::place_write(st, cache, &v, m, at, data);
+        responder::request(&mut net.resp, port, &v, rq_psn, p, &back, &mut place)
+    };
     let responder::Action::Deliver(mut msg, first, dup) = action else {
         return None;
     };
