@@ -150,9 +150,6 @@ pub(crate) struct Engine {
     listeners: Mutex<Vec<(u64, std::thread::Thread)>>,
     listening: AtomicBool,
     next_listener: AtomicU64,
-    /// The QPs a received batch settled messages of, run after it (kept
-    /// for the next batch).
-    rx_kicks: Mutex<Vec<u32>>,
 }
 
 impl Engine {
@@ -176,7 +173,6 @@ impl Engine {
             listeners: Mutex::new(Vec::new()),
             listening: AtomicBool::new(false),
             next_listener: AtomicU64::new(1),
-            rx_kicks: Mutex::new(Vec::new()),
         })
     }
 

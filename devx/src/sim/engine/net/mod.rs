@@ -326,30 +326,38 @@ impl PacketSink for Engine {
         if packets.is_empty() {
             return;
         }
-        // Only the receive thread takes this lock.
-        let mut kicks = self.rx_kicks.lock().unwrap_or_else(|e| e.into_inner());
-        kicks.clear();
-        self.fw.with_mut(|st| {
-            let mut guard = self.lock_inner();
-            let inner = &mut *guard;
-            for (p, from) in packets.iter() {
-                let kick = match p.opcode.service() {
-                    Service::Ud => {
-                        receive_datagram(st, inner, port, &p, from);
-                        None
-                    }
-                    svc => receive_connected(st, inner, port, &p, from, svc),
-                };
-                if let Some(q) = kick {
-                    if !kicks.contains(&q) {
-                        kicks.push(q);
+        let mut rest = packets.iter();
+        // The device is locked for a run of packets, up to one that
+        // settles messages: their QP's send queue runs (completing them)
+        // before the packets after it, as if each packet came alone. Each
+        // round takes at least one packet.
+        loop {
+            let mut took = false;
+            let kick = self.fw.with_mut(|st| {
+                let mut guard = self.lock_inner();
+                let inner = &mut *guard;
+                for (p, from) in rest.by_ref() {
+                    took = true;
+                    let kick = match p.opcode.service() {
+                        Service::Ud => {
+                            receive_datagram(st, inner, port, &p, from);
+                            None
+                        }
+                        svc => receive_connected(st, inner, port, &p, from, svc),
+                    };
+                    if kick.is_some() {
+                        return kick;
                     }
                 }
+                None
+            });
+            // Run with the device unlocked: running takes the lock itself.
+            if let Some(q) = kick {
+                self.kick(q);
             }
-        });
-        // Run with the device unlocked: running takes the lock itself.
-        for &q in kicks.iter() {
-            self.kick(q);
+            if !took {
+                break;
+            }
         }
         self.arrived();
     }
