@@ -453,6 +453,14 @@ fn registry() -> &'static Mutex<BTreeMap<u32, Arc<SimDevice>>> {
     })
 }
 
+/// Devices added to the registry so far: a lookup that found a GID on no
+/// device holds while this stays the same (devices are never removed).
+static REGISTRY_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn registry_generation() -> u64 {
+    REGISTRY_GENERATION.load(Ordering::Acquire)
+}
+
 /// The index N of a `simN` name.
 pub(crate) fn parse_name(name: &str) -> Result<u32> {
     let bad = || {
@@ -480,6 +488,7 @@ pub fn sim_device(name: &str) -> Result<Arc<SimDevice>> {
     let n = parse_name(name)?;
     let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
     Ok(Arc::clone(reg.entry(n).or_insert_with(|| {
+        REGISTRY_GENERATION.fetch_add(1, Ordering::AcqRel);
         Arc::new(SimDevice::named(n, Profile::connectx6_dx()))
     })))
 }
@@ -496,6 +505,7 @@ pub fn sim_device_with_profile(name: &str, profile: Profile) -> Result<Arc<SimDe
     }
     let d = Arc::new(SimDevice::named(n, profile));
     reg.insert(n, Arc::clone(&d));
+    REGISTRY_GENERATION.fetch_add(1, Ordering::AcqRel);
     Ok(d)
 }
 

@@ -3,7 +3,10 @@
 //! starts itself again as the responder (`DEVX_BENCH_WIRE_ROLE`), and the
 //! two swap QPN, GID, MAC and buffer over the child's stdin and stdout.
 //! Measured: 64-byte RDMA WRITEs per second, 1 MiB WRITEs in Gbit/s at
-//! MTU 4096, and the round trip of a 64-byte SEND ping-pong.
+//! MTU 4096, and the round trip of a 64-byte SEND ping-pong. Each process
+//! runs on one core of its own (the first two this process may use, when
+//! it may use two): its application thread and its device's receive
+//! thread share that core, and neither process takes the other's.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::Ipv4Addr;
@@ -18,6 +21,8 @@ use verbs::{
 use crate::bench::Metric;
 
 const ROLE: &str = "DEVX_BENCH_WIRE_ROLE";
+/// The core the responder runs on.
+const CORE: &str = "DEVX_BENCH_WIRE_CORE";
 /// A device no other command of this process opens.
 const DEV: &str = "sim77";
 /// GID table index of the RoCE v2 IPv4-mapped entry.
@@ -28,6 +33,32 @@ const WRS: u32 = 256;
 /// SEND immediate telling the responder to stop.
 const STOP: u32 = u32::MAX;
 const WAIT: Duration = Duration::from_secs(30);
+
+/// The first two cores this process may run on, if it may run on two.
+fn two_cores() -> Option<[usize; 2]> {
+    // SAFETY: cpu_set_t is a plain bit array, valid all-zero.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the kernel writes at most size_of::<cpu_set_t>() bytes into `set`.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: CPU_ISSET only reads the set, for indices inside it.
+    let mut cores =
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) });
+    Some([cores.next()?, cores.next()?])
+}
+
+/// Runs this process (every thread it starts from now on) on `core`
+/// alone; a refusal leaves it where it was.
+fn pin(core: usize) {
+    // SAFETY: as in two_cores.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `core` comes from the allowed set, below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(core, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    let _ = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+}
 
 fn e<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
     move |err| format!("bench wire: {what}: {err}")
@@ -122,11 +153,13 @@ fn connect(me: &End, line: &str) -> Result<(u64, u32), String> {
 fn drain(cq: &mut Cq, n: usize, wcs: &mut Vec<Wc>) -> Result<(), String> {
     wcs.clear();
     let mut buf = [Wc::default(); 32];
-    let deadline = Instant::now() + WAIT;
+    // Read the clock only while waiting.
+    let mut deadline = None;
     while wcs.len() < n {
         let k = cq.poll(&mut buf[..(n - wcs.len()).min(32)]);
         if k == 0 {
-            if Instant::now() > deadline {
+            let now = Instant::now();
+            if now > *deadline.get_or_insert(now + WAIT) {
                 return Err(format!("bench wire: {} of {n} completions", wcs.len()));
             }
             // Two busy processes and their receive threads share the cores.
@@ -150,6 +183,9 @@ pub fn responder() -> Result<(), String> {
         .and_then(|r| r.strip_prefix("responder:").map(str::to_string))
         .and_then(|a| a.parse().ok())
         .ok_or("bench wire: bad responder role")?;
+    if let Some(core) = std::env::var(CORE).ok().and_then(|c| c.parse().ok()) {
+        pin(core);
+    }
     let mut me = end(peer_addr)?;
     println!("{}", me.line);
     let mut line = String::new();
@@ -183,10 +219,13 @@ pub fn responder() -> Result<(), String> {
     }
 }
 
-fn spawn(addr: Ipv4Addr) -> Result<Child, String> {
+fn spawn(addr: Ipv4Addr, core: Option<usize>) -> Result<Child, String> {
     let exe = std::env::current_exe().map_err(e("own path"))?;
-    Command::new(exe)
-        .args(["bench", "wire"])
+    let mut cmd = Command::new(exe);
+    if let Some(c) = core {
+        cmd.env(CORE, c.to_string());
+    }
+    cmd.args(["bench", "wire"])
         .env(ROLE, format!("responder:{addr}"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -205,7 +244,11 @@ pub fn wire(iterations: u64) -> Result<Vec<Metric>, String> {
             (pid & 0x7f) as u8 * 2 + n,
         )
     };
-    let mut child = spawn(net(1))?;
+    let cores = two_cores();
+    let mut child = spawn(net(1), cores.map(|c| c[1]))?;
+    if let Some([mine, _]) = cores {
+        pin(mine);
+    }
     let result = measure(&mut child, net(0), iterations);
     if result.is_err() {
         let _ = child.kill();

@@ -106,6 +106,9 @@ pub(crate) struct Inner {
     /// The last GID resolved to a peer, and its index: a QP's WQEs name
     /// the same destination again and again.
     last_peer: Option<([u8; 16], usize)>,
+    /// The last GID found on no device of this process, with the registry
+    /// generation it was looked up in, and the address it names.
+    last_net: Option<([u8; 16], u64, IpAddr)>,
     /// Transport state of QPs talking through the network port.
     pub(crate) net: net::NetState,
 }
@@ -232,6 +235,13 @@ impl Engine {
         if *gid == [0; 16] || self.gids.contains(gid) {
             return Some(Peer::Local);
         }
+        // A network peer stays one until a device is added to the process.
+        let generation = super::registry_generation();
+        if let Some((g, at, ip)) = inner.last_net {
+            if g == *gid && at == generation {
+                return Some(Peer::Net(ip));
+            }
+        }
         if let Some(i) = inner.peers.iter().position(|(g, _)| g == gid) {
             inner.last_peer = Some((*gid, i));
             return Some(Peer::Remote(i));
@@ -248,7 +258,11 @@ impl Engine {
             .map(|d| Arc::clone(&d.shared.dp));
         drop(reg);
         let Some(e) = found else {
-            return self.net_peer(gid);
+            let peer = self.net_peer(gid);
+            if let Some(Peer::Net(ip)) = peer {
+                inner.last_net = Some((*gid, generation, ip));
+            }
+            return peer;
         };
         inner.peers.push((*gid, e));
         let i = inner.peers.len() - 1;

@@ -35,6 +35,22 @@ pub(crate) struct Msg {
     pub(crate) swap_add: u64,
     pub(crate) compare: u64,
     pub(crate) data: Vec<u8>,
+    /// WRITE: whether its payload was placed as its packets arrived (the
+    /// network responder) instead of travelling in `data`.
+    pub(crate) placed: Placed,
+}
+
+/// How a WRITE's payload reaches the target memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Placed {
+    /// It is in the message's `data`.
+    No,
+    /// Already in place, all `len` bytes, every piece through the key
+    /// checks of the whole range.
+    Done,
+    /// A piece failed the key checks: nothing more was placed, and the
+    /// message fails as a WRITE with that key would.
+    Refused,
 }
 
 impl Msg {
@@ -55,6 +71,7 @@ impl Msg {
             swap_add: 0,
             compare: 0,
             data,
+            placed: Placed::No,
         }
     }
 }

@@ -252,6 +252,12 @@ fn drive_with(
         if pi == ci {
             return park(st, inner, qpn, ci);
         }
+        // The first WQE still in flight on the network: only later ones
+        // may go now, and this one need not be read.
+        if v.service == st::RC && inner.net.req.in_flight(qpn, ci) {
+            issue_ahead(eng, st, inner, &v, pi, wqe, entry.page.is_none());
+            return park(st, inner, qpn, ci);
+        }
         let Some(len) = v.read_send_wqe(ci, wqe) else {
             return park(st, inner, qpn, ci);
         };
@@ -264,7 +270,7 @@ fn drive_with(
             None => execute(eng, st, inner, &v, &wqe[..len], ci),
         };
         if let Outcome::Pending = out {
-            issue_ahead(eng, st, inner, &v, pi, wqe);
+            issue_ahead(eng, st, inner, &v, pi, wqe, entry.page.is_none());
             return park(st, inner, qpn, ci);
         }
         if let Outcome::Remote(at) = out {
@@ -315,7 +321,8 @@ fn network_answer(
 
 /// Sends the WQEs after those in flight on the network while the RC
 /// transport's window has room, up to the SND counter `pi`, then puts the
-/// burst on the wire. They complete in order as their answers come; one
+/// burst on the wire (`eager`: whatever the window allows; see
+/// [`super::net::pump`]). They complete in order as their answers come; one
 /// that cannot go now (not a message for the peer, or failing locally)
 /// waits for the main loop, which executes it in its turn.
 fn issue_ahead(
@@ -325,6 +332,7 @@ fn issue_ahead(
     v: &QpView,
     pi: u16,
     wqe: &mut [u8; MAX_SQ_WQE],
+    eager: bool,
 ) {
     let mut net = None;
     for _ in 0..MAX_BATCH {
@@ -360,7 +368,7 @@ fn issue_ahead(
             _ => break,
         }
     }
-    super::net::pump(eng, inner, v.qpn);
+    super::net::pump(eng, inner, v.qpn, eager);
 }
 
 /// Adds the WQEs after the one at `ci` (already in `b`) that go to `peer`

@@ -10,7 +10,7 @@ use super::cache::Cache;
 use super::cqe::{self, Completion};
 use super::flush;
 use super::keys::Need;
-use super::msg::{Msg, Op, Reply};
+use super::msg::{Msg, Op, Placed, Reply};
 use super::queue::{self, QpView, INVALID_LKEY, MAX_RQ_WQE};
 use super::Inner;
 use crate::sim::fw::qp::{rq_type, st, state};
@@ -58,6 +58,7 @@ pub(crate) fn deliver(st: &mut State, inner: &mut Inner, msg: &mut Msg) -> Reply
     }
     let len = match msg.op {
         Op::Read => msg.len,
+        Op::Write if msg.placed != Placed::No => msg.len,
         _ => msg.data.len() as u64,
     };
     if len > v.max_msg() {
@@ -191,9 +192,35 @@ fn receive(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: b
     reply
 }
 
+/// Places `data` at byte `at` of the WRITE `msg` (its RETH's address, key
+/// and length) on QP `v`, after the checks [`write`] makes of the whole
+/// range; whether they passed.
+pub(crate) fn place_write(
+    st: &State,
+    cache: &mut Cache,
+    v: &QpView,
+    msg: &Msg,
+    at: u64,
+    data: &[u8],
+) -> bool {
+    let Some(span) = remote_span(st, cache, v, msg, msg.len, Need::RemoteWrite) else {
+        return false;
+    };
+    usize::try_from(at).is_ok_and(|at| span.write(at, data))
+}
+
 fn write(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: bool) -> Reply {
-    let len = msg.data.len() as u64;
-    let Some(span) = remote_span(st, &mut inner.cache, v, msg, len, Need::RemoteWrite) else {
+    let len = match msg.placed {
+        Placed::No => msg.data.len() as u64,
+        Placed::Done | Placed::Refused => msg.len,
+    };
+    // A placed message is checked again as a whole, as one that travelled
+    // whole is.
+    let span = match msg.placed {
+        Placed::Refused => None,
+        _ => remote_span(st, &mut inner.cache, v, msg, len, Need::RemoteWrite),
+    };
+    let Some(span) = span else {
         // UC has no NAKs: a bad write is dropped, the QP keeps going.
         if !reliable {
             return Reply::Ack;
@@ -208,7 +235,9 @@ fn write(st: &mut State, inner: &mut Inner, v: &QpView, msg: &Msg, reliable: boo
     } else {
         None
     };
-    span.write(0, &msg.data);
+    if msg.placed == Placed::No {
+        span.write(0, &msg.data);
+    }
     if let Some(r) = recv {
         let c = Completion {
             opcode: CqeOpcode::RespWrImm,

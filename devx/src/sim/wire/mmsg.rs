@@ -18,8 +18,9 @@ pub(crate) const SLOT: usize = 9216;
 /// Room per received datagram: a GRO datagram of many packets, up to the
 /// largest UDP payload.
 pub(crate) const RX_SLOT: usize = 1 << 16;
-/// Packets one GSO send carries at most (the kernel's `UDP_MAX_SEGMENTS`).
-const GSO_SEGMENTS: usize = 64;
+/// Packets one GSO send carries at most (the kernel's `UDP_MAX_SEGMENTS`),
+/// and so one GRO datagram of ours.
+pub(crate) const GSO_SEGMENTS: usize = 64;
 /// Bytes one GSO send carries at most: one UDP datagram behind an IPv6
 /// header.
 const GSO_BYTES: usize = u16::MAX as usize - 48;

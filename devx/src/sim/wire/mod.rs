@@ -49,5 +49,5 @@ pub use icrc::{icrc, ICRC_LEN};
 pub use opcode::{BthOpcode, Extensions, Operation, Service};
 pub use packet::{Headers, Packet};
 pub use pcap::PcapWriter;
+pub(crate) use port::{Arrivals, NetPort, PacketSink};
 pub use port::{Counter, NetCounters};
-pub(crate) use port::{NetPort, PacketSink};

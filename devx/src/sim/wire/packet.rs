@@ -6,7 +6,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 use super::error::WireError;
 use super::flow::Flow;
 use super::headers::{Aeth, AtomicAckEth, AtomicEth, Bth, Deth, ImmDt, Reth};
-use super::icrc::{icrc, ICRC_LEN};
+use super::icrc::{icrc_after, IcrcCache, ICRC_LEN};
 use super::opcode::{BthOpcode, Extensions};
 
 /// Payload is padded to a multiple of this many bytes.
@@ -120,9 +120,18 @@ impl<'a> Packet<'a> {
     /// Parses a packet received on `flow` and checks its ICRC against the
     /// IP and UDP headers that flow's datagrams carry.
     pub fn parse_checked(flow: &Flow, roce: &'a [u8]) -> Result<Packet<'a>, WireError> {
+        Packet::parse_cached(&mut IcrcCache::default(), flow, roce)
+    }
+
+    /// [`Packet::parse_checked`], reusing the ICRC prefix `cache` keeps.
+    pub(crate) fn parse_cached(
+        cache: &mut IcrcCache,
+        flow: &Flow,
+        roce: &'a [u8],
+    ) -> Result<Packet<'a>, WireError> {
         let p = Packet::parse(roce)?;
-        let ip_udp = flow.ip_udp(roce.len())?;
-        let computed = icrc(ip_udp.as_bytes(), &roce[..roce.len() - ICRC_LEN])?;
+        let prefix = cache.prefix(flow, roce.len())?;
+        let computed = icrc_after(prefix, &roce[..roce.len() - ICRC_LEN])?;
         if computed != p.icrc {
             return Err(WireError::IcrcMismatch {
                 carried: u32::from_be_bytes(p.icrc),
@@ -249,6 +258,18 @@ impl Headers {
         out: &mut [u8],
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<usize, WireError> {
+        self.encode_cached(&mut IcrcCache::default(), flow, payload_len, out, fill)
+    }
+
+    /// [`Headers::encode_with`], reusing the ICRC prefix `cache` keeps.
+    pub(crate) fn encode_cached(
+        &self,
+        cache: &mut IcrcCache,
+        flow: &Flow,
+        payload_len: usize,
+        out: &mut [u8],
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<usize, WireError> {
         let (opcode, x) = self.check()?;
         if !x.payload && payload_len != 0 {
             return Err(WireError::UnexpectedPayload {
@@ -257,7 +278,7 @@ impl Headers {
             });
         }
         let total = self.packet_len(payload_len);
-        let ip_udp = flow.ip_udp(total)?;
+        let prefix = cache.prefix(flow, total)?;
         let have = out.len();
         let out = out
             .get_mut(..total)
@@ -277,7 +298,7 @@ impl Headers {
         at += payload_len;
         out[at..at + pad].fill(0);
         at += pad;
-        let crc = icrc(ip_udp.as_bytes(), &out[..at])?;
+        let crc = icrc_after(prefix, &out[..at])?;
         out[at..].copy_from_slice(&crc);
         Ok(total)
     }

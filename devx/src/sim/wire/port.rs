@@ -15,6 +15,7 @@ use super::config::{NetConfig, PCAP_VAR_PREFIX};
 use super::error::WireError;
 use super::fault::{Fate, FaultSpec, Faults, FAULT_VAR_PREFIX};
 use super::flow::Flow;
+use super::icrc::IcrcCache;
 use super::mmsg;
 use super::packet::{Headers, Packet};
 use super::pcap::PcapWriter;
@@ -36,12 +37,45 @@ const MIN_TICK: Duration = Duration::from_micros(200);
 
 /// Where received packets go: the device's data-path engine.
 pub(crate) trait PacketSink: Send + Sync {
-    /// A packet that parsed and passed its ICRC check, from `from`.
-    fn receive(&self, port: &NetPort, packet: &Packet<'_>, from: SocketAddr);
+    /// The packets of one received batch that parsed and passed their
+    /// ICRC check, in arrival order: handled together, so the device is
+    /// locked once per batch.
+    fn receive(&self, port: &NetPort, packets: &Arrivals<'_>);
 
     /// Time passes: retransmit what timed out. Returns how long until the
     /// next deadline (`None`: none pending).
     fn tick(&self, port: &NetPort) -> Option<Duration>;
+}
+
+/// A checked packet of a received batch: where it lies in the receive
+/// buffers, and who sent it.
+#[derive(Clone, Copy)]
+struct Span {
+    at: usize,
+    len: usize,
+    from: SocketAddr,
+}
+
+/// The checked packets of one received batch.
+pub(crate) struct Arrivals<'a> {
+    bufs: &'a [u8],
+    spans: &'a [Span],
+}
+
+impl<'a> Arrivals<'a> {
+    /// Each packet, parsed again (its ICRC was checked before the device
+    /// was locked), with its sender.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Packet<'a>, SocketAddr)> + 'a {
+        let bufs = self.bufs;
+        self.spans.iter().filter_map(move |s| {
+            let data = bufs.get(s.at..s.at + s.len)?;
+            Packet::parse(data).ok().map(|p| (p, s.from))
+        })
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
 }
 
 /// What a port counts; [`NetCounters`] reads them.
@@ -133,6 +167,7 @@ impl NetCounters {
 struct Tx {
     /// Where a packet is encoded.
     buf: Vec<u8>,
+    icrc: IcrcCache,
     faults: Option<Faults>,
     q: Queue,
 }
@@ -218,6 +253,7 @@ impl NetPort {
             counters: Default::default(),
             tx: Mutex::new(Tx {
                 buf: vec![0; TX_BUFFER],
+                icrc: IcrcCache::default(),
                 faults,
                 q: Queue {
                     slots: vec![0; mmsg::BATCH * mmsg::SLOT],
@@ -280,7 +316,12 @@ impl NetPort {
         let dst = self.config.peer(ip);
         let flow = Flow::new(self.local, dst);
         let mut guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let Tx { buf, faults, q } = &mut *guard;
+        let Tx {
+            buf,
+            icrc,
+            faults,
+            q,
+        } = &mut *guard;
         if faults.is_none() && headers.packet_len(payload.len()) <= mmsg::SLOT {
             // Straight into the send queue, no copy in between.
             if q.lens.len() == mmsg::BATCH {
@@ -288,7 +329,9 @@ impl NetPort {
             }
             let at = q.lens.len() * mmsg::SLOT;
             let slot = &mut q.slots[at..at + mmsg::SLOT];
-            let n = headers.encode(&flow, payload, slot)?;
+            let n = headers.encode_cached(icrc, &flow, payload.len(), slot, |s| {
+                s.copy_from_slice(payload)
+            })?;
             self.capture(&flow, &slot[..n]);
             q.lens.push(n);
             q.dsts.push(dst);
@@ -297,7 +340,9 @@ impl NetPort {
             }
             return Ok(());
         }
-        let n = headers.encode(&flow, payload, buf)?;
+        let n = headers.encode_cached(icrc, &flow, payload.len(), buf, |s| {
+            s.copy_from_slice(payload)
+        })?;
         let pkt = &buf[..n];
         let Some(faults) = faults.as_mut() else {
             self.enqueue(q, pkt, dst);
@@ -398,18 +443,36 @@ impl NetPort {
         }
     }
 
-    /// Parses and checks one received datagram and hands it to `sink`.
-    fn handle(&self, sink: &dyn PacketSink, data: &[u8], from: SocketAddr) {
+    /// Parses and checks one received packet, at `at` in the receive
+    /// buffers `bufs`; whether it is good for the device.
+    fn check(
+        &self,
+        icrc: &mut IcrcCache,
+        bufs: &[u8],
+        at: usize,
+        len: usize,
+        from: SocketAddr,
+    ) -> bool {
+        let Some(data) = bufs.get(at..at + len) else {
+            self.count(Counter::RxMalformed);
+            return false;
+        };
         let flow = Flow::new(from, self.local);
         self.capture(&flow, data);
-        match Packet::parse_checked(&flow, data) {
-            Ok(p) => {
+        match Packet::parse_cached(icrc, &flow, data) {
+            Ok(_) => {
                 self.count(Counter::RxPackets);
                 self.add(Counter::RxBytes, data.len() as u64);
-                sink.receive(self, &p, from);
+                true
             }
-            Err(WireError::IcrcMismatch { .. }) => self.count(Counter::RxIcrcErrors),
-            Err(_) => self.count(Counter::RxMalformed),
+            Err(WireError::IcrcMismatch { .. }) => {
+                self.count(Counter::RxIcrcErrors);
+                false
+            }
+            Err(_) => {
+                self.count(Counter::RxMalformed);
+                false
+            }
         }
     }
 }
@@ -422,6 +485,9 @@ fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
         from: None,
         segment: 0,
     }; mmsg::BATCH];
+    // Room for every packet of a full batch of GRO datagrams, kept.
+    let mut spans: Vec<Span> = Vec::with_capacity(mmsg::BATCH * mmsg::GSO_SEGMENTS);
+    let mut icrc = IcrcCache::default();
     let mut wait = RX_POLL;
     let mut last_tick = Instant::now();
     loop {
@@ -435,9 +501,16 @@ fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
         // Errors: the read timeout, a signal, an ICMP error from an
         // earlier send; none stops the port.
         let n = n.unwrap_or(0);
+        check_batch(&p, &mut icrc, &bufs, &got[..n], &mut spans);
         // What the batch's packets send (ACKs, the next bursts) leaves
         // together.
-        p.batch(|| receive_batch(&p, &*s, &bufs, &got[..n]));
+        if !spans.is_empty() {
+            let arrivals = Arrivals {
+                bufs: &bufs,
+                spans: &spans,
+            };
+            p.batch(|| s.receive(&p, &arrivals));
+        }
         if n == 0 || last_tick.elapsed() >= MIN_TICK {
             last_tick = Instant::now();
             let next = s.tick(&p).map_or(RX_POLL, |d| d.clamp(MIN_TICK, RX_POLL));
@@ -449,23 +522,43 @@ fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
     }
 }
 
-/// Hands each packet of a received batch to `sink`.
-fn receive_batch(p: &NetPort, s: &dyn PacketSink, bufs: &[u8], got: &[mmsg::Received]) {
-    for (r, slot) in got.iter().zip(bufs.chunks_exact(mmsg::RX_SLOT)) {
-        match (r.from, r.truncated) {
-            (Some(from), false) => {
-                let data = &slot[..r.len];
-                if r.segment == 0 || r.segment >= data.len() {
-                    p.handle(s, data, from);
-                } else {
-                    // A GRO datagram: packets of `segment` bytes, the
-                    // last perhaps shorter.
-                    for pkt in data.chunks(r.segment) {
-                        p.handle(s, pkt, from);
-                    }
-                }
+/// Checks each packet of a received batch (cutting GRO datagrams into
+/// their packets); `spans` gets the good ones.
+fn check_batch(
+    p: &NetPort,
+    icrc: &mut IcrcCache,
+    bufs: &[u8],
+    got: &[mmsg::Received],
+    spans: &mut Vec<Span>,
+) {
+    spans.clear();
+    for (i, r) in got.iter().enumerate() {
+        let base = i * mmsg::RX_SLOT;
+        let (Some(from), false) = (r.from, r.truncated) else {
+            p.count(Counter::RxMalformed);
+            continue;
+        };
+        // A GRO datagram: packets of `segment` bytes, the last perhaps
+        // shorter.
+        let step = if r.segment == 0 || r.segment >= r.len {
+            r.len.max(1)
+        } else {
+            r.segment
+        };
+        let mut at = 0;
+        loop {
+            let len = step.min(r.len - at);
+            if p.check(icrc, bufs, base + at, len, from) {
+                spans.push(Span {
+                    at: base + at,
+                    len,
+                    from,
+                });
             }
-            _ => p.count(Counter::RxMalformed),
+            at += len;
+            if at >= r.len {
+                break;
+            }
         }
     }
 }

@@ -23,7 +23,8 @@ use super::{responder as deliver, Engine, Inner, Peer};
 use crate::sim::fw::qp::{st, state};
 use crate::sim::fw::state::State;
 use crate::sim::wire::{
-    Bth, BthOpcode, Counter, Deth, Headers, ImmDt, NetPort, Operation, Packet, PacketSink, Service,
+    Arrivals, Bth, BthOpcode, Counter, Deth, Headers, ImmDt, NetPort, Operation, Packet,
+    PacketSink, Service,
 };
 use prm_layouts::CqeSyndrome;
 use segment::Dest;
@@ -146,10 +147,12 @@ pub(crate) fn request(
     ))
 }
 
-/// Sends what QP `qpn`'s RC window allows of the messages it queued.
-pub(crate) fn pump(eng: &Engine, inner: &mut Inner, qpn: u32) {
+/// Sends what QP `qpn`'s RC window allows of the messages it queued; a
+/// doorbell's run (not `eager`) waits for a burst's worth (see
+/// [`requester::Requesters::pump`]).
+pub(crate) fn pump(eng: &Engine, inner: &mut Inner, qpn: u32, eager: bool) {
     if let Some(port) = eng.port() {
-        inner.net.req.pump(qpn, port);
+        inner.net.req.pump(qpn, port, eager);
     }
 }
 
@@ -188,107 +191,149 @@ fn is_response(op: Operation) -> bool {
     )
 }
 
-impl Engine {
-    fn receive_datagram(&self, port: &NetPort, p: &Packet<'_>, from: SocketAddr) {
-        let Some(deth) = p.deth else {
-            port.count(Counter::RxMalformed);
-            return;
-        };
-        self.fw.with_mut(|st| {
-            let mut inner = self.lock_inner();
-            let Some(v) = inner.cache.qp_view(st, p.bth.dest_qp()) else {
-                port.count(Counter::RxBadQpn);
-                return;
-            };
-            if v.service != st::UD || !matches!(v.state, state::RTR | state::RTS) {
-                port.count(Counter::RxBadQpn);
-                return;
-            }
-            if deth.qkey.get() != v.q_key {
-                port.count(Counter::RxBadQkey);
-                return;
-            }
-            let mut data = inner.spare.pop().unwrap_or_default();
-            data.clear();
-            data.extend_from_slice(p.payload);
-            let mut msg = Msg::new(Op::Send, data);
-            msg.service = st::UD;
-            msg.imm = p.imm.map(|i| i.imm);
-            msg.solicited = p.bth.solicited();
-            msg.src_qpn = deth.src_qp();
-            msg.dst_qpn = p.bth.dest_qp();
-            msg.qkey = deth.qkey.get();
-            msg.src_gid = ip_gid(from.ip());
-            msg.dst_gid = ip_gid(port.local_addr().ip());
-            // UD: a receive queue with no WQE drops the datagram.
-            let _ = deliver::deliver(st, &mut inner, &mut msg);
-            inner.spare.push(msg.data);
-        });
+/// A UD datagram for this device.
+fn receive_datagram(
+    st: &mut State,
+    inner: &mut Inner,
+    port: &NetPort,
+    p: &Packet<'_>,
+    from: SocketAddr,
+) {
+    let Some(deth) = p.deth else {
+        port.count(Counter::RxMalformed);
+        return;
+    };
+    let Some(v) = inner.cache.qp_view(st, p.bth.dest_qp()) else {
+        port.count(Counter::RxBadQpn);
+        return;
+    };
+    if v.service != st::UD || !matches!(v.state, state::RTR | state::RTS) {
+        port.count(Counter::RxBadQpn);
+        return;
     }
+    if deth.qkey.get() != v.q_key {
+        port.count(Counter::RxBadQkey);
+        return;
+    }
+    let mut data = inner.spare.pop().unwrap_or_default();
+    data.clear();
+    data.extend_from_slice(p.payload);
+    let mut msg = Msg::new(Op::Send, data);
+    msg.service = st::UD;
+    msg.imm = p.imm.map(|i| i.imm);
+    msg.solicited = p.bth.solicited();
+    msg.src_qpn = deth.src_qp();
+    msg.dst_qpn = p.bth.dest_qp();
+    msg.qkey = deth.qkey.get();
+    msg.src_gid = ip_gid(from.ip());
+    msg.dst_gid = ip_gid(port.local_addr().ip());
+    // UD: a receive queue with no WQE drops the datagram.
+    let _ = deliver::deliver(st, inner, &mut msg);
+    inner.spare.push(msg.data);
+}
 
-    /// An RC or UC packet: a request for our responder or an answer for
-    /// our requester.
-    fn receive_connected(&self, port: &NetPort, p: &Packet<'_>, from: SocketAddr, svc: Service) {
-        let response = is_response(p.opcode.operation());
-        let kick = self.fw.with_mut(|st| {
-            let mut inner = self.lock_inner();
-            let qpn = p.bth.dest_qp();
-            let Some(v) = inner.cache.qp_view(st, qpn) else {
-                port.count(Counter::RxBadQpn);
-                return None;
-            };
-            let ready = if response {
-                v.state == state::RTS
-            } else {
-                matches!(v.state, state::RTR | state::RTS)
-            };
-            if service(v.service) != Some(svc) || !ready {
-                port.count(Counter::RxBadQpn);
-                return None;
-            }
-            if response {
-                let run = requester::response(&mut inner.net.req, port, qpn, p);
-                return run.then_some(qpn);
-            }
-            let back = Dest {
-                ip: from.ip(),
-                qpn: v.remote_qpn,
-                service: svc,
-                mtu: v.mtu_bytes() as usize,
-            };
-            let rq_psn = st.qp.peek(qpn).map_or(0, |e| e.obj.qpc.next_rcv_psn());
-            let action = responder::request(&mut inner.net.resp, port, &v, rq_psn, p, &back);
-            let responder::Action::Deliver(mut msg, first, dup) = action else {
-                return None;
-            };
-            msg.src_qpn = v.remote_qpn;
-            msg.dst_qpn = qpn;
-            msg.src_gid = ip_gid(from.ip());
-            msg.dst_gid = ip_gid(port.local_addr().ip());
-            let reply = deliver::deliver(st, &mut inner, &mut msg);
-            responder::delivered(
-                &mut inner.net.resp,
-                port,
-                &v,
-                &msg,
-                (first, dup, p.bth.ack_req()),
-                reply,
-                &back,
-            );
-            inner.net.resp.recycle(msg.data);
-            None
-        });
-        if let Some(q) = kick {
-            self.kick(q);
-        }
+/// An RC or UC packet: a request for our responder or an answer for our
+/// requester. Returns the QP whose send queue should run (answers settled
+/// messages).
+fn receive_connected(
+    st: &mut State,
+    inner: &mut Inner,
+    port: &NetPort,
+    p: &Packet<'_>,
+    from: SocketAddr,
+    svc: Service,
+) -> Option<u32> {
+    let response = is_response(p.opcode.operation());
+    let qpn = p.bth.dest_qp();
+    let Some(v) = inner.cache.qp_view(st, qpn) else {
+        port.count(Counter::RxBadQpn);
+        return None;
+    };
+    let ready = if response {
+        v.state == state::RTS
+    } else {
+        matches!(v.state, state::RTR | state::RTS)
+    };
+    if service(v.service) != Some(svc) || !ready {
+        port.count(Counter::RxBadQpn);
+        return None;
     }
+    if response {
+        let run = requester::response(&mut inner.net.req, port, qpn, p);
+        return run.then_some(qpn);
+    }
+    let back = Dest {
+        ip: from.ip(),
+        qpn: v.remote_qpn,
+        service: svc,
+        mtu: v.mtu_bytes() as usize,
+    };
+    let rq_psn = st.qp.peek(qpn).map_or(0, |e| e.obj.qpc.next_rcv_psn());
+    let action = {
+        let Inner { net, cache, .. } = &mut *inner;
+        let st = &*st;
+        let mut place =
+            |m: &Msg, at: u64, data: &[u8]| deliver::place_write(st, cache, &v, m, at, data);
+        responder::request(&mut net.resp, port, &v, rq_psn, p, &back, &mut place)
+    };
+    let responder::Action::Deliver(mut msg, first, dup) = action else {
+        return None;
+    };
+    msg.src_qpn = v.remote_qpn;
+    msg.dst_qpn = qpn;
+    msg.src_gid = ip_gid(from.ip());
+    msg.dst_gid = ip_gid(port.local_addr().ip());
+    let reply = deliver::deliver(st, inner, &mut msg);
+    responder::delivered(
+        &mut inner.net.resp,
+        port,
+        &v,
+        &msg,
+        (first, dup, p.bth.ack_req()),
+        reply,
+        &back,
+    );
+    inner.net.resp.recycle(msg.data);
+    None
 }
 
 impl PacketSink for Engine {
-    fn receive(&self, port: &NetPort, p: &Packet<'_>, from: SocketAddr) {
-        match p.opcode.service() {
-            Service::Ud => self.receive_datagram(port, p, from),
-            svc => self.receive_connected(port, p, from, svc),
+    fn receive(&self, port: &NetPort, packets: &Arrivals<'_>) {
+        if packets.is_empty() {
+            return;
+        }
+        let mut rest = packets.iter();
+        // The device is locked for a run of packets, up to one that
+        // settles messages: their QP's send queue runs (completing them)
+        // before the packets after it, as if each packet came alone. Each
+        // round takes at least one packet.
+        loop {
+            let mut took = false;
+            let kick = self.fw.with_mut(|st| {
+                let mut guard = self.lock_inner();
+                let inner = &mut *guard;
+                for (p, from) in rest.by_ref() {
+                    took = true;
+                    let kick = match p.opcode.service() {
+                        Service::Ud => {
+                            receive_datagram(st, inner, port, &p, from);
+                            None
+                        }
+                        svc => receive_connected(st, inner, port, &p, from, svc),
+                    };
+                    if kick.is_some() {
+                        return kick;
+                    }
+                }
+                None
+            });
+            // Run with the device unlocked: running takes the lock itself.
+            if let Some(q) = kick {
+                self.kick(q);
+            }
+            if !took {
+                break;
+            }
         }
         self.arrived();
     }

@@ -143,6 +143,9 @@ pub(crate) struct ReqQp {
     hi: u32,
     /// Packets and bytes sent since the last one that asked for an ACK.
     unasked: (u32, usize),
+    /// The largest payload of a request packet of the messages in flight
+    /// (or once in flight, since the queue last emptied).
+    max_payload: usize,
     retry_count: u8,
     retries_left: u8,
     timeout: Option<Duration>,
@@ -181,19 +184,28 @@ impl ReqQp {
 
     /// Sends what the window ([`WINDOW`] packets, the port's window bytes) allows
     /// from `nxt` on, and restarts the ACK timer when anything went. A
-    /// packet asks for an ACK every half window and when it is the last
-    /// one of the burst or fills the window, so the responder answers each
-    /// burst once or twice.
+    /// packet asks for an ACK every [`ACK_EVERY`] packets or half the
+    /// window's bytes, and when it is the last one of the burst or fills
+    /// the window, so the responder answers each burst a few times.
     fn pump(&mut self, port: &NetPort) {
         let before = self.nxt;
-        let mut bytes = self.bytes_in_flight();
         let window_bytes = port.window_bytes();
+        // A full window of the largest packets in flight that fits the
+        // bytes needs no count of them.
+        let most = WINDOW as usize * (self.max_payload + PACKET_OVERHEAD);
+        let mut bytes = if most < window_bytes {
+            0
+        } else {
+            self.bytes_in_flight()
+        };
         let (una, msgs) = (self.una, &self.msgs);
         let mut nxt = self.nxt;
         let mut unasked = self.unasked;
+        // Messages are in PSN order: skip those that end before `nxt`.
+        let start = msgs.partition_point(|f| f.before(nxt));
         port.batch(|| {
             let count = msgs.len();
-            for (k, f) in msgs.iter().enumerate() {
+            for (k, f) in msgs.iter().enumerate().skip(start) {
                 if !f.within(nxt) {
                     continue;
                 }
@@ -311,6 +323,10 @@ pub(crate) struct Requesters {
 /// Buffers kept in [`Requesters::spare`] at most: about a window of small
 /// messages (big ones are few in flight, since a window holds few).
 const SPARE: usize = 2 * WINDOW as usize;
+/// Unsent packets a doorbell's run sends as one burst while others are
+/// in flight: as many as an ACK answers, so the answers clock the
+/// sending and bursts stay long (one segmented send each).
+const BURST: u32 = ACK_EVERY;
 /// Messages in flight per QP at most.
 const MAX_MESSAGES: usize = 4 * WINDOW as usize;
 
@@ -367,6 +383,16 @@ impl Requesters {
         None
     }
 
+    /// Whether QP `qpn`'s WQE at send queue position `at` is the first
+    /// message in flight, not answered yet ([`Known::Pending`] from
+    /// [`lookup`](Self::lookup), which says the same without changing
+    /// anything).
+    pub(crate) fn in_flight(&self, qpn: u32, at: u16) -> bool {
+        self.qps
+            .get(&qpn)
+            .is_some_and(|q| q.done.is_empty() && q.msgs.front().is_some_and(|f| f.at == at))
+    }
+
     /// Where the WQE after QP `qpn`'s last one in flight starts, if a
     /// later WQE may go out now: the window has room and no READ or
     /// atomic waits for its answer.
@@ -378,13 +404,17 @@ impl Requesters {
         (room && back.lets_others_pass()).then_some(back.at.wrapping_add(back.bbs))
     }
 
-    /// Sends QP `qpn`'s queued messages when nothing is in flight. With
-    /// packets in flight the queue waits for their ACK (the last packet of
-    /// every burst asks for one), which sends it as one burst: the answers
-    /// clock the sending, and many small messages share a system call.
-    pub(crate) fn pump(&mut self, qpn: u32, port: &NetPort) {
+    /// Sends what QP `qpn`'s window allows of its queued messages. Runs
+    /// the engine starts itself (`eager`: an answer settled messages, a
+    /// timer) send at once: their packets leave together with the batch
+    /// the receive thread sends. A doorbell's run sends when nothing is
+    /// in flight or [`BURST`] packets wait; otherwise the next answer or
+    /// doorbell takes them, so many small messages posted one by one
+    /// share a system call.
+    pub(crate) fn pump(&mut self, qpn: u32, port: &NetPort, eager: bool) {
         if let Some(q) = self.qps.get_mut(&qpn) {
-            if q.resend_at.is_none() && q.una == q.nxt {
+            let waiting = psn_diff(q.end(), q.nxt);
+            if q.resend_at.is_none() && (eager || q.una == q.nxt || waiting >= BURST as i32) {
                 q.pump(port);
             }
         }
@@ -452,6 +482,10 @@ pub(crate) fn request(
         q.retry_count = a.retry_count;
         q.retries_left = a.retry_count;
         q.timeout = ack_timeout(a.ack_timeout);
+        q.max_payload = 0;
+    }
+    if matches!(msg.op, Op::Send | Op::Write) {
+        q.max_payload = q.max_payload.max(msg.data.len().min(dest.mtu));
     }
     // The message keeps the engine's buffer; the engine gets a spare one.
     let spare = all.spare.pop().unwrap_or_default();

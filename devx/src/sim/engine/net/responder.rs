@@ -2,19 +2,23 @@
 //! in PSN order only; a message is gathered whole, then handed to the
 //! engine's [`responder`](super::super::responder) (which checks keys,
 //! access and lengths exactly as on the in-memory link) when its last
-//! packet arrives.
+//! packet arrives. A WRITE is not gathered: each packet's payload goes
+//! straight from the receive buffer to its target, through the same key,
+//! access and range checks of the whole message; a refused piece stops
+//! the placing, and the message fails when its last packet arrives, as
+//! one delivered whole would.
 //!
 //! RC: a packet ahead of the expected PSN gets one sequence-error NAK; a
 //! duplicate is answered again (SEND/WRITE: ACK; READ: read again; atomic:
 //! the saved original value, never executed twice); an RNR NAK or an error
 //! NAK rewinds the expected PSN to the message's first packet. ACKs are coalesced: one per
-//! packet that asks for it (the requester asks every half window and on
-//! the last packet of a burst); an ACK acknowledges every PSN before it. UC: a gap drops the message being
+//! packet that asks for it (the requester asks every quarter window of
+//! packets or half of its bytes, and on the last packet of a burst); an ACK acknowledges every PSN before it. UC: a gap drops the message being
 //! gathered.
 
 use std::collections::VecDeque;
 
-use super::super::msg::{Msg, Op, Reply};
+use super::super::msg::{Msg, Op, Placed, Reply};
 use super::super::queue::QpView;
 use super::segment::{
     classify, packets, psn_add, psn_diff, send_ack, send_atomic_ack, send_read_response, Dest, Part,
@@ -30,12 +34,14 @@ const SAVED_ATOMICS: usize = 16;
 /// (half the PSN space, IBA 9.7.5.1.2).
 const DUPLICATE_WINDOW: i32 = 1 << 22;
 
-/// A message being gathered.
+/// A message being gathered (WRITE: placed as it arrives).
 struct Partial {
     msg: Msg,
     first: u32,
     /// WRITE: the length its RETH announced.
     expect: u64,
+    /// WRITE: the bytes placed (or refused) so far.
+    placed: u64,
 }
 
 /// A QP's responder state.
@@ -90,8 +96,13 @@ const ACK: Syndrome = Syndrome::Ack {
     credits: NO_CREDIT_LIMIT,
 };
 
+/// Places a WRITE packet's payload: the message (RETH address, key and
+/// length), the offset in it, the bytes; whether the key checks passed.
+pub(crate) type Place<'a> = dyn FnMut(&Msg, u64, &[u8]) -> bool + 'a;
+
 /// A request packet for QP `v` (`rq_psn` is the QP's receive PSN at
-/// connection). Gathers it; returns the message when it is complete.
+/// connection). Gathers it (a WRITE's payload goes straight to its target
+/// through `place`); returns the message when it is complete.
 pub(crate) fn request(
     all: &mut Responders,
     port: &NetPort,
@@ -99,6 +110,7 @@ pub(crate) fn request(
     rq_psn: u32,
     p: &Packet<'_>,
     back: &Dest,
+    place: &mut Place<'_>,
 ) -> Action {
     let rc = back.service == Service::Rc;
     let spare = &mut all.spare;
@@ -165,21 +177,40 @@ pub(crate) fn request(
             msg.compare = a.compare.get();
             msg.len = 8;
         }
-        let expect = if op == Op::Write { msg.len } else { u64::MAX };
+        let expect = if op == Op::Write {
+            msg.placed = Placed::Done;
+            msg.len
+        } else {
+            u64::MAX
+        };
         q.partial = Some(Partial {
             msg,
             first: psn,
             expect,
+            placed: 0,
         });
     }
     let Some(m) = q.partial.as_mut() else {
         return Action::Nothing;
     };
-    let total = m.msg.data.len() as u64 + p.payload.len() as u64;
+    let have = if op == Op::Write {
+        m.placed
+    } else {
+        m.msg.data.len() as u64
+    };
+    let total = have + p.payload.len() as u64;
     if total > v.max_msg() || total > m.expect {
         return invalid(q, port, back, rc);
     }
-    m.msg.data.extend_from_slice(p.payload);
+    if op == Op::Write {
+        // After a refused piece nothing more is placed.
+        if m.msg.placed == Placed::Done && !place(&m.msg, m.placed, p.payload) {
+            m.msg.placed = Placed::Refused;
+        }
+        m.placed = total;
+    } else {
+        m.msg.data.extend_from_slice(p.payload);
+    }
     q.epsn = psn_add(psn, 1);
     if !part.ends() {
         if rc && p.bth.ack_req() {
@@ -187,10 +218,16 @@ pub(crate) fn request(
         }
         return Action::Nothing;
     }
-    let Some(Partial { mut msg, first, .. }) = q.partial.take() else {
+    let Some(Partial {
+        mut msg,
+        first,
+        placed,
+        ..
+    }) = q.partial.take()
+    else {
         return Action::Nothing;
     };
-    if op == Op::Write && msg.data.len() as u64 != msg.len {
+    if op == Op::Write && placed != msg.len {
         return invalid(q, port, back, rc);
     }
     msg.imm = p.imm.map(|i| i.imm);

@@ -113,11 +113,11 @@ fn opcode(service: Service, op: Operation) -> Option<BthOpcode> {
 /// Request packets a requester sends ahead of the first unacknowledged
 /// one at most; its bytes are bounded too, by what the port's socket
 /// buffers hold (`NetPort::window_bytes`): many small messages fill the
-/// packets, big ones the bytes. With an ACK asked for every half window,
-/// the window keeps moving.
-pub(crate) const WINDOW: u32 = 128;
+/// packets, big ones the bytes. With an ACK asked for every quarter of
+/// the window's packets (half of its bytes), the window keeps moving.
+pub(crate) const WINDOW: u32 = 256;
 /// An ACK is asked for at least every this many packets.
-pub(crate) const ACK_EVERY: u32 = WINDOW / 2;
+pub(crate) const ACK_EVERY: u32 = WINDOW / 4;
 /// Bytes of headers (IP, UDP, BTH, RETH, ICRC) the window counts per packet.
 pub(crate) const PACKET_OVERHEAD: usize = 64;
 
