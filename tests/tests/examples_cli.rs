@@ -292,7 +292,7 @@ fn ud_pingpong_net_refuses_a_message_larger_than_the_mtu() {
 /// reason printed) when this machine cannot make one.
 fn in_ipv6_namespace(script: &str) -> Option<Run> {
     let setup =
-        "ip link set lo up && ip addr add fd00::2/128 dev lo && ip addr add fd00::3/128 dev lo";
+        "ip link set lo up && ip addr add fd00::2/128 dev lo nodad && ip addr add fd00::3/128 dev lo nodad";
     let probe = Command::new("unshare")
         .args(["-n", "sh", "-c", setup])
         .output();
