@@ -358,17 +358,23 @@ impl AsyncEngine {
         self.submit_work(ctx, inbox, outlen, wr_id, chan, None)
     }
 
-    /// Runs one command: `work` when given, else the inbox as is.
-    fn execute(&self, inbox: &[u8], outlen: usize, work: Option<Work>) -> Result<Vec<u8>> {
-        match work {
-            Some(work) => work(&self.fw),
-            None => {
-                let mut out = vec![0u8; outlen];
-                match self.fw.execute(inbox, &mut out) {
-                    Ok(()) => Ok(out),
-                    Err(e) => Err(super::with_outbox(inbox, e)),
-                }
+    /// Runs one command: `work` when given, else the inbox as is. The
+    /// inbox's buffer becomes the outbox (a submit's private copy leaves
+    /// room for it), so a command costs no allocation for its outbox.
+    fn execute(&self, inbox: Vec<u8>, outlen: usize, work: Option<Work>) -> Result<Vec<u8>> {
+        if let Some(work) = work {
+            return work(&self.fw);
+        }
+        let inlen = inbox.len();
+        let mut buf = inbox;
+        buf.resize(inlen + outlen, 0);
+        let (cmd, out) = buf.split_at_mut(inlen);
+        match self.fw.execute(cmd, out) {
+            Ok(()) => {
+                buf.drain(..inlen);
+                Ok(buf)
             }
+            Err(e) => Err(super::with_outbox(cmd, e)),
         }
     }
 
@@ -439,7 +445,7 @@ impl AsyncEngine {
                 // out as `running` would, and its channel's lock (taken
                 // after this one, as everywhere), so the whole command
                 // costs one hold of each.
-                let wakers = chan.run_now(wr_id, outlen, || self.execute(&inbox, outlen, None))?;
+                let wakers = chan.run_now(wr_id, outlen, || self.execute(inbox, outlen, None))?;
                 drop(q);
                 wakers.into_iter().for_each(std::task::Waker::wake);
                 return Ok(());
@@ -450,7 +456,7 @@ impl AsyncEngine {
             chan.reserve(outlen)?;
             q.running = Some(ctx);
             drop(q);
-            let result = self.execute(&inbox, outlen, Some(work));
+            let result = self.execute(inbox, outlen, Some(work));
             self.ran(&mut lock(&self.q));
             chan.complete((wr_id, result), outlen);
             return Ok(());
@@ -495,9 +501,10 @@ impl AsyncEngine {
                 if let Some(job) = q.jobs.pop_front() {
                     q.running = Some(job.ctx);
                     drop(q);
-                    let result = self.execute(&job.inbox, job.outlen, job.work);
+                    let latency = self.latency_of(&job.inbox);
+                    let result = self.execute(job.inbox, job.outlen, job.work);
                     let slot = InFlight {
-                        due: Instant::now() + self.latency_of(&job.inbox),
+                        due: Instant::now() + latency,
                         ctx: job.ctx,
                         outlen: job.outlen,
                         wr_id: job.wr_id,
