@@ -230,7 +230,7 @@ impl SimContext {
 
     /// The kernel's private copy of an inbox: uid stamped, valid bits forced.
     fn private_copy(&self, inbox: &[u8]) -> Vec<u8> {
-        self.private_copy_with_room(inbox, 0)
+        self.stamped(inbox.to_vec())
     }
 
     /// [`Self::private_copy`] in a buffer with room for `outlen` more
@@ -238,6 +238,10 @@ impl SimContext {
     fn private_copy_with_room(&self, inbox: &[u8], outlen: usize) -> Vec<u8> {
         let mut cmd = Vec::with_capacity(inbox.len() + outlen);
         cmd.extend_from_slice(inbox);
+        self.stamped(cmd)
+    }
+
+    fn stamped(&self, mut cmd: Vec<u8>) -> Vec<u8> {
         edits::stamp_uid(&mut cmd, self.uid);
         edits::force_umem_valid(&mut cmd);
         cmd
