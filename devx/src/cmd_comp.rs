@@ -2,9 +2,10 @@
 
 use std::fmt;
 use std::future::Future;
+use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll};
 
@@ -54,6 +55,10 @@ pub struct CmdComp {
     ctx: Context,
     channel: Arc<dyn CmdChannel>,
     sorted: Mutex<Sorted>,
+    /// Nothing is parked or abandoned in `sorted` (written under its lock,
+    /// read without it): a completion that [`CmdComp::completion`] finds
+    /// queued for its own `wr_id` then has no other claimant.
+    quiet: AtomicBool,
     /// The next [`CmdComp::library_wr_id`].
     tags: AtomicU64,
 }
@@ -75,6 +80,32 @@ struct Sorted {
     abandoned: NumMap<u64, Option<OnArrival>>,
 }
 
+/// [`Sorted`] locked; keeps [`CmdComp::quiet`] current as it lets go.
+struct SortedGuard<'a> {
+    s: MutexGuard<'a, Sorted>,
+    quiet: &'a AtomicBool,
+}
+
+impl Deref for SortedGuard<'_> {
+    type Target = Sorted;
+    fn deref(&self) -> &Sorted {
+        &self.s
+    }
+}
+
+impl DerefMut for SortedGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Sorted {
+        &mut self.s
+    }
+}
+
+impl Drop for SortedGuard<'_> {
+    fn drop(&mut self) {
+        let quiet = self.s.parked.is_empty() && self.s.abandoned.is_empty();
+        self.quiet.store(quiet, Ordering::Release);
+    }
+}
+
 /// What finishes a command whose future was dropped (a queued destroy:
 /// the object it holds goes, or comes back to be dropped).
 pub(crate) type OnArrival = Box<dyn FnOnce(Result<Vec<u8>>) + Send>;
@@ -92,6 +123,7 @@ impl CmdComp {
             ctx: ctx.clone(),
             channel,
             sorted: Mutex::new(Sorted::default()),
+            quiet: AtomicBool::new(true),
             tags: AtomicU64::new(0),
         })
     }
@@ -113,8 +145,11 @@ impl CmdComp {
         &*self.channel
     }
 
-    fn sorted(&self) -> MutexGuard<'_, Sorted> {
-        self.sorted.lock().unwrap_or_else(|e| e.into_inner())
+    fn sorted(&self) -> SortedGuard<'_> {
+        SortedGuard {
+            s: self.sorted.lock().unwrap_or_else(|e| e.into_inner()),
+            quiet: &self.quiet,
+        }
     }
 
     /// Waits for the next completion.
@@ -184,11 +219,32 @@ impl CmdComp {
     /// stay for `get`/`next` or their own future. Dropping the future
     /// abandons the command: its completion is discarded when it arrives.
     pub fn completion(&self, wr_id: u64) -> Completion<'_> {
+        let queued = match self.channel.try_get_queued() {
+            // A command run during its submit, awaited next: nothing else
+            // claims its completion, so the future holds it without being
+            // registered.
+            Some((w, out)) if w == wr_id && self.quiet.load(Ordering::Acquire) => {
+                return Completion {
+                    comp: self,
+                    wr_id,
+                    done: false,
+                    early: Some(out),
+                };
+            }
+            other => other,
+        };
         self.sorted().awaited.insert(wr_id);
+        if let Some(c) = queued {
+            if let Some((w, out)) = self.sort(c) {
+                // Nobody awaits it: keep it for `get`/`next`.
+                self.sorted().parked.insert(w, out);
+            }
+        }
         Completion {
             comp: self,
             wr_id,
             done: false,
+            early: None,
         }
     }
 }
@@ -199,12 +255,19 @@ pub struct Completion<'a> {
     comp: &'a CmdComp,
     wr_id: u64,
     done: bool,
+    /// Its completion, taken from the channel when the future was made
+    /// (it is then not registered in `awaited`).
+    early: Option<Result<Vec<u8>>>,
 }
 
 impl Future for Completion<'_> {
     type Output = Result<Vec<u8>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        if let Some(out) = self.early.take() {
+            self.done = true;
+            return Poll::Ready(out);
+        }
         let comp = self.comp;
         let wr_id = self.wr_id;
         let drained = (|| {
@@ -255,13 +318,26 @@ impl<'a> Completion<'a> {
     /// Withdraws the registration of a command that was never submitted.
     pub(crate) fn unsubmitted(mut self) {
         self.done = true;
-        self.comp.sorted().awaited.remove(&self.wr_id);
+        match self.early.take() {
+            // A completion of another command with the same `wr_id`: it
+            // stays for `get`, as it would have arrived.
+            Some(out) => {
+                self.comp.sorted().parked.insert(self.wr_id, out);
+            }
+            None => {
+                self.comp.sorted().awaited.remove(&self.wr_id);
+            }
+        }
     }
 
     /// Abandons the command, leaving `then` to finish it when its
     /// completion arrives (at once if it is here already).
     pub(crate) fn abandon_with(mut self, then: OnArrival) {
         self.done = true;
+        if let Some(out) = self.early.take() {
+            then(out);
+            return;
+        }
         let mut s = self.comp.sorted();
         s.awaited.remove(&self.wr_id);
         match s.parked.remove(&self.wr_id) {
@@ -278,7 +354,9 @@ impl<'a> Completion<'a> {
 
 impl Drop for Completion<'_> {
     fn drop(&mut self) {
-        if self.done {
+        // A completion taken early is discarded with the future, as it
+        // would have been on arrival.
+        if self.done || self.early.is_some() {
             return;
         }
         let mut s = self.comp.sorted();

@@ -107,6 +107,12 @@ pub trait CmdChannel: Send + Sync {
     fn try_get(&self) -> Result<Option<AsyncCompletion>>;
     /// Next completion, blocking until one arrives.
     fn get(&self) -> Result<AsyncCompletion>;
+    /// The next completion if the channel holds one in memory already,
+    /// found without a system call; `None` when it does not (or cannot
+    /// tell: then [`CmdChannel::try_get`] is the way to ask).
+    fn try_get_queued(&self) -> Option<AsyncCompletion> {
+        None
+    }
     /// Wakes `waker` on the next completion pushed (at once if one is
     /// queued). `false`: the channel cannot, and the caller waits for its
     /// fd's readiness instead.

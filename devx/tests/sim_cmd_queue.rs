@@ -151,6 +151,29 @@ fn a_dropped_future_abandons_its_completion() {
 }
 
 #[test]
+fn a_future_made_after_its_command_ran_resolves_and_others_stay_for_get() {
+    let ctx = sim_ctx();
+    let comp = devx::CmdComp::new(&ctx).unwrap();
+    let blocking = ctx
+        .general_cmd(&query_caps(), QueryHcaCapOut::SIZE_BYTES)
+        .unwrap();
+    // With no latency and an idle queue both run before their submit
+    // returns: 1's completion is queued ahead of 2's.
+    for wr_id in [1, 2] {
+        ctx.general_async(&query_caps(), QueryHcaCapOut::SIZE_BYTES, wr_id, &comp)
+            .unwrap();
+    }
+    assert_eq!(block_on(comp.completion(2)).unwrap(), blocking);
+    let (wr_id, out) = comp.get().unwrap();
+    assert_eq!((wr_id, out.unwrap()), (1, blocking.clone()));
+    assert!(comp.try_get().unwrap().is_none());
+    ctx.general_async(&query_caps(), QueryHcaCapOut::SIZE_BYTES, 3, &comp)
+        .unwrap();
+    assert_eq!(block_on(comp.completion(3)).unwrap(), blocking);
+    assert!(comp.try_get().unwrap().is_none());
+}
+
+#[test]
 fn a_queued_modify_changes_the_object() {
     let mut env = Env::new(524);
     let (cq_h, cqn) = env.cq(5);

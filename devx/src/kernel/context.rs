@@ -1031,6 +1031,11 @@ impl CmdChannel for KernelCmdChannel {
         Ok(Some((wr_id, result)))
     }
 
+    /// Only the completions of commands run during their submit.
+    fn try_get_queued(&self) -> Option<AsyncCompletion> {
+        self.ready().pop_front()
+    }
+
     fn get(&self) -> Result<AsyncCompletion> {
         block_on(&*self.sys, self.fd, "poll(DEVX async cmd fd)", || {
             self.try_get()

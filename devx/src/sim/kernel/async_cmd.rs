@@ -82,7 +82,10 @@ pub(crate) struct ChanInner {
 impl ChanInner {
     /// Accounts for a new command of `outlen` output bytes.
     fn reserve(&self, outlen: usize) -> Result<()> {
-        let mut q = lock(&self.q);
+        Self::reserve_in(&mut lock(&self.q), outlen)
+    }
+
+    fn reserve_in(q: &mut ChanQ, outlen: usize) -> Result<()> {
         if q.bytes + outlen > MAX_OUTSTANDING_BYTES {
             return Err(Error::os(
                 "async command: channel has 1 MiB of output outstanding",
@@ -95,7 +98,27 @@ impl ChanInner {
     }
 
     fn complete(&self, c: AsyncCompletion, outlen: usize) {
+        let wakers = self.queue(&mut lock(&self.q), c, outlen);
+        wakers.into_iter().for_each(std::task::Waker::wake);
+    }
+
+    /// Reserves, runs `exec` and queues its completion under one hold of
+    /// the queue's lock (a command run at once by its submitter); the
+    /// wakers to wake once the caller has let go of its own locks.
+    fn run_now(
+        &self,
+        wr_id: u64,
+        outlen: usize,
+        exec: impl FnOnce() -> Result<Vec<u8>>,
+    ) -> Result<Vec<std::task::Waker>> {
         let mut q = lock(&self.q);
+        Self::reserve_in(&mut q, outlen)?;
+        let result = exec();
+        Ok(self.queue(&mut q, (wr_id, result), outlen))
+    }
+
+    /// Queues a finished command's completion; returns the futures to wake.
+    fn queue(&self, q: &mut ChanQ, c: AsyncCompletion, outlen: usize) -> Vec<std::task::Waker> {
         q.pending = q.pending.saturating_sub(1);
         if q.fd_live && q.done.is_empty() {
             // Readable while anything is queued; an eventfd write only fails
@@ -103,12 +126,10 @@ impl ChanInner {
             let _ = self.efd.write(1);
         }
         q.done.push_back((c, outlen));
-        let wakers = std::mem::take(&mut q.wakers);
         if q.blocked > 0 {
             self.cv.notify_all();
         }
-        drop(q);
-        wakers.into_iter().for_each(std::task::Waker::wake);
+        std::mem::take(&mut q.wakers)
     }
 
     fn pop(&self, block: bool) -> Result<Option<AsyncCompletion>> {
@@ -184,6 +205,10 @@ impl CmdChannel for SimCmdChannel {
 
     fn try_get(&self) -> Result<Option<AsyncCompletion>> {
         self.inner.pop(false)
+    }
+
+    fn try_get_queued(&self) -> Option<AsyncCompletion> {
+        self.inner.pop(false).ok().flatten()
     }
 
     fn get(&self) -> Result<AsyncCompletion> {
@@ -333,17 +358,23 @@ impl AsyncEngine {
         self.submit_work(ctx, inbox, outlen, wr_id, chan, None)
     }
 
-    /// Runs one command: `work` when given, else the inbox as is.
-    fn execute(&self, inbox: &[u8], outlen: usize, work: Option<Work>) -> Result<Vec<u8>> {
-        match work {
-            Some(work) => work(&self.fw),
-            None => {
-                let mut out = vec![0u8; outlen];
-                match self.fw.execute(inbox, &mut out) {
-                    Ok(()) => Ok(out),
-                    Err(e) => Err(super::with_outbox(inbox, e)),
-                }
+    /// Runs one command: `work` when given, else the inbox as is. The
+    /// inbox's buffer becomes the outbox (a submit's private copy leaves
+    /// room for it), so a command costs no allocation for its outbox.
+    fn execute(&self, inbox: Vec<u8>, outlen: usize, work: Option<Work>) -> Result<Vec<u8>> {
+        if let Some(work) = work {
+            return work(&self.fw);
+        }
+        let inlen = inbox.len();
+        let mut buf = inbox;
+        buf.resize(inlen + outlen, 0);
+        let (cmd, out) = buf.split_at_mut(inlen);
+        match self.fw.execute(cmd, out) {
+            Ok(()) => {
+                buf.drain(..inlen);
+                Ok(buf)
             }
+            Err(e) => Err(super::with_outbox(cmd, e)),
         }
     }
 
@@ -376,7 +407,6 @@ impl AsyncEngine {
         chan: &Arc<ChanInner>,
         work: Option<Work>,
     ) -> Result<()> {
-        chan.reserve(outlen)?;
         let mut q = lock(&self.q);
         if !q.started {
             let me = Arc::clone(self);
@@ -387,6 +417,7 @@ impl AsyncEngine {
                 Ok(h) => *lock(&self.thread) = Some(h),
                 Err(e) => {
                     drop(q);
+                    chan.reserve(outlen)?;
                     chan.complete(
                         (
                             wr_id,
@@ -407,13 +438,30 @@ impl AsyncEngine {
             && q.running.is_none()
             && q.slots.len() < CMD_QUEUE_SLOTS;
         if idle && self.latency_of(&inbox).is_zero() {
+            let Some(work) = work else {
+                // A plain command takes a fraction of a microsecond and
+                // calls back into nothing: it runs under this lock, which
+                // keeps the firmware thread, cancels and other submitters
+                // out as `running` would, and its channel's lock (taken
+                // after this one, as everywhere), so the whole command
+                // costs one hold of each.
+                let wakers = chan.run_now(wr_id, outlen, || self.execute(inbox, outlen, None))?;
+                drop(q);
+                wakers.into_iter().for_each(std::task::Waker::wake);
+                return Ok(());
+            };
+            // A create or registration may drop what it holds (a context,
+            // whose going cancels through this queue): it runs unlocked,
+            // marked `running`.
+            chan.reserve(outlen)?;
             q.running = Some(ctx);
             drop(q);
-            let result = self.execute(&inbox, outlen, work);
+            let result = self.execute(inbox, outlen, Some(work));
             self.ran(&mut lock(&self.q));
             chan.complete((wr_id, result), outlen);
             return Ok(());
         }
+        chan.reserve(outlen)?;
         q.jobs.push_back(Job {
             ctx,
             inbox,
@@ -453,9 +501,10 @@ impl AsyncEngine {
                 if let Some(job) = q.jobs.pop_front() {
                     q.running = Some(job.ctx);
                     drop(q);
-                    let result = self.execute(&job.inbox, job.outlen, job.work);
+                    let latency = self.latency_of(&job.inbox);
+                    let result = self.execute(job.inbox, job.outlen, job.work);
                     let slot = InFlight {
-                        due: Instant::now() + self.latency_of(&job.inbox),
+                        due: Instant::now() + latency,
                         ctx: job.ctx,
                         outlen: job.outlen,
                         wr_id: job.wr_id,

@@ -218,7 +218,7 @@ impl SimContext {
         if let Some(obj) = obj {
             self.bind(obj, inbox)?;
         }
-        let cmd = self.private_copy(inbox);
+        let cmd = self.private_copy_with_room(inbox, q.outlen);
         self.dev
             .engine
             .submit(self.id, cmd, q.outlen, q.wr_id, &chan.inner)
@@ -230,7 +230,18 @@ impl SimContext {
 
     /// The kernel's private copy of an inbox: uid stamped, valid bits forced.
     fn private_copy(&self, inbox: &[u8]) -> Vec<u8> {
-        let mut cmd = inbox.to_vec();
+        self.stamped(inbox.to_vec())
+    }
+
+    /// [`Self::private_copy`] in a buffer with room for `outlen` more
+    /// bytes: a queued command's outbox (see `AsyncEngine::execute`).
+    fn private_copy_with_room(&self, inbox: &[u8], outlen: usize) -> Vec<u8> {
+        let mut cmd = Vec::with_capacity(inbox.len() + outlen);
+        cmd.extend_from_slice(inbox);
+        self.stamped(cmd)
+    }
+
+    fn stamped(&self, mut cmd: Vec<u8>) -> Vec<u8> {
         edits::stamp_uid(&mut cmd, self.uid);
         edits::force_umem_valid(&mut cmd);
         cmd
