@@ -283,8 +283,8 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
     } else if let Some(data) = wr.inline {
         if !data.is_empty() {
             let hdr = WqeInlDataSeg::new().with_byte_count(INLINE_SEG | data.len() as u32);
-            ring.write_bytes(segs.off, &hdr.0);
-            ring.write_bytes(segs.off + 4, data);
+            ring.write_blocks(segs.off, &hdr.0);
+            ring.write_blocks(segs.off + 4, data);
         }
     } else if let [s] = wr.sgl {
         if s.length != 0 {
