@@ -290,6 +290,13 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
         if s.length != 0 {
             segs.push(data_seg(s.length, s.lkey, s.addr));
         }
+    } else if wr.sgl.iter().all(|s| s.length != 0) {
+        // No empty entry to skip, the common case: each segment's place is
+        // known from the list's length alone, so a list of known length
+        // becomes stores to fixed places.
+        for s in wr.sgl {
+            segs.push(data_seg(s.length, s.lkey, s.addr));
+        }
     } else {
         for s in wr.sgl.iter().filter(|s| s.length != 0) {
             segs.push(data_seg(s.length, s.lkey, s.addr));
