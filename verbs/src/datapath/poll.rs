@@ -517,8 +517,11 @@ impl Cq {
         }
         // SQ room first, then the CQ's (the caller's `set_ci`).
         hot.publish(pending);
-        let last = hot.qpn();
-        self.dp.cache.point_at(last);
+        if turns {
+            // Only the loop that moves between QPs may have left the
+            // cache's QP.
+            self.dp.cache.point_at(hot.qpn());
+        }
         self.ci = c;
         c.wrapping_sub(start) as usize
     }
@@ -553,6 +556,7 @@ impl Cq {
     }
 
     /// The consumer counter (free running): CQEs taken so far.
+    #[inline]
     pub fn consumer_index(&self) -> u32 {
         self.ci
     }
