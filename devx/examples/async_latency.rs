@@ -1,6 +1,7 @@
 //! Latency of one NOP command on the emulated device: the blocking call
-//! against the same command submitted asynchronously and awaited (the
-//! firmware thread runs it, the reactor wakes the waiter), and throughput
+//! against the same command submitted asynchronously and awaited (with no
+//! latency in the profile and an idle command queue the submitting thread
+//! runs it; its completion comes through the `CmdComp`), and throughput
 //! with 1, 32 and 200 commands in flight.
 //!
 //! `cargo run --release -p devx --example async_latency`

@@ -1,7 +1,5 @@
 //! Completion channels for asynchronous commands.
 
-use std::collections::{HashMap, HashSet};
-
 use std::fmt;
 use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
@@ -12,6 +10,7 @@ use std::task::{Context as TaskContext, Poll};
 
 use crate::context::Context;
 use crate::error::Result;
+use crate::num_hash::{NumMap, NumSet};
 use crate::provider::{AsyncCompletion, CmdChannel};
 use crate::reactor::NextReady;
 
@@ -68,12 +67,12 @@ pub const LIBRARY_WR_ID_BIT: u64 = 1 << 63;
 #[derive(Default)]
 struct Sorted {
     /// Read, waiting for their future (or `get`) to take them.
-    parked: HashMap<u64, Result<Vec<u8>>>,
+    parked: NumMap<u64, Result<Vec<u8>>>,
     /// Awaited by a future; others read on their behalf are parked.
-    awaited: HashSet<u64>,
+    awaited: NumSet<u64>,
     /// Their future was dropped: the completion is discarded on arrival,
     /// or handed to what the future left to finish it.
-    abandoned: HashMap<u64, Option<OnArrival>>,
+    abandoned: NumMap<u64, Option<OnArrival>>,
 }
 
 /// What finishes a command whose future was dropped (a queued destroy:
@@ -82,7 +81,7 @@ pub(crate) type OnArrival = Box<dyn FnOnce(Result<Vec<u8>>) + Send>;
 
 impl fmt::Debug for CmdComp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CmdComp(fd {})", self.channel.fd())
+        write!(f, "CmdComp(fd {})", self.channel.wait_fd())
     }
 }
 
@@ -176,7 +175,7 @@ impl CmdComp {
         impl FnMut() -> Result<Option<AsyncCompletion>> + Unpin + '_,
         impl Fn(&std::task::Waker) -> bool + Unpin + '_,
     > {
-        NextReady::new(self.as_raw_fd(), move || self.try_get())
+        NextReady::new(self.channel.wait_fd(), move || self.try_get())
             .wake_with(move |w| self.channel.wake_on_completion(w))
     }
 
@@ -210,15 +209,29 @@ impl Future for Completion<'_> {
         let wr_id = self.wr_id;
         let drained = (|| {
             while let Some(c) = comp.channel.try_get()? {
+                if c.0 == wr_id {
+                    // Its own completion, the usual case when one command
+                    // at a time is awaited: taken without parking it.
+                    let mut s = comp.sorted();
+                    if !s.abandoned.contains_key(&wr_id) && !s.parked.contains_key(&wr_id) {
+                        s.awaited.remove(&wr_id);
+                        return Ok(Some(c.1));
+                    }
+                }
                 if let Some((w, out)) = comp.sort(c) {
                     // Nobody awaits it: keep it for `get`/`next`.
                     comp.sorted().parked.insert(w, out);
                 }
             }
-            Ok::<(), crate::Error>(())
+            Ok::<_, crate::Error>(None)
         })();
-        if let Err(e) = drained {
-            return Poll::Ready(Err(e));
+        match drained {
+            Err(e) => return Poll::Ready(Err(e)),
+            Ok(Some(out)) => {
+                self.done = true;
+                return Poll::Ready(out);
+            }
+            Ok(None) => {}
         }
         let mut s = comp.sorted();
         if let Some(out) = s.parked.remove(&wr_id) {
@@ -231,7 +244,7 @@ impl Future for Completion<'_> {
         if comp.channel.wake_on_completion(cx.waker()) {
             return Poll::Pending;
         }
-        match crate::reactor::wake_when_readable(comp.as_raw_fd(), cx.waker()) {
+        match crate::reactor::wake_when_readable(comp.channel.wait_fd(), cx.waker()) {
             Ok(()) => Poll::Pending,
             Err(e) => Poll::Ready(Err(e)),
         }

@@ -142,7 +142,9 @@ impl Context {
 
     /// Queues a create on `comp`, tagged `wr_id`; the future resolves to the
     /// object (or the error). On the emulated device it runs on the
-    /// firmware's command queue. DEVX has no asynchronous create: the
+    /// firmware's command queue (run by the submitting thread when the
+    /// queue is idle and the profile gives it no latency; its completion
+    /// still arrives on `comp`). DEVX has no asynchronous create: the
     /// kernel provider runs it during this call and the future is ready at
     /// once ([`Pending::is_queued`] says which). Dropping the future before
     /// it resolves destroys the object the firmware made (at once, or as
@@ -208,7 +210,8 @@ impl Context {
 
     /// Queues a command that names no object; its completion, tagged
     /// `wr_id`, arrives on `comp`. On the emulated device it runs on the
-    /// firmware's command queue. DEVX has no asynchronous form of it: the
+    /// firmware's command queue (run by the submitting thread when the
+    /// queue is idle and the profile gives it no latency). DEVX has no asynchronous form of it: the
     /// kernel provider runs it synchronously during this call and queues its
     /// completion at once (`try_get` returns it; the fd does not signal it).
     pub fn general_async(

@@ -17,6 +17,7 @@ pub mod events;
 pub mod fixture;
 pub mod kernel;
 pub mod live;
+mod num_hash;
 pub mod obj;
 pub mod pending;
 pub mod provider;

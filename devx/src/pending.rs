@@ -11,7 +11,9 @@
 //! Dropping a future before it resolves cancels cleanly: what a queued
 //! create made is destroyed (at once, or as soon as the firmware makes it),
 //! and an object whose queued destroy the firmware refuses comes back to be
-//! dropped like any other.
+//! dropped like any other. A future dropped after its completion arrived
+//! takes it first and drops what it made like any RAII object, so a
+//! recording holds the completion and an ordinary destroy.
 //!
 //! [`Obj`]: crate::Obj
 //! [`Umem`]: crate::Umem
@@ -109,9 +111,18 @@ impl<'a, T: 'a> Future for Pending<'a, T> {
 }
 
 impl<'a, T: 'a> Drop for Pending<'a, T> {
+    /// A command whose completion is already here finishes as if awaited
+    /// and its output is dropped (what it made is destroyed, deregistered
+    /// or freed through its own `Drop`), so the provider sees — and a
+    /// recorder writes — the completion followed by an ordinary release.
+    /// Otherwise the step abandons it.
     fn drop(&mut self) {
-        if let State::Queued(c, step) = std::mem::replace(&mut self.state, State::Taken) {
-            step.abandon(c);
+        if let State::Queued(mut c, step) = std::mem::replace(&mut self.state, State::Taken) {
+            let mut cx = TaskContext::from_waker(std::task::Waker::noop());
+            match Pin::new(&mut c).poll(&mut cx) {
+                Poll::Ready(out) => drop(step.finish(out)),
+                Poll::Pending => step.abandon(c),
+            }
         }
     }
 }

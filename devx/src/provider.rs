@@ -121,6 +121,11 @@ pub trait CmdChannel: Send + Sync {
         let _ = waker;
         false
     }
+    /// The fd a future registers with the reactor when
+    /// [`CmdChannel::wake_on_completion`] returns `false`.
+    fn wait_fd(&self) -> RawFd {
+        self.fd()
+    }
     /// Lets a provider find its own channel type behind the trait object.
     fn as_any(&self) -> &dyn Any;
 }

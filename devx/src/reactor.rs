@@ -4,12 +4,16 @@
 //! readiness that arrives between a future's check and its registration is
 //! still seen) and wakes each waiter once its descriptor is readable.
 
+use std::cell::Cell;
 use std::fmt;
 use std::future::Future;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -172,41 +176,113 @@ where
 /// How long [`block_on`] watches for a wake-up before it parks: an answer
 /// that comes sooner (the emulated firmware's, typically) costs no futex
 /// sleep and wake.
-const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+const WAIT_SPIN: Duration = Duration::from_micros(50);
+
+/// The first part of a [`watch`] that spins with the CPU's spin-wait hint
+/// alone; the rest yields the CPU between looks.
+const HOT_SPIN: Duration = Duration::from_micros(5);
+
+/// Looks at `ready` until it holds or `bound` has passed; true when it
+/// held. For the first [`HOT_SPIN`] it spins with the CPU's spin-wait hint
+/// (an answer from a thread on another core arrives with neither thread
+/// sleeping or making a syscall); after that it yields between looks, so a
+/// thread that shares this core (the one that will answer, on a busy
+/// machine) gets to run.
+pub(crate) fn watch(bound: Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        // The clock is read once per 16 looks (each look is a load).
+        for _ in 0..16 {
+            if ready() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        let spent = start.elapsed();
+        if spent >= bound {
+            return ready();
+        }
+        if spent >= HOT_SPIN {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Wakes the thread that runs [`block_on`].
+struct Unpark {
+    thread: std::thread::Thread,
+    woken: AtomicBool,
+}
+
+impl std::task::Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
+}
+
+impl Unpark {
+    fn waker() -> (Arc<Unpark>, Waker) {
+        let unpark = Arc::new(Unpark {
+            thread: std::thread::current(),
+            woken: AtomicBool::new(false),
+        });
+        let waker = Waker::from(Arc::clone(&unpark));
+        (unpark, waker)
+    }
+}
+
+thread_local! {
+    /// This thread's waker for [`block_on`], made once (a command awaited
+    /// with `block_on` costs no allocation for it); `true` while an outer
+    /// `block_on` of this thread uses it.
+    static OWN_WAKER: ((Arc<Unpark>, Waker), Cell<bool>) =
+        (Unpark::waker(), Cell::new(false));
+}
 
 /// Runs a future to completion on the calling thread, parking it between
 /// polls: the blocking form of every future of this crate.
 pub fn block_on<F: Future>(f: F) -> F::Output {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    struct Unpark {
-        thread: std::thread::Thread,
-        woken: AtomicBool,
-    }
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.wake_by_ref();
-        }
-        fn wake_by_ref(self: &Arc<Self>) {
-            self.woken.store(true, Ordering::Release);
-            self.thread.unpark();
-        }
-    }
-    let unpark = Arc::new(Unpark {
-        thread: std::thread::current(),
-        woken: AtomicBool::new(false),
-    });
-    let waker = Waker::from(Arc::clone(&unpark));
-    let mut cx = Context::from_waker(&waker);
     let mut f = std::pin::pin!(f);
+    let own = OWN_WAKER.try_with(|((unpark, waker), in_use)| {
+        if in_use.replace(true) {
+            // A `block_on` inside a future that an outer one polls: a waker
+            // of its own, so neither takes the other's wake-ups.
+            let (unpark, waker) = Unpark::waker();
+            return run(f.as_mut(), &unpark, &waker);
+        }
+        /// Gives the waker back even when the future panics.
+        struct Release<'a>(&'a Cell<bool>);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.0.set(false);
+            }
+        }
+        let _release = Release(in_use);
+        unpark.woken.store(false, Ordering::Release);
+        run(f.as_mut(), unpark, waker)
+    });
+    match own {
+        Ok(out) => out,
+        // Called while this thread's locals are being destroyed.
+        Err(_) => {
+            let (unpark, waker) = Unpark::waker();
+            run(f.as_mut(), &unpark, &waker)
+        }
+    }
+}
+
+fn run<F: Future>(mut f: Pin<&mut F>, unpark: &Unpark, waker: &Waker) -> F::Output {
+    let mut cx = Context::from_waker(waker);
     loop {
         if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
             return v;
         }
-        let until = std::time::Instant::now() + WAIT_SPIN;
-        while !unpark.woken.load(Ordering::Acquire) && std::time::Instant::now() < until {
-            std::thread::yield_now();
-        }
+        watch(WAIT_SPIN, || unpark.woken.load(Ordering::Acquire));
         if !unpark.woken.swap(false, Ordering::AcqRel) {
             std::thread::park();
             unpark.woken.store(false, Ordering::Release);

@@ -93,6 +93,27 @@ fn fd_polls_readable_while_completions_wait() {
 }
 
 #[test]
+fn fd_asked_for_after_the_completion_arrived_polls_readable() {
+    let mut env = Env::new(507);
+    let (cq_h, cqn) = env.cq(5);
+    let ch = env.ctx.create_cmd_channel().unwrap();
+    let q = with_num(hdr(0x402, 0, 16), cqn);
+    env.ctx
+        .query_async(cq_h, &q, QueryCqOut::SIZE_BYTES, 1, &*ch)
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while env.dev.async_queued() + env.dev.async_in_flight() > 0
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::yield_now();
+    }
+    // The fd is asked for only now: it still says a completion waits.
+    assert!(readable(&*ch));
+    assert_eq!(ch.try_get().unwrap().unwrap().0, 1);
+    assert!(!readable(&*ch));
+}
+
+#[test]
 fn firmware_errors_arrive_as_errors() {
     let mut env = Env::new(503);
     let (cq_h, cqn) = env.cq(5);

@@ -81,6 +81,17 @@ fn threads_left(name: &str) -> usize {
     threads_named(name)
 }
 
+/// Threads named `name` once one has had up to 5 s to start: the first
+/// asynchronous command spawns the firmware thread, which names itself when
+/// it runs (a command the submitting thread ran itself may complete first).
+fn threads_started(name: &str) -> usize {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while threads_named(name) == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    threads_named(name)
+}
+
 fn firmware_thread(sim: &SimDevice) -> String {
     format!("sim{}-fw", sim.index())
 }
@@ -156,7 +167,7 @@ fn dropping_the_owner_after_its_contexts_frees_everything() {
     let ctx = sim.device().open().unwrap();
     let cq = cq(&ctx);
     assert_eq!(query_async(&ctx, &cq.cq).unwrap(), 6);
-    assert_eq!(threads_named(&thread), 1);
+    assert_eq!(threads_started(&thread), 1);
     assert_eq!(sim.open_contexts(), 1);
 
     drop(cq);

@@ -8,7 +8,9 @@ use devx::{CmdComp, Uar, Umem};
 use memmap2::MmapMut;
 use prm_layouts::enums::Opcode;
 use prm_layouts::{Cqe64, CqeOpcode};
-use prm_layouts::{CreateCqIn, CreateCqOut, ModifyCqIn, ModifyCqOut, QueryCqIn, QueryCqOut};
+use prm_layouts::{
+    CreateCqIn, CreateCqOut, ModifyCqIn, ModifyCqOut, NopIn, NopOut, QueryCqIn, QueryCqOut,
+};
 
 use crate::async_event::{EventHandler, HandlerEntry};
 use crate::comp_channel::CompChannel;
@@ -392,6 +394,22 @@ impl Cq {
     /// old ring is released. Completions not yet polled move to the new ring at
     /// the same consumer counter. Returns the new usable size.
     pub fn resize(&mut self, entries: u32) -> Result<u32> {
+        exec::now(self.resize_with(entries, Exec::Now))
+    }
+
+    /// [`Cq::resize`] with its UMEM registration and MODIFY_CQ queued on
+    /// `comp`. Dropping the future before the MODIFY_CQ is queued leaves
+    /// the CQ as it was (the new ring is released). Dropped while the
+    /// MODIFY_CQ is queued or in flight, the drop waits until the firmware
+    /// has run it (a NOP queued behind it completes) and the CQ takes the
+    /// new ring if the firmware moved to it (the device then still holds
+    /// its UMEM), so the CQ stays usable either way.
+    pub async fn resize_async(&mut self, entries: u32, comp: &CmdComp) -> Result<u32> {
+        self.resize_with(entries, Exec::Queued(comp)).await
+    }
+
+    /// The one description of `ibv_resize_cq`, for both forms.
+    async fn resize_with(&mut self, entries: u32, exec: Exec<'_>) -> Result<u32> {
         const VERB: &str = "resize_cq";
         let ctx = self.shared.ctx.clone();
         if ctx.caps().cq_resize() == 0 {
@@ -401,7 +419,7 @@ impl Cq {
             ));
         }
         let n = ring_entries(VERB, &ctx, entries)?;
-        let ring = exec::now(new_ring(VERB, &ctx, n, Exec::Now))?;
+        let ring = new_ring(VERB, &ctx, n, exec).await?;
 
         let mut inbox = ModifyCqIn::new();
         inbox.set_opcode(Opcode::ModifyCq.raw());
@@ -419,10 +437,28 @@ impl Cq {
         inbox.set_cq_umem_valid(1);
         inbox.set_cq_umem_offset(0);
         inbox.set_cq_umem_id(ring.id());
-        self.obj()
-            .modify(inbox.as_bytes(), ModifyCqOut::SIZE_BYTES)
-            .verb(VERB)?;
+        let mut unsettled = Unsettled {
+            cq: self,
+            ring: Some(ring),
+            log: log2(n),
+            exec,
+        };
+        let done = exec
+            .modify(
+                unsettled.cq.obj(),
+                inbox.as_bytes(),
+                ModifyCqOut::SIZE_BYTES,
+            )
+            .await;
+        // Answered: nothing is left to settle when `unsettled` drops.
+        let ring = unsettled.ring.take().expect("the ring stays until settled");
+        done.verb(VERB)?;
+        unsettled.cq.take_ring(ring, log2(n));
+        Ok(unsettled.cq.cqe())
+    }
 
+    /// Moves to `ring` (of 2^`log` entries), which the firmware now writes.
+    fn take_ring(&mut self, ring: Umem<MmapMut>, log: u32) {
         let mut current = self
             .shared
             .owned
@@ -430,13 +466,12 @@ impl Cq {
             .ring
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        carry_unpolled(&current, self.log_size, &ring, log2(n), self.ci);
+        carry_unpolled(&current, self.log_size, &ring, log, self.ci);
         self.ring_addr = ring.addr();
-        self.log_size = log2(n);
+        self.log_size = log;
         // Deregistered on drop; if the device still used it, the context
         // keeps it mapped until it lets go.
         drop(std::mem::replace(&mut *current, ring));
-        Ok(self.cqe())
     }
 
     /// `ibv_modify_cq` moderation: MODIFY_CQ op_mod 0 with cq_max_count and cq_period.
@@ -524,6 +559,41 @@ impl Context {
     /// [`Cq::create_async`].
     pub async fn create_cq_async(&self, init: &CqInit, comp: &CmdComp) -> Result<Cq> {
         Cq::create_async(self, init, comp).await
+    }
+}
+
+/// A resize whose MODIFY_CQ was submitted and not yet answered. Dropped
+/// with its ring still in it (the resize future was dropped), it settles
+/// which ring the CQ has: a NOP queued behind the MODIFY_CQ completes once
+/// the firmware has run it, then a ring the device refuses to let go of is
+/// the one it moved to.
+struct Unsettled<'a, 'c> {
+    cq: &'a mut Cq,
+    ring: Option<Umem<MmapMut>>,
+    log: u32,
+    exec: Exec<'c>,
+}
+
+impl Drop for Unsettled<'_, '_> {
+    fn drop(&mut self) {
+        let (Some(ring), Exec::Queued(comp)) = (self.ring.take(), self.exec) else {
+            return;
+        };
+        let ctx = comp.context();
+        let mut nop = NopIn::new();
+        nop.set_opcode(Opcode::Nop.raw());
+        let wr_id = comp.library_wr_id();
+        let behind = ctx
+            .general_async(nop.as_bytes(), NopOut::SIZE_BYTES, wr_id, comp)
+            .and_then(|()| devx::reactor::block_on(comp.completion(wr_id)));
+        if behind.is_err() {
+            // The firmware cannot say (the device failed, the channel
+            // closed): the ring goes to the context if the device holds it.
+            return;
+        }
+        if let Err((ring, _in_use)) = ring.deregister() {
+            self.cq.take_ring(ring, self.log);
+        }
     }
 }
 

@@ -289,12 +289,39 @@ impl<M: ExclusiveMemory> Mr<M> {
     /// the old memory unless another region (or an object of the device)
     /// still uses it.
     pub fn rereg_memory(&mut self, memory: M, access: Option<AccessFlags>) -> Result<Option<M>> {
+        exec::now(self.rereg_memory_with(memory, access, Exec::Now))
+    }
+
+    /// [`Mr::rereg_memory`] with its UMEM registration and CREATE_MKEY
+    /// queued on `comp` (the old key's DESTROY_MKEY and UMEM release run as
+    /// its drop does). Dropping the future before it resolves leaves the
+    /// region as it was and releases what the new registration made.
+    pub async fn rereg_memory_async(
+        &mut self,
+        memory: M,
+        access: Option<AccessFlags>,
+        comp: &CmdComp,
+    ) -> Result<Option<M>> {
+        self.rereg_memory_with(memory, access, Exec::Queued(comp))
+            .await
+    }
+
+    /// The one description of `ibv_rereg_mr(CHANGE_TRANSLATION)`.
+    async fn rereg_memory_with(
+        &mut self,
+        memory: M,
+        access: Option<AccessFlags>,
+        exec: Exec<'_>,
+    ) -> Result<Option<M>> {
         const VERB: &str = "rereg_mr";
         let access = access.unwrap_or(self.access);
         let pd = self.pd().clone();
         check_access(VERB, &pd, access)?;
-        let umem = Umem::register(pd.context().devx(), memory, umem_access(access)).verb(VERB)?;
-        let new = Mr::over(VERB, &pd, Arc::new(umem), access)?;
+        let umem = exec
+            .register(pd.context().devx(), memory, umem_access(access))
+            .await
+            .verb(VERB)?;
+        let new = Mr::over_with(VERB, &pd, Arc::new(umem), access, exec).await?;
         let old = self.replace(new);
         Ok(release(old))
     }
@@ -454,6 +481,29 @@ impl<M: StableMemory> Mr<M> {
     /// `ibv_rereg_mr` with new access rights and/or PD over the same memory:
     /// CREATE_MKEY of the new key, then DESTROY_MKEY of the old one.
     pub fn rereg(&mut self, access: Option<AccessFlags>, pd: Option<&Pd>) -> Result<()> {
+        exec::now(self.rereg_with(access, pd, Exec::Now))
+    }
+
+    /// [`Mr::rereg`] with its CREATE_MKEY queued on `comp` (the old key's
+    /// DESTROY_MKEY runs as its drop does). Dropping the future before it
+    /// resolves leaves the region as it was; a key the firmware made anyway
+    /// is destroyed.
+    pub async fn rereg_async(
+        &mut self,
+        access: Option<AccessFlags>,
+        pd: Option<&Pd>,
+        comp: &CmdComp,
+    ) -> Result<()> {
+        self.rereg_with(access, pd, Exec::Queued(comp)).await
+    }
+
+    /// The one description of `ibv_rereg_mr` over the same memory.
+    async fn rereg_with(
+        &mut self,
+        access: Option<AccessFlags>,
+        pd: Option<&Pd>,
+        exec: Exec<'_>,
+    ) -> Result<()> {
         const VERB: &str = "rereg_mr";
         let access = access.unwrap_or(self.access);
         let pd = pd.cloned().unwrap_or_else(|| self.pd().clone());
@@ -462,7 +512,8 @@ impl<M: StableMemory> Mr<M> {
             return Err(Error::argument(VERB, "the PD belongs to another context"));
         }
         self.check_umem_allows(VERB, access)?;
-        let new = Mr::over(VERB, &pd, self.owned.deps().umem.clone(), access)?;
+        let umem = self.owned.deps().umem.clone();
+        let new = Mr::over_with(VERB, &pd, umem, access, exec).await?;
         self.replace(new);
         Ok(())
     }

@@ -1,5 +1,5 @@
-//! The `_async` forms of the multi-command verbs (CQ, QP and its
-//! transitions, MR, MW, SRQ, PD): they build working objects on the
+//! The `_async` forms of the multi-command verbs (CQ and its resize, QP
+//! and its transitions, MR and its re-registration, MW, SRQ, PD): they build working objects on the
 //! emulated device's command queue, and dropping one at any step leaves
 //! nothing behind.
 
@@ -336,5 +336,97 @@ fn dropping_a_queued_transition_leaves_the_qp_usable() {
     // The firmware made the transition; the library did not learn it.
     assert_eq!(qp.query().unwrap().state, QpState::Init);
     drop((qp, cq, pd));
+    assert_eq!(sim.live_objects(), 0);
+}
+
+#[test]
+fn cq_resize_and_mr_rereg_async_forms_change_the_objects() {
+    let (ctx, sim) = open_slow(&[]);
+    let comp = ctx.cmd_comp().unwrap();
+    let mut cq = ctx.create_cq(16).unwrap();
+    let umems = sim.count(ObjKind::Umem);
+    let size = block_on(cq.resize_async(200, &comp)).unwrap();
+    assert!(size >= 200);
+    assert_eq!((cq.cqe(), cq.query().unwrap().cqe), (size, size));
+    // The old ring's UMEM went with the resize.
+    assert_eq!(sim.count(ObjKind::Umem), umems);
+
+    let pd = ctx.alloc_pd().unwrap();
+    let mut mr = pd
+        .reg_mr(vec![3u8; 4096], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let wider = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+    block_on(mr.rereg_async(Some(wider), None, &comp)).unwrap();
+    let attr = mr.query().unwrap();
+    assert_eq!(
+        (mr.access(), attr.access, attr.lkey),
+        (wider, wider, mr.lkey())
+    );
+    assert_eq!(sim.count(ObjKind::Mkey), 1);
+
+    let old = block_on(mr.rereg_memory_async(vec![7u8; 8192], None, &comp)).unwrap();
+    assert_eq!(old, Some(vec![3u8; 4096]));
+    assert_eq!(
+        (mr.len(), mr.read_vec(8190, 2).unwrap()),
+        (8192, vec![7, 7])
+    );
+    assert_eq!(sim.count(ObjKind::Mkey), 1);
+    drop((mr, pd, cq, comp, ctx));
+    assert_eq!(sim.live_objects(), 0);
+}
+
+#[test]
+fn dropping_a_resize_or_rereg_in_flight_leaves_the_object_as_it_was() {
+    // Resize: dropped while the new ring's UMEM registration holds its slot.
+    let (ctx, sim) = open_slow(&[Opcode::CreateUmem]);
+    let comp = ctx.cmd_comp().unwrap();
+    let mut cq = ctx.create_cq(16).unwrap();
+    let (size, before) = (cq.cqe(), counts(&sim));
+    let umems = sim.count(ObjKind::Umem);
+    assert!(drop_when(cq.resize_async(200, &comp), || sim
+        .count(ObjKind::Umem)
+        == umems + 1
+        && sim.async_in_flight() == 1));
+    assert!(eventually(|| counts(&sim) == before), "{:?}", counts(&sim));
+    assert_eq!((cq.cqe(), cq.query().unwrap().cqe), (size, size));
+    drop((cq, comp, ctx));
+    assert_eq!(sim.live_objects(), 0);
+
+    // Resize: dropped while the MODIFY_CQ holds its slot (the firmware has
+    // moved to the new ring): the CQ takes it, the old ring goes.
+    let (ctx, sim) = open_slow(&[Opcode::ModifyCq]);
+    let comp = ctx.cmd_comp().unwrap();
+    let mut cq = ctx.create_cq(16).unwrap();
+    let umems = sim.count(ObjKind::Umem);
+    assert!(drop_when(cq.resize_async(200, &comp), || sim
+        .async_in_flight()
+        == 1));
+    let attr = cq.query().unwrap();
+    assert!(attr.cqe >= 200);
+    assert_eq!(cq.cqe(), attr.cqe);
+    assert!(eventually(|| sim.count(ObjKind::Umem) == umems));
+    drop((cq, comp, ctx));
+    assert_eq!(sim.live_objects(), 0);
+
+    // Rereg: dropped while the new key's CREATE_MKEY holds its slot.
+    let (ctx, sim) = open_slow(&[Opcode::CreateMkey]);
+    let comp = ctx.cmd_comp().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut mr = pd
+        .reg_mr(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let (lkey, before) = (mr.lkey(), counts(&sim));
+    let wider = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+    assert!(drop_when(mr.rereg_async(Some(wider), None, &comp), || sim
+        .count(ObjKind::Mkey)
+        == 2
+        && sim.async_in_flight() == 1));
+    assert!(eventually(|| counts(&sim) == before), "{:?}", counts(&sim));
+    let attr = mr.query().unwrap();
+    assert_eq!(
+        (mr.lkey(), attr.lkey, attr.access),
+        (lkey, lkey, AccessFlags::LOCAL_WRITE)
+    );
+    drop((mr, pd, comp, ctx));
     assert_eq!(sim.live_objects(), 0);
 }

@@ -16,6 +16,16 @@
 //! `kernel` uses `engine` and `fw`, `engine` uses `fw` and `wire`; nothing
 //! in `fw` or `engine` reaches up (a unit test below checks the sources).
 //!
+//! Asynchronous commands (`general_async`, `create_async`, …) go through
+//! the firmware's command queue of [`CMD_QUEUE_SLOTS`] slots, one command
+//! executing at a time. The device's firmware thread runs them, except a
+//! command submitted while the queue is idle (nothing queued or executing,
+//! a slot free, not paused with [`SimDevice::pause_async`]) whose opcode
+//! has no latency in [`Profile::cmd_latency`]: the submitting thread runs
+//! that one itself and posts its completion on the channel before the
+//! submit returns, sparing two thread wake-ups. Commands with latency,
+//! behind others or while paused always wait for the firmware thread.
+//!
 //! Named devices are process-wide: `sim0` always exists, `simN` is created
 //! on first request and lives until the process ends; they reach each other
 //! over an in-process link, and the CLI and tools find them by name. A test

@@ -2,7 +2,6 @@
 //! ownership and reference counts, all O(1) per command.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use super::cmd::{fail, FwResult};
 use super::kind::ObjKind;
@@ -31,36 +30,7 @@ pub(crate) struct Entry<T> {
     pub(crate) obj: T,
 }
 
-/// Hashes an object number with one multiply. The data path looks objects
-/// up several times per WQE, where SipHash dominated; numbers are handed
-/// out by the table itself (or are keys checked for equality after the
-/// lookup), so flooding resistance buys nothing here.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct NumHasher(u64);
-
-impl Hasher for NumHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(u64::from(*b));
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        // Fibonacci hashing: the high bits (which hashbrown uses for its
-        // control bytes) depend on every bit of the number.
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-type NumMap<V> = HashMap<u32, V, BuildHasherDefault<NumHasher>>;
+type NumMap<V> = crate::num_hash::NumMap<u32, V>;
 
 /// Objects of one kind, keyed by their PRM number.
 #[derive(Debug)]

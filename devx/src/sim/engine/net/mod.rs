@@ -30,32 +30,8 @@ use segment::Dest;
 
 pub(crate) use requester::{Known, Status};
 
-/// Hashes a QPN with one multiplication (Fibonacci hashing): the transport
-/// maps are looked up for every packet and only ever hold this device's
-/// own QPs, so a keyed hash buys nothing there.
-#[derive(Default)]
-pub(crate) struct QpnHasher(u64);
-
-impl std::hash::Hasher for QpnHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u32(u32::from(b) ^ (self.0 as u32).rotate_left(8));
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
-        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(GOLDEN);
-    }
-}
-
 /// A map keyed by this device's QPNs.
-pub(crate) type QpnMap<V> =
-    std::collections::HashMap<u32, V, std::hash::BuildHasherDefault<QpnHasher>>;
+pub(crate) type QpnMap<V> = crate::num_hash::NumMap<u32, V>;
 
 /// The transport state of every QP talking over the network.
 #[derive(Default)]
