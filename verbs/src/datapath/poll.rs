@@ -298,7 +298,11 @@ pub(super) fn complete_any(c: &RawCqe, cache: &mut PollCache) -> (Option<Wc>, Pe
 }
 
 #[inline(always)]
-fn decode_any(c: &RawCqe, cache: &mut PollCache, pending: &mut PendingTail) -> Option<Wc> {
+pub(super) fn decode_any(
+    c: &RawCqe,
+    cache: &mut PollCache,
+    pending: &mut PendingTail,
+) -> Option<Wc> {
     use CqeOpcode::*;
     let Some(op) = c.kind() else {
         return Some(Wc {
