@@ -64,6 +64,13 @@ pub trait UarPage: Send + Sync {
     /// exactly as its bytes are laid out in memory (callers pre-swap to big
     /// endian). A store outside an aligned 8-byte slot of the page is dropped.
     fn write64(&self, offset: usize, value: u64);
+    /// Whether the page is write-combining device memory (a mapped BAR),
+    /// whose stores need `sfence` around them to leave the CPU in order.
+    /// A page in ordinary memory, read by a device that runs in program
+    /// order with its writer, says `false`: plain store order suffices.
+    fn write_combining(&self) -> bool {
+        true
+    }
 }
 
 /// An allocated UAR.

@@ -4,8 +4,22 @@
 //! are fixed-size arrays, so after inlining the index checks fold away.
 
 /// Reads `width` bits ending `shift` bits above the LSB of the big-endian dword at `byte`.
+///
+/// A byte or 16-bit field on byte boundaries is read from just its bytes: a CQE's 16-bit
+/// `wqe_counter` is then one 16-bit load, which a preceding store of the
+/// neighbouring owner byte cannot stall (a wider load spanning two stores
+/// waits for both to reach the cache instead of being forwarded).
 #[inline(always)]
 pub(crate) fn get32<const N: usize>(b: &[u8; N], byte: usize, shift: u32, width: u32) -> u32 {
+    if shift % 8 == 0 && (width == 8 || width == 16) {
+        // Big-endian: the field's most significant byte comes first.
+        let first = byte + ((32 - shift - width) / 8) as usize;
+        return if width == 8 {
+            u32::from(b[first])
+        } else {
+            u32::from(u16::from_be_bytes([b[first], b[first + 1]]))
+        };
+    }
     let d = u32::from_be_bytes([b[byte], b[byte + 1], b[byte + 2], b[byte + 3]]);
     (d >> shift) & (u32::MAX >> (32 - width))
 }

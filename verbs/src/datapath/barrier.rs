@@ -61,3 +61,33 @@ pub(crate) fn wc_start_locked() {
     #[cfg(not(target_arch = "x86_64"))]
     flush_writes();
 }
+
+/// [`flush_writes`] before a store to a register in write-combining memory
+/// (`wc`), else only a compiler barrier: stores to ordinary memory leave
+/// in program order on x86_64, and the device that reads such a page (an
+/// emulated one) runs after the store in the same thread or behind a lock.
+#[inline(always)]
+pub(crate) fn wc_start(wc: bool) {
+    if wc {
+        flush_writes();
+    } else {
+        ordinary_order();
+    }
+}
+
+/// [`flush_writes`] after a store to write-combining memory (`wc`); see
+/// [`wc_start`].
+#[inline(always)]
+pub(crate) fn wc_flush(wc: bool) {
+    wc_start(wc);
+}
+
+/// Orders earlier stores to ordinary memory before later ones, for every
+/// observer: a compiler barrier on x86_64 (TSO), a store barrier elsewhere.
+#[inline(always)]
+fn ordinary_order() {
+    #[cfg(target_arch = "x86_64")]
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    #[cfg(not(target_arch = "x86_64"))]
+    std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+}

@@ -51,6 +51,10 @@ pub struct Doorbell {
     dbrec: DbRec,
     uar: Arc<Uar>,
     register: Register,
+    /// The register is write-combining memory (a mapped device BAR), which
+    /// steps 3 and 5 fence; an emulated device's page is ordinary memory,
+    /// which plain store order serves.
+    wc: bool,
 }
 
 impl std::fmt::Debug for Doorbell {
@@ -74,10 +78,12 @@ impl Doorbell {
         } else {
             Register::Shared
         };
+        let wc = uar.page().write_combining();
         Doorbell {
             dbrec,
             uar,
             register,
+            wc,
         }
     }
 
@@ -104,17 +110,17 @@ impl Doorbell {
         self.dbrec.store(SND_DBR, cur_post & 0xffff);
         match &mut self.register {
             Register::Dedicated(offset) => {
-                barrier::flush_writes();
+                barrier::wc_start(self.wc);
                 // The offset is always one of the two halves: no check needed.
                 self.uar.page().write64(*offset, ctrl8);
-                barrier::flush_writes();
+                barrier::wc_flush(self.wc);
                 *offset ^= BF_HALF;
             }
             Register::Shared => {
                 let mut next = self.uar.blue_flame().lock();
                 barrier::wc_start_locked();
                 self.uar.page().write64(*next, ctrl8);
-                barrier::flush_writes();
+                barrier::wc_flush(self.wc);
                 *next ^= BF_HALF;
             }
         }

@@ -7,7 +7,7 @@
 
 use prm_layouts::Cqe64;
 
-use super::poll::{complete_any, is_hot_req, RawCqe, OP_OWN, SET_CI};
+use super::poll::{decode_any, is_hot_req, RawCqe, OP_OWN, SET_CI};
 use super::ring::Ring;
 use super::track::PendingTail;
 use super::wc::{Wc, WcOpcode, WcStatus};
@@ -166,10 +166,14 @@ impl Poll<'_> {
             }
             self.ci = c.wrapping_add(1);
             // The general decoder may move the cache: what the cached QP's
-            // completions freed goes out first.
+            // completions freed goes out first. Inlined rather than called:
+            // a call in the caller's loop clobbers the registers that carry
+            // the poll's counter and the caller's own state across
+            // completions, so the hot path would spill and reload them.
             let cache = &mut self.cq.dp.cache;
             cache.publish(self.pending.take());
-            let (w, tail) = complete_any(&RawCqe(e.read64b()), cache);
+            let mut tail = None;
+            let w = decode_any(&RawCqe(e.read64b()), cache, &mut tail);
             cache.publish(tail);
             if let Some(w) = w {
                 return Some(Completion {

@@ -298,7 +298,11 @@ pub(super) fn complete_any(c: &RawCqe, cache: &mut PollCache) -> (Option<Wc>, Pe
 }
 
 #[inline(always)]
-fn decode_any(c: &RawCqe, cache: &mut PollCache, pending: &mut PendingTail) -> Option<Wc> {
+pub(super) fn decode_any(
+    c: &RawCqe,
+    cache: &mut PollCache,
+    pending: &mut PendingTail,
+) -> Option<Wc> {
     use CqeOpcode::*;
     let Some(op) = c.kind() else {
         return Some(Wc {
@@ -517,8 +521,11 @@ impl Cq {
         }
         // SQ room first, then the CQ's (the caller's `set_ci`).
         hot.publish(pending);
-        let last = hot.qpn();
-        self.dp.cache.point_at(last);
+        if turns {
+            // Only the loop that moves between QPs may have left the
+            // cache's QP.
+            self.dp.cache.point_at(hot.qpn());
+        }
         self.ci = c;
         c.wrapping_sub(start) as usize
     }
@@ -553,6 +560,7 @@ impl Cq {
     }
 
     /// The consumer counter (free running): CQEs taken so far.
+    #[inline]
     pub fn consumer_index(&self) -> u32 {
         self.ci
     }

@@ -79,6 +79,7 @@ pub(crate) fn has_room(next: u32, bbs: u32, tail_seen: &mut u32, view: SqView<'_
 
 impl SendQueue {
     /// The SQ counter: WQEBBs posted so far (free running).
+    #[inline]
     pub fn cur_post(&self) -> u32 {
         self.cur_post
     }

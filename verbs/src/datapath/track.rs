@@ -225,8 +225,15 @@ pub(crate) struct PollCache {
     qps: Vec<Arc<QpTrack>>,
     /// `qps[i].qpn`, side by side, so finding a QP reads no track.
     qpns: Vec<u32>,
+    /// Direct-mapped index by the QPN's low bits: (QPN, its place in
+    /// `qps`). Where two QPNs share a slot the later one has it and the
+    /// other is found by a scan of `qpns`. A power of two long.
+    index: Box<[(u32, u32)]>,
     last: usize,
 }
+
+/// No QPN is all ones (QPNs have 24 bits): the empty index slot.
+const NO_QPN: u32 = u32::MAX;
 
 /// The cached QP's SQ as a poll call's fast path reads it: its QPN and slot
 /// table, taken once per call (and again when the general path moves the
@@ -277,8 +284,31 @@ impl PollCache {
             reg,
             qps: Vec::new(),
             qpns: Vec::new(),
+            index: Box::new([(NO_QPN, 0)]),
             last: 0,
         }
+    }
+
+    /// Where `qpn` is in `qps`, if cached: its index slot, else a scan.
+    #[inline(always)]
+    fn position(&self, qpn: u32) -> Option<usize> {
+        let mask = self.index.len().wrapping_sub(1);
+        match self.index.get(qpn as usize & mask) {
+            Some(&(q, i)) if q == qpn => Some(i as usize),
+            _ => self.qpns.iter().position(|&q| q == qpn),
+        }
+    }
+
+    /// Rebuilds `qpns` and `index` after `qps` changed.
+    fn reindex(&mut self) {
+        self.qpns = self.qps.iter().map(|t| t.qpn).collect();
+        // Four slots per QP keep collisions of consecutive QPNs away.
+        let len = (self.qps.len() * 4).next_power_of_two().max(16);
+        let mut index = vec![(NO_QPN, 0); len].into_boxed_slice();
+        for (i, &q) in self.qpns.iter().enumerate() {
+            index[q as usize & (len - 1)] = (q, i as u32);
+        }
+        self.index = index;
     }
 
     /// The track of `qpn`: the QP of the previous completion on the fast
@@ -322,7 +352,7 @@ impl PollCache {
     /// pointed where it was.
     #[inline]
     pub(crate) fn find_sq(&self, qpn: u32) -> Option<HotSq<'_>> {
-        let i = self.qpns.iter().position(|&q| q == qpn)?;
+        let i = self.position(qpn)?;
         Self::sq_of(self.qps.get(i)?)
     }
 
@@ -361,7 +391,7 @@ impl PollCache {
     /// registry is not asked. How polling moves between the QPs of a CQ.
     #[inline]
     pub(crate) fn switch(&mut self, qpn: u32) -> bool {
-        let found = self.qpns.iter().position(|&q| q == qpn);
+        let found = self.position(qpn);
         match found.and_then(|i| Some(i).zip(self.qps.get(i))) {
             Some((i, t)) if t.is_alive() => {
                 self.last = i;
@@ -380,7 +410,7 @@ impl PollCache {
             let t = self.reg.find(qpn)?;
             self.qps.retain(|t| t.is_alive());
             self.qps.push(t);
-            self.qpns = self.qps.iter().map(|t| t.qpn).collect();
+            self.reindex();
             self.last = self.qps.len() - 1;
         }
         Some(())

@@ -283,11 +283,18 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
     } else if let Some(data) = wr.inline {
         if !data.is_empty() {
             let hdr = WqeInlDataSeg::new().with_byte_count(INLINE_SEG | data.len() as u32);
-            ring.write_bytes(segs.off, &hdr.0);
-            ring.write_bytes(segs.off + 4, data);
+            ring.write_blocks(segs.off, &hdr.0);
+            ring.write_blocks(segs.off + 4, data);
         }
     } else if let [s] = wr.sgl {
         if s.length != 0 {
+            segs.push(data_seg(s.length, s.lkey, s.addr));
+        }
+    } else if wr.sgl.iter().all(|s| s.length != 0) {
+        // No empty entry to skip, the common case: each segment's place is
+        // known from the list's length alone, so a list of known length
+        // becomes stores to fixed places.
+        for s in wr.sgl {
             segs.push(data_seg(s.length, s.lkey, s.addr));
         }
     } else {

@@ -254,8 +254,10 @@ impl fmt::Debug for Qp {
 
 impl Qp {
     /// The QP number, usable by raw DEVX objects and peers.
+    #[inline]
     pub fn qpn(&self) -> u32 {
-        self.shared.qpn()
+        // The send queue's copy: no call into the object's handle.
+        self.dp.sq.shape.qpn
     }
 
     pub fn qp_type(&self) -> QpType {

@@ -270,7 +270,9 @@ impl Engine {
         Some(Peer::Remote(i))
     }
 
-    /// Executes QP `qpn`'s send queue (see [`requester::drive`]).
+    /// Executes QP `qpn`'s send queue (see [`requester::drive`]). Out of
+    /// line, so the doorbell around it stays small enough to inline.
+    #[inline(never)]
     fn run_qp(&self, qpn: u32, entry: Entry) {
         let mut resume: Option<Batch> = None;
         loop {
@@ -420,14 +422,36 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// A doorbell for `qpn` while paused, not a repeat of the last one held:
+    /// remembered in order.
+    #[cold]
+    #[inline(never)]
+    fn hold(&self, page_id: u32, qpn: u32) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if held.last() != Some(&(page_id, qpn)) {
+            held.push((page_id, qpn));
+        }
+        self.last_held
+            .store(held_key(page_id, qpn), Ordering::Release);
+    }
+
+    #[inline(never)]
+    fn arm(&self, page_id: u32, value: u64) {
+        // Arming is a firmware-state change only; it never waits for the
+        // data path, so a paused engine still takes it.
+        self.fw
+            .with_mut(|st| notify::arm_doorbell(st, page_id, value));
+    }
+}
+
 impl DoorbellSink for Engine {
+    /// Inlined into the UAR page's store: a held repeat (a paused engine
+    /// rung again for the same QP) costs two loads and a compare.
+    #[inline]
     fn doorbell(&self, page_id: u32, offset: usize, value: u64) {
         if offset == notify::CQ_ARM_DOORBELL {
-            // Arming is a firmware-state change only; it never waits for
-            // the data path, so a paused engine still takes it.
-            self.fw
-                .with_mut(|st| notify::arm_doorbell(st, page_id, value));
-            return;
+            return self.arm(page_id, value);
         }
         if !BF_REGS.contains(&offset) {
             return;
@@ -437,17 +461,11 @@ impl DoorbellSink for Engine {
         ctrl.0[..8].copy_from_slice(&value.to_ne_bytes());
         let qpn = ctrl.qpn();
         if self.paused.load(Ordering::Acquire) {
-            let key = held_key(page_id, qpn);
             // Running a QP executes everything posted to it so far, so a
             // repeat of the last held doorbell adds nothing.
-            if self.last_held.load(Ordering::Acquire) == key {
-                return;
+            if self.last_held.load(Ordering::Acquire) != held_key(page_id, qpn) {
+                self.hold(page_id, qpn);
             }
-            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-            if held.last() != Some(&(page_id, qpn)) {
-                held.push((page_id, qpn));
-            }
-            self.last_held.store(key, Ordering::Release);
             return;
         }
         self.run_qp(

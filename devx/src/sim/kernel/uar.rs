@@ -136,6 +136,13 @@ impl UarPage for SimUarPage {
         }
         self.sink.deliver(self.page_id, offset, value);
     }
+
+    /// Ordinary memory, and the engine reads the queues a doorbell names
+    /// only after this store: inside it, or from a thread that takes the
+    /// doorbell through a lock.
+    fn write_combining(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
