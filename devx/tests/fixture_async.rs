@@ -15,6 +15,36 @@ fn reads_back(text: &str) {
     assert_eq!(fixture::fixture_text(&f), text);
 }
 
+/// Records `app` on the emulated device `name`, checks the text reads back
+/// unchanged, replays it through the application (and, with `drive_too`,
+/// through `drive::replay_file`) and returns the recorded text.
+fn record_and_replay(
+    name: &str,
+    drive_too: bool,
+    app: impl Fn(&Device) -> devx::Result<()>,
+) -> String {
+    let path = std::env::temp_dir().join(format!(
+        "devx-fixture-async-{name}-{}.fixture",
+        std::process::id()
+    ));
+    let dev = fixture::record(&Device::by_name(name).unwrap(), &path).unwrap();
+    app(&dev).unwrap();
+    // Not broken: finishing the recording succeeds.
+    fixture::finish(&dev).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    reads_back(&text);
+    let dev = fixture::replay(&path).unwrap();
+    app(&dev).unwrap();
+    fixture::finish(&dev).unwrap();
+    if drive_too {
+        let r = drive::replay_file(&path).unwrap();
+        assert!(r.passed(), "{:?}", r.error);
+        assert_eq!(r.steps.len(), r.stanzas);
+    }
+    let _ = std::fs::remove_file(&path);
+    text
+}
+
 fn app(dev: &Device) -> devx::Result<()> {
     let ctx = dev.open()?;
     let comp = CmdComp::new(&ctx)?;
@@ -45,13 +75,7 @@ fn app(dev: &Device) -> devx::Result<()> {
 #[test]
 fn queued_general_commands_and_creates_record_and_replay() {
     devx::sim::sim_device("sim14000").unwrap();
-    let path =
-        std::env::temp_dir().join(format!("devx-fixture-async-{}.fixture", std::process::id()));
-    let dev = fixture::record(&Device::by_name("sim14000").unwrap(), &path).unwrap();
-    app(&dev).unwrap();
-    fixture::finish(&dev).unwrap();
-    let text = std::fs::read_to_string(&path).unwrap();
-    reads_back(&text);
+    let text = record_and_replay("sim14000", true, app);
     assert!(
         text.contains("general_async $ctx0 NOP chan=$chan0 wr_id=0x1"),
         "{text}"
@@ -67,14 +91,6 @@ fn queued_general_commands_and_creates_record_and_replay() {
     ] {
         assert!(text.contains(line), "{line}:\n{text}");
     }
-
-    let dev = fixture::replay(&path).unwrap();
-    app(&dev).unwrap();
-    fixture::finish(&dev).unwrap();
-    let r = drive::replay_file(&path).unwrap();
-    assert!(r.passed(), "{:?}", r.error);
-    assert_eq!(r.steps.len(), r.stanzas);
-    let _ = std::fs::remove_file(&path);
 }
 
 /// Queued destroy, UMEM registration and UAR allocation (and the UMEM's
@@ -101,15 +117,7 @@ fn resources_app(dev: &Device) -> devx::Result<()> {
 #[test]
 fn queued_destroys_umem_registrations_and_uar_allocations_record_and_replay() {
     devx::sim::sim_device("sim14001").unwrap();
-    let path = std::env::temp_dir().join(format!(
-        "devx-fixture-async-res-{}.fixture",
-        std::process::id()
-    ));
-    let dev = fixture::record(&Device::by_name("sim14001").unwrap(), &path).unwrap();
-    resources_app(&dev).unwrap();
-    fixture::finish(&dev).unwrap();
-    let text = std::fs::read_to_string(&path).unwrap();
-    reads_back(&text);
+    let text = record_and_replay("sim14001", true, resources_app);
     for line in [
         "umem_reg_async $ctx0 addr=$addr0 len=0x2000 access=0x1 chan=$chan0 wr_id=0x5",
         "completion $ctx0 $chan0 CREATE_UMEM wr_id=0x5 opcode=0xa08 -> $umem0=",
@@ -126,14 +134,6 @@ fn queued_destroys_umem_registrations_and_uar_allocations_record_and_replay() {
     for blocking in [" umem_reg $ctx0", " uar_alloc $ctx0", " destroy $ctx0"] {
         assert!(!text.contains(blocking), "{blocking}:\n{text}");
     }
-
-    let dev = fixture::replay(&path).unwrap();
-    resources_app(&dev).unwrap();
-    fixture::finish(&dev).unwrap();
-    let r = drive::replay_file(&path).unwrap();
-    assert!(r.passed(), "{:?}", r.error);
-    assert_eq!(r.steps.len(), r.stanzas);
-    let _ = std::fs::remove_file(&path);
 }
 
 /// A queued create dropped after the firmware made its object.
@@ -158,17 +158,10 @@ fn dropped_create_app(dev: &Device) -> devx::Result<()> {
 #[test]
 fn a_queued_create_dropped_after_it_completed_records_its_completion_and_destroy() {
     let sim = devx::sim::sim_device("sim14002").unwrap();
-    let path = std::env::temp_dir().join(format!(
-        "devx-fixture-async-drop-{}.fixture",
-        std::process::id()
-    ));
-    let dev = fixture::record(&Device::by_name("sim14002").unwrap(), &path).unwrap();
-    dropped_create_app(&dev).unwrap();
-    // Not broken: finishing the recording succeeds.
-    fixture::finish(&dev).unwrap();
+    // The application replays it (`drive::replay_file` cannot: it takes a
+    // queued create's completion at once, and here a NOP comes between).
+    let text = record_and_replay("sim14002", false, dropped_create_app);
     assert_eq!(sim.live_objects(), 0);
-    let text = std::fs::read_to_string(&path).unwrap();
-    reads_back(&text);
     for line in [
         "@3 create_async $ctx0 ALLOC_PD chan=$chan0 wr_id=0x8",
         "@4 completion $ctx0 $chan0 ALLOC_PD wr_id=0x8 opcode=0x800 -> $obj0=",
@@ -186,29 +179,18 @@ fn a_queued_create_dropped_after_it_completed_records_its_completion_and_destroy
         created < text.find("destroy $ctx0 $obj1").unwrap(),
         "{text}"
     );
-
-    // The application replays it (`drive::replay_file` cannot: it takes a
-    // queued create's completion at once, and here a NOP comes between).
-    let dev = fixture::replay(&path).unwrap();
-    dropped_create_app(&dev).unwrap();
-    fixture::finish(&dev).unwrap();
-    let _ = std::fs::remove_file(&path);
 }
 
-/// A queued create dropped before the firmware ran it (`sim`, while
-/// recording, holds the command queue so it cannot have).
-fn cancelled_create_app(dev: &Device, sim: Option<&devx::sim::SimDevice>) -> devx::Result<()> {
+/// A queued create dropped before the firmware ran it (`sim` holds its
+/// command queue meanwhile, so it cannot have).
+fn cancelled_create_app(dev: &Device, sim: &devx::sim::SimDevice) -> devx::Result<()> {
     let ctx = dev.open()?;
     let comp = CmdComp::new(&ctx)?;
     let mut pd = AllocPdIn::new();
     pd.set_opcode(Opcode::AllocPd.raw());
-    if let Some(sim) = sim {
-        sim.pause_async(true);
-    }
+    sim.pause_async(true);
     drop(ctx.create_async(pd.as_bytes(), AllocPdOut::SIZE_BYTES, 12, &comp)?);
-    if let Some(sim) = sim {
-        sim.pause_async(false);
-    }
+    sim.pause_async(false);
     let mut nop = NopIn::new();
     nop.set_opcode(Opcode::Nop.raw());
     ctx.general_async(nop.as_bytes(), NopOut::SIZE_BYTES, 13, &comp)?;
@@ -219,16 +201,11 @@ fn cancelled_create_app(dev: &Device, sim: Option<&devx::sim::SimDevice>) -> dev
 #[test]
 fn a_queued_create_dropped_before_the_firmware_ran_it_records_a_cancel() {
     let sim = devx::sim::sim_device("sim14003").unwrap();
-    let path = std::env::temp_dir().join(format!(
-        "devx-fixture-async-cancel-{}.fixture",
-        std::process::id()
-    ));
-    let dev = fixture::record(&Device::by_name("sim14003").unwrap(), &path).unwrap();
-    cancelled_create_app(&dev, Some(&sim)).unwrap();
-    fixture::finish(&dev).unwrap();
+    // The application replays it (`drive::replay_file` cannot: it reads
+    // completions one by one, and the CmdComp discards this one on its own).
+    // Holding the emulated device's queue during the replay changes nothing.
+    let text = record_and_replay("sim14003", false, |dev| cancelled_create_app(dev, &sim));
     assert_eq!(sim.live_objects(), 0);
-    let text = std::fs::read_to_string(&path).unwrap();
-    reads_back(&text);
     for line in [
         "@3 create_async $ctx0 ALLOC_PD chan=$chan0 wr_id=0xc",
         "@4 cancel $ctx0 $chan0 wr_id=0xc",
@@ -244,11 +221,4 @@ fn a_queued_create_dropped_before_the_firmware_ran_it_records_a_cancel() {
         "{text}"
     );
     assert!(!text.contains("$obj0"), "{text}");
-
-    // The application replays it (`drive::replay_file` cannot: it reads
-    // completions one by one, and the CmdComp discards this one on its own).
-    let dev = fixture::replay(&path).unwrap();
-    cancelled_create_app(&dev, None).unwrap();
-    fixture::finish(&dev).unwrap();
-    let _ = std::fs::remove_file(&path);
 }
