@@ -25,7 +25,7 @@ fn a_thousand_outstanding_queries_complete_in_order() {
     let (cq_h, cqn) = env.cq(6);
     let ch = env.ctx.create_cmd_channel().unwrap();
     assert!(!readable(&*ch));
-    let q = with_num(hdr(0x402, 0, 16), cqn);
+    let q = with_num(hdr(Opcode::QueryCq.raw(), 0, 16), cqn);
     env.dev.pause_async(true);
     for wr_id in 0..1000u64 {
         env.ctx
@@ -60,7 +60,7 @@ fn fd_polls_readable_while_completions_wait() {
     let mut cqenv = env;
     let (cq_h, cqn) = cqenv.cq(5);
     let ch = cqenv.ctx.create_cmd_channel().unwrap();
-    let q = with_num(hdr(0x402, 0, 16), cqn);
+    let q = with_num(hdr(Opcode::QueryCq.raw(), 0, 16), cqn);
     cqenv
         .ctx
         .query_async(cq_h, &q, QueryCqOut::SIZE_BYTES, 1, &*ch)
@@ -97,7 +97,7 @@ fn fd_asked_for_after_the_completion_arrived_polls_readable() {
     let mut env = Env::new(507);
     let (cq_h, cqn) = env.cq(5);
     let ch = env.ctx.create_cmd_channel().unwrap();
-    let q = with_num(hdr(0x402, 0, 16), cqn);
+    let q = with_num(hdr(Opcode::QueryCq.raw(), 0, 16), cqn);
     env.ctx
         .query_async(cq_h, &q, QueryCqOut::SIZE_BYTES, 1, &*ch)
         .unwrap();
@@ -120,7 +120,13 @@ fn firmware_errors_arrive_as_errors() {
     let ch = env.ctx.create_cmd_channel().unwrap();
     env.dev.pause_async(true);
     env.ctx
-        .query_async(cq_h, &with_num(hdr(0x402, 1, 16), cqn), 64, 9, &*ch)
+        .query_async(
+            cq_h,
+            &with_num(hdr(Opcode::QueryCq.raw(), 1, 16), cqn),
+            64,
+            9,
+            &*ch,
+        )
         .unwrap();
     env.dev.pause_async(false);
     let (wr_id, r) = ch.get().unwrap();
@@ -129,17 +135,35 @@ fn firmware_errors_arrive_as_errors() {
     // Kernel checks happen at submit: wrong class, unbound object, bad length.
     let e = env
         .ctx
-        .query_async(cq_h, &with_num(hdr(0x403, 0, 16), cqn), 16, 1, &*ch)
+        .query_async(
+            cq_h,
+            &with_num(hdr(Opcode::ModifyCq.raw(), 0, 16), cqn),
+            16,
+            1,
+            &*ch,
+        )
         .unwrap_err();
     assert_eq!(errno(&e), libc::EINVAL);
     let e = env
         .ctx
-        .query_async(cq_h, &with_num(hdr(0x402, 0, 16), cqn + 1), 272, 1, &*ch)
+        .query_async(
+            cq_h,
+            &with_num(hdr(Opcode::QueryCq.raw(), 0, 16), cqn + 1),
+            272,
+            1,
+            &*ch,
+        )
         .unwrap_err();
     assert_eq!(errno(&e), libc::EINVAL);
     let e = env
         .ctx
-        .query_async(cq_h, &with_num(hdr(0x402, 0, 16), cqn), 8, 1, &*ch)
+        .query_async(
+            cq_h,
+            &with_num(hdr(Opcode::QueryCq.raw(), 0, 16), cqn),
+            8,
+            1,
+            &*ch,
+        )
         .unwrap_err();
     assert_eq!(errno(&e), libc::EINVAL);
     // A channel of another context.
@@ -147,7 +171,13 @@ fn firmware_errors_arrive_as_errors() {
     let och = other.ctx.create_cmd_channel().unwrap();
     let e = env
         .ctx
-        .query_async(cq_h, &with_num(hdr(0x402, 0, 16), cqn), 272, 1, &*och)
+        .query_async(
+            cq_h,
+            &with_num(hdr(Opcode::QueryCq.raw(), 0, 16), cqn),
+            272,
+            1,
+            &*och,
+        )
         .unwrap_err();
     assert_eq!(errno(&e), libc::EINVAL);
 }
@@ -158,7 +188,7 @@ fn output_is_capped_per_channel() {
     let (cq_h, cqn) = env.cq(5);
     let ch = env.ctx.create_cmd_channel().unwrap();
     env.dev.pause_async(true);
-    let q = with_num(hdr(0x402, 0, 16), cqn);
+    let q = with_num(hdr(Opcode::QueryCq.raw(), 0, 16), cqn);
     for i in 0..16 {
         env.ctx.query_async(cq_h, &q, 0xffff, i, &*ch).unwrap();
     }
@@ -179,7 +209,7 @@ fn closing_the_context_cancels_queued_queries() {
     let ch = env.ctx.create_cmd_channel().unwrap();
     let dev = env.dev.clone();
     dev.pause_async(true);
-    let q = with_num(hdr(0x402, 0, 16), cqn);
+    let q = with_num(hdr(Opcode::QueryCq.raw(), 0, 16), cqn);
     for i in 0..100 {
         env.ctx
             .query_async(cq_h, &q, QueryCqOut::SIZE_BYTES, i, &*ch)
@@ -207,10 +237,22 @@ fn cancellation_does_not_touch_other_contexts() {
     a.dev.pause_async(true);
     for i in 0..10 {
         a.ctx
-            .query_async(a_cq, &with_num(hdr(0x402, 0, 16), a_cqn), 272, i, &*ach)
+            .query_async(
+                a_cq,
+                &with_num(hdr(Opcode::QueryCq.raw(), 0, 16), a_cqn),
+                272,
+                i,
+                &*ach,
+            )
             .unwrap();
         b.ctx
-            .query_async(b_cq, &with_num(hdr(0x402, 0, 16), b_cqn), 272, i, &*bch)
+            .query_async(
+                b_cq,
+                &with_num(hdr(Opcode::QueryCq.raw(), 0, 16), b_cqn),
+                272,
+                i,
+                &*bch,
+            )
             .unwrap();
     }
     let dev = a.dev.clone();

@@ -13,6 +13,7 @@ use dp::*;
 // Named so `cargo test -p devx sim_datapath` selects these tests.
 mod sim_datapath_errors {
     use super::*;
+    use prm_layouts::enums::Opcode;
 
     const ERR: u8 = 6;
     const REQ_ERR: u8 = 0xd;
@@ -68,7 +69,9 @@ mod sim_datapath_errors {
         let n = Node::new(1121);
         let other_pd = {
             let mut out = vec![0u8; 16];
-            n.ctx.create(&hdr(0x800, 0, 16), &mut out).unwrap();
+            n.ctx
+                .create(&hdr(Opcode::AllocPd.raw(), 0, 16), &mut out)
+                .unwrap();
             be32(&out, 8) & 0xff_ffff
         };
         let mut p = rc_pair_on(&n, None, RC, 7);

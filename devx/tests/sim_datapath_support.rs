@@ -137,7 +137,7 @@ impl Node {
     pub fn new(index: u32) -> Node {
         let dev = sim::sim_device(&format!("sim{index}")).unwrap();
         let ctx = dev.open_sim().unwrap();
-        let out = create(&ctx, &hdr(0x800, 0, 16), 16).unwrap();
+        let out = create(&ctx, &hdr(Opcode::AllocPd.raw(), 0, 16), 16).unwrap();
         let pd = be32(&out, 8) & 0xff_ffff;
         let u = ctx.uar_alloc(UarKind::BlueFlame).unwrap();
         let eqn = ctx.query_eqn(0).unwrap();
@@ -359,7 +359,11 @@ impl Node {
     pub fn query_qp(&self, qp: &Qp) -> Qpc {
         let mut o = vec![0u8; QueryQpOut::SIZE_BYTES];
         self.ctx
-            .query(qp.h, &support::with_num(hdr(0x50b, 0, 16), qp.qpn), &mut o)
+            .query(
+                qp.h,
+                &support::with_num(hdr(Opcode::QueryQp.raw(), 0, 16), qp.qpn),
+                &mut o,
+            )
             .unwrap();
         *QueryQpOut::from_slice(&o).unwrap().qpc()
     }

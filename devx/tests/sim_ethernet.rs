@@ -15,7 +15,9 @@ fn num(out: &[u8]) -> u32 {
 }
 
 fn td(env: &Env) -> (Handle, u32) {
-    let (h, out) = env.create(&hdr(0x816, 0, 16), 16).unwrap();
+    let (h, out) = env
+        .create(&hdr(Opcode::AllocTransportDomain.raw(), 0, 16), 16)
+        .unwrap();
     (h, num(&out))
 }
 
@@ -65,7 +67,7 @@ fn sq_with_tis_walks_its_states() {
     let q = env
         .query(
             tis_h,
-            &with_num(hdr(0x915, 0, 16), tisn),
+            &with_num(hdr(Opcode::QueryTis.raw(), 0, 16), tisn),
             QueryTisOut::SIZE_BYTES,
         )
         .unwrap();
@@ -79,7 +81,7 @@ fn sq_with_tis_walks_its_states() {
     let q = env
         .query(
             tis_h,
-            &with_num(hdr(0x915, 0, 16), tisn),
+            &with_num(hdr(Opcode::QueryTis.raw(), 0, 16), tisn),
             QueryTisOut::SIZE_BYTES,
         )
         .unwrap();
@@ -115,7 +117,7 @@ fn sq_with_tis_walks_its_states() {
     let q = env
         .query(
             sq_h,
-            &with_num(hdr(0x907, 0, 16), sqn),
+            &with_num(hdr(Opcode::QuerySq.raw(), 0, 16), sqn),
             QuerySqOut::SIZE_BYTES,
         )
         .unwrap();
@@ -179,7 +181,7 @@ fn rq_tir_rqt_and_steering() {
     let q = env
         .query(
             rqt_h,
-            &with_num(hdr(0x919, 0, 16), rqtn),
+            &with_num(hdr(Opcode::QueryRqt.raw(), 0, 16), rqtn),
             QueryRqtOut::SIZE_BYTES + 8,
         )
         .unwrap();
@@ -394,7 +396,7 @@ fn rmp_and_xrc_srq() {
     let o = env
         .query(
             rmp_h,
-            &with_num(hdr(0x90f, 0, 16), rmpn),
+            &with_num(hdr(Opcode::QueryRmp.raw(), 0, 16), rmpn),
             QueryRmpOut::SIZE_BYTES,
         )
         .unwrap();
@@ -410,11 +412,14 @@ fn rmp_and_xrc_srq() {
 
     // Legacy SRQ needs physical pages: refused.
     check(
-        &env.create(&hdr(0x700, 0, 272), 16).unwrap_err(),
+        &env.create(&hdr(Opcode::CreateSrq.raw(), 0, 272), 16)
+            .unwrap_err(),
         syn::SRQ_NO_UMEM,
     );
 
-    let (_, out) = env.create(&hdr(0x80e, 0, 16), 16).unwrap();
+    let (_, out) = env
+        .create(&hdr(Opcode::AllocXrcd.raw(), 0, 16), 16)
+        .unwrap();
     let xrcd = num(&out);
     let mut x = CreateXrcSrqIn::new();
     x.set_opcode(0x705);
@@ -428,7 +433,7 @@ fn rmp_and_xrc_srq() {
     let o = env
         .query(
             x_h,
-            &with_num(hdr(0x707, 0, 16), xn),
+            &with_num(hdr(Opcode::QueryXrcSrq.raw(), 0, 16), xn),
             QueryXrcSrqOut::SIZE_BYTES,
         )
         .unwrap();
@@ -439,7 +444,7 @@ fn rmp_and_xrc_srq() {
         (got.xrcd(), got.cqn(), got.log_xrc_srq_size()),
         (xrcd, cqn, 4)
     );
-    let mut arm = hdr(0x708, 1, 16);
+    let mut arm = hdr(Opcode::ArmXrcSrq.raw(), 1, 16);
     arm[8..12].copy_from_slice(&xn.to_be_bytes());
     arm[14..16].copy_from_slice(&3u16.to_be_bytes());
     env.modify(x_h, &arm).unwrap();
@@ -453,10 +458,12 @@ fn rmp_and_xrc_srq() {
 #[test]
 fn counters_and_multicast() {
     let mut env = Env::new(804);
-    let (qc_h, out) = env.create(&hdr(0x771, 0, 16), 16).unwrap();
+    let (qc_h, out) = env
+        .create(&hdr(Opcode::AllocQCounter.raw(), 0, 16), 16)
+        .unwrap();
     let set = u32::from(out[11]);
     assert!(set > 0);
-    let mut q = hdr(0x773, 0, 32);
+    let mut q = hdr(Opcode::QueryQCounter.raw(), 0, 32);
     q[31] = set as u8;
     env.query(qc_h, &q, QueryQCounterOut::SIZE_BYTES).unwrap();
 
@@ -501,7 +508,8 @@ fn counters_and_multicast() {
     env.destroy(qc_h).unwrap();
     // General objects: only advertised types (VIRTIO_NET_Q is not) are accepted.
     check(
-        &env.create(&hdr(0xa00, 0x0d, 64), 16).unwrap_err(),
+        &env.create(&hdr(Opcode::CreateGeneralObject.raw(), 0x0d, 64), 16)
+            .unwrap_err(),
         syn::GENERAL_OBJ_TYPE,
     );
 }

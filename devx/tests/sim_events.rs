@@ -11,6 +11,7 @@ use dp::*;
 mod sim_events {
     use super::*;
     use devx::{DevxEvent, EventChannel, ProviderContext};
+    use prm_layouts::enums::Opcode;
     use prm_layouts::{Cqc, QueryCqIn, QueryCqOut};
     use std::io::Read;
     use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -307,7 +308,7 @@ mod sim_events {
             .subscribe_unaffiliated(&ev, &[devx::event_type::PORT_CHANGE], 3)
             .unwrap_err()
             .is_argument());
-        let pd = ctx.create(&hdr(0x800, 0, 16), 16).unwrap();
+        let pd = ctx.create(&hdr(Opcode::AllocPd.raw(), 0, 16), 16).unwrap();
         pd.subscribe(&ev, &[devx::event_type::COMP], 9).unwrap();
         assert!(ev.try_get().unwrap().is_none());
         assert!(std::os::fd::AsRawFd::as_raw_fd(&ev) >= 0);

@@ -10,7 +10,10 @@ use prm_layouts::*;
 use support::*;
 
 fn caps(env: &Env, op_mod: u16) -> Result<Vec<u8>, devx::Error> {
-    env.general(&hdr(0x100, op_mod, 16), QueryHcaCapOut::SIZE_BYTES)
+    env.general(
+        &hdr(Opcode::QueryHcaCap.raw(), op_mod, 16),
+        QueryHcaCapOut::SIZE_BYTES,
+    )
 }
 
 #[test]
@@ -121,7 +124,7 @@ fn other_cap_pages() {
     // A cap type the device does not have.
     check(&caps(&env, 0x1f << 1).unwrap_err(), syn::UNKNOWN_CAP_TYPE);
     check(&caps(&env, 0x20 << 1).unwrap_err(), syn::UNKNOWN_CAP_TYPE);
-    let mut other = hdr(0x100, 1, 16);
+    let mut other = hdr(Opcode::QueryHcaCap.raw(), 1, 16);
     other[8] = 0x80;
     check(
         &env.general(&other, QueryHcaCapOut::SIZE_BYTES).unwrap_err(),
@@ -133,24 +136,36 @@ fn other_cap_pages() {
 fn adapter_issi_vport() {
     let env = Env::new(303);
     let a = env
-        .general(&hdr(0x101, 0, 16), QueryAdapterOut::SIZE_BYTES)
+        .general(
+            &hdr(Opcode::QueryAdapter.raw(), 0, 16),
+            QueryAdapterOut::SIZE_BYTES,
+        )
         .unwrap();
     let a = QueryAdapterOut::from_slice(&a).unwrap();
     assert_eq!(a.query_adapter_struct().ieee_vendor_id(), 0x02c9);
     let i = env
-        .general(&hdr(0x10a, 0, 16), QueryIssiOut::SIZE_BYTES)
+        .general(
+            &hdr(Opcode::QueryIssi.raw(), 0, 16),
+            QueryIssiOut::SIZE_BYTES,
+        )
         .unwrap();
     let i = QueryIssiOut::from_slice(&i).unwrap();
     assert_eq!((i.current_issi(), i.supported_issi_dw0() & 3), (1, 3));
-    let v = env.general(&hdr(0x750, 0, 16), 16).unwrap();
+    let v = env
+        .general(&hdr(Opcode::QueryVportState.raw(), 0, 16), 16)
+        .unwrap();
     let v = QueryVportStateOut::from_slice(&v).unwrap();
     assert_eq!((v.state(), v.admin_state()), (1, 1));
     check(
-        &env.general(&hdr(0x750, 1, 16), 16).unwrap_err(),
+        &env.general(&hdr(Opcode::QueryVportState.raw(), 1, 16), 16)
+            .unwrap_err(),
         syn::BAD_OP_MOD,
     );
     let n = env
-        .general(&hdr(0x754, 0, 16), QueryNicVportContextOut::SIZE_BYTES)
+        .general(
+            &hdr(Opcode::QueryNicVportContext.raw(), 0, 16),
+            QueryNicVportContextOut::SIZE_BYTES,
+        )
         .unwrap();
     let n = QueryNicVportContextOut::from_slice(&n).unwrap();
     let c = n.nic_vport_context();
@@ -167,12 +182,15 @@ fn adapter_issi_vport() {
     );
     assert_eq!(c.node_guid(), ident.node_guid);
     let h = env
-        .general(&hdr(0x762, 0, 16), QueryHcaVportContextOut::SIZE_BYTES)
+        .general(
+            &hdr(Opcode::QueryHcaVportContext.raw(), 0, 16),
+            QueryHcaVportContextOut::SIZE_BYTES,
+        )
         .unwrap();
     let h = QueryHcaVportContextOut::from_slice(&h).unwrap();
     assert_eq!(h.hca_vport_context().port_state(), 4);
     assert_eq!(h.hca_vport_context().port_guid(), ident.node_guid);
-    assert!(env.general(&hdr(0x80d, 0, 16), 16).is_ok());
+    assert!(env.general(&hdr(Opcode::Nop.raw(), 0, 16), 16).is_ok());
 }
 
 #[test]
@@ -181,7 +199,7 @@ fn gid_table_and_roce_addresses() {
     let ident = env.dev.identity();
     let table = ident.gid_table();
     for (i, g) in table.iter().enumerate() {
-        let mut q = hdr(0x760, 0, 16);
+        let mut q = hdr(Opcode::QueryRoceAddress.raw(), 0, 16);
         q[8..10].copy_from_slice(&(i as u16).to_be_bytes());
         let o = env.general(&q, QueryRoceAddressOut::SIZE_BYTES).unwrap();
         let a = QueryRoceAddressOut::from_slice(&o).unwrap();
@@ -201,7 +219,7 @@ fn gid_table_and_roce_addresses() {
         assert_eq!(a.roce_version(), g.version.raw());
         assert_eq!(a.source_mac_31_0(), ident.mac_halves().1);
     }
-    let mut q = hdr(0x760, 0, 16);
+    let mut q = hdr(Opcode::QueryRoceAddress.raw(), 0, 16);
     q[8..10].copy_from_slice(&255u16.to_be_bytes());
     check(
         &env.general(&q, QueryRoceAddressOut::SIZE_BYTES)
@@ -250,7 +268,7 @@ fn mailbox_checks() {
         syn::OUTBOX_SHORT,
     );
     // Reserved header bits, a bad op_mod, an inbox shorter than its layout.
-    let mut short = hdr(0x101, 0, 16);
+    let mut short = hdr(Opcode::QueryAdapter.raw(), 0, 16);
     short[4] = 1;
     check(
         &env.general(&short, QueryAdapterOut::SIZE_BYTES)
@@ -258,12 +276,16 @@ fn mailbox_checks() {
         syn::HEADER_RESERVED,
     );
     check(
-        &env.general(&hdr(0x101, 3, 16), QueryAdapterOut::SIZE_BYTES)
-            .unwrap_err(),
+        &env.general(
+            &hdr(Opcode::QueryAdapter.raw(), 3, 16),
+            QueryAdapterOut::SIZE_BYTES,
+        )
+        .unwrap_err(),
         syn::BAD_OP_MOD,
     );
     check(
-        &env.create(&hdr(0x400, 0, 64), 16).unwrap_err(),
+        &env.create(&hdr(Opcode::CreateCq.raw(), 0, 64), 16)
+            .unwrap_err(),
         syn::INBOX_SHORT,
     );
     // Driver-only and unknown commands never reach firmware: EINVAL.
@@ -278,21 +300,27 @@ fn mailbox_checks() {
     }
     // A create through the general method, a query through create.
     assert_eq!(
-        errno(&env.general(&hdr(0x800, 0, 16), 16).unwrap_err()),
+        errno(
+            &env.general(&hdr(Opcode::AllocPd.raw(), 0, 16), 16)
+                .unwrap_err()
+        ),
         libc::EINVAL
     );
     assert_eq!(
-        errno(&env.create(&hdr(0x100, 0, 16), 4112).unwrap_err()),
+        errno(
+            &env.create(&hdr(Opcode::QueryHcaCap.raw(), 0, 16), 4112)
+                .unwrap_err()
+        ),
         libc::EINVAL
     );
     // vhca_tunnel_id on a create.
-    let mut t = hdr(0x800, 0, 16);
+    let mut t = hdr(Opcode::AllocPd.raw(), 0, 16);
     t[5] = 1;
     assert_eq!(errno(&env.create(&t, 16).unwrap_err()), libc::EINVAL);
     // Mailboxes below the 16-byte header.
     assert!(env.general(&[0x01, 0x00], 16).unwrap_err().is_argument());
     assert_eq!(
-        errno(&env.general(&hdr(0x80d, 0, 16), 8).unwrap_err()),
+        errno(&env.general(&hdr(Opcode::Nop.raw(), 0, 16), 8).unwrap_err()),
         libc::EINVAL
     );
 }
@@ -300,7 +328,7 @@ fn mailbox_checks() {
 #[test]
 fn uid_bytes_are_ignored() {
     let env = Env::new(306);
-    let mut inbox = hdr(0x800, 0, 16);
+    let mut inbox = hdr(Opcode::AllocPd.raw(), 0, 16);
     inbox[2..4].copy_from_slice(&0x4321u16.to_be_bytes());
     let (h, _) = env.create(&inbox, 16).unwrap();
     assert_eq!(

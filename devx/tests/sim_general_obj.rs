@@ -20,7 +20,7 @@ fn open(name: &str) -> (Context, std::sync::Arc<devx::sim::SimDevice>) {
 
 /// CREATE_GENERAL_OBJECT for a GENEVE option of `words` data words.
 fn create_in(class: u16, opt_type: u8, words: u8) -> Vec<u8> {
-    let mut b = hdr(0xa00, GENEVE, CREATE_LEN);
+    let mut b = hdr(Opcode::CreateGeneralObject.raw(), GENEVE, CREATE_LEN);
     b[16 + 12..16 + 14].copy_from_slice(&class.to_be_bytes());
     b[16 + 14] = opt_type;
     b[16 + 15] = words;
@@ -37,7 +37,10 @@ fn obj_cmd(opcode: u16, obj_type: u16, id: u32, len: usize) -> Vec<u8> {
 fn profile_advertises_geneve_tlv_opt() {
     let (ctx, dev) = open("sim951");
     let out = ctx
-        .general_cmd(&hdr(0x100, 1, 16), QueryHcaCapOut::SIZE_BYTES)
+        .general_cmd(
+            &hdr(Opcode::QueryHcaCap.raw(), 1, 16),
+            QueryHcaCapOut::SIZE_BYTES,
+        )
         .unwrap();
     let c = *QueryHcaCapOut::from_slice(&out)
         .unwrap()
@@ -111,7 +114,8 @@ fn context_checks() {
     let max = dev.profile().max_geneve_tlv_option_data_len;
     // Header only, and a context cut short.
     check(
-        &ctx.create(&hdr(0xa00, GENEVE, 16), 16).unwrap_err(),
+        &ctx.create(&hdr(Opcode::CreateGeneralObject.raw(), GENEVE, 16), 16)
+            .unwrap_err(),
         syn::INBOX_SHORT,
     );
     let short = create_in(1, 1, 1)[..CREATE_LEN - 8].to_vec();

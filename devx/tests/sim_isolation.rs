@@ -22,7 +22,8 @@ fn populate(env: &mut Env) {
     env.modify(qp_h, &transition(0x502, qpn, 0, &c)).unwrap();
     let inbox = env.mkey_inbox(pd, 4096, LOCAL_WRITE);
     env.create(&inbox, 16).unwrap();
-    env.create(&hdr(0x816, 0, 16), 16).unwrap();
+    env.create(&hdr(Opcode::AllocTransportDomain.raw(), 0, 16), 16)
+        .unwrap();
 }
 
 #[test]
@@ -54,7 +55,7 @@ fn contexts_cannot_see_each_other() {
     let (cq_h, cqn) = a.cq(6);
 
     // Handles are per context: ENOENT elsewhere.
-    let q = with_num(hdr(0x402, 0, 16), cqn);
+    let q = with_num(hdr(Opcode::QueryCq.raw(), 0, 16), cqn);
     assert_eq!(
         errno(&b.query(cq_h, &q, QueryCqOut::SIZE_BYTES).unwrap_err()),
         libc::ENOENT
@@ -88,9 +89,9 @@ fn destroy_runs_the_command_for_its_own_object_only() {
     let (h1, pd1) = env.pd();
     let (_, pd2) = env.pd();
     // The library's derived destroy for the right object is accepted…
-    let own = with_num(hdr(0x801, 0, 16), pd1);
+    let own = with_num(hdr(Opcode::DeallocPd.raw(), 0, 16), pd1);
     // …one naming another object is refused before firmware.
-    let other = with_num(hdr(0x801, 0, 16), pd2);
+    let other = with_num(hdr(Opcode::DeallocPd.raw(), 0, 16), pd2);
     assert_eq!(
         errno(&env.ctx.destroy(h1, &other).unwrap_err()),
         libc::EINVAL
@@ -131,7 +132,9 @@ fn a_provider_context_is_usable_through_the_trait() {
     let dev = devx::sim::device("sim405").unwrap();
     let ctx = dev.open().unwrap();
     let mut out = vec![0u8; 16];
-    let h = ctx.create(&hdr(0x800, 0, 16), &mut out).unwrap();
+    let h = ctx
+        .create(&hdr(Opcode::AllocPd.raw(), 0, 16), &mut out)
+        .unwrap();
     assert_eq!(ctx.info().name, "sim405");
     ctx.destroy(h, &[]).unwrap();
     assert!(ctx.query_eqn(0).is_ok());

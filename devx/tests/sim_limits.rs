@@ -32,14 +32,19 @@ fn counts_and_sizes_follow_the_profile() {
     for _ in 0..8 {
         pds.push(env.pd().0);
     }
-    let e = env.create(&hdr(0x800, 0, 16), 16).unwrap_err();
+    let e = env
+        .create(&hdr(Opcode::AllocPd.raw(), 0, 16), 16)
+        .unwrap_err();
     check(&e, syn::table_full(ObjKind::Pd));
     env.destroy(pds.pop().unwrap()).unwrap();
     env.pd();
 
     // QUERY_HCA_CAP reports the same profile the firmware enforces.
     let caps = env
-        .general(&hdr(0x100, 1, 16), QueryHcaCapOut::SIZE_BYTES)
+        .general(
+            &hdr(Opcode::QueryHcaCap.raw(), 1, 16),
+            QueryHcaCapOut::SIZE_BYTES,
+        )
         .unwrap();
     let c = QueryHcaCapOut::from_slice(&caps).unwrap();
     assert_eq!(c.capability().cmd_hca_cap().log_max_pd(), 3);
@@ -98,5 +103,5 @@ fn user_contexts_are_limited() {
     let c = dev.open_sim().unwrap();
     assert_ne!(b.uid(), c.uid());
     let mut out = vec![0u8; 16];
-    c.general(&hdr(0x80d, 0, 16), &mut out).unwrap();
+    c.general(&hdr(Opcode::Nop.raw(), 0, 16), &mut out).unwrap();
 }

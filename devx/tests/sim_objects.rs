@@ -14,9 +14,13 @@ use support::*;
 fn domains_are_allocated_and_freed() {
     let env = Env::new(101);
     let (pd_h, pd) = env.pd();
-    let (td_h, out) = env.create(&hdr(0x816, 0, 16), 16).unwrap();
+    let (td_h, out) = env
+        .create(&hdr(Opcode::AllocTransportDomain.raw(), 0, 16), 16)
+        .unwrap();
     let td = be32(&out, 8);
-    let (x_h, out) = env.create(&hdr(0x80e, 0, 16), 16).unwrap();
+    let (x_h, out) = env
+        .create(&hdr(Opcode::AllocXrcd.raw(), 0, 16), 16)
+        .unwrap();
     assert!(pd > 0 && td > 0 && be32(&out, 8) > 0);
     assert_eq!(env.dev.count(ObjKind::Pd), 1);
     assert_eq!(env.dev.count(ObjKind::TransportDomain), 1);
@@ -77,7 +81,11 @@ fn cq_round_trip() {
     assert_eq!(env.dev.count(ObjKind::Cq), 1);
 
     let q = env
-        .query(h, &with_num(hdr(0x402, 0, 16), cqn), QueryCqOut::SIZE_BYTES)
+        .query(
+            h,
+            &with_num(hdr(Opcode::QueryCq.raw(), 0, 16), cqn),
+            QueryCqOut::SIZE_BYTES,
+        )
         .unwrap();
     let got = QueryCqOut::from_slice(&q).unwrap().cq_context();
     assert_eq!(got.log_cq_size(), 8);
@@ -100,7 +108,11 @@ fn cq_round_trip() {
     m.cq_context_mut().set_cq_max_count(7);
     env.modify(h, m.as_bytes()).unwrap();
     let q = env
-        .query(h, &with_num(hdr(0x402, 0, 16), cqn), QueryCqOut::SIZE_BYTES)
+        .query(
+            h,
+            &with_num(hdr(Opcode::QueryCq.raw(), 0, 16), cqn),
+            QueryCqOut::SIZE_BYTES,
+        )
         .unwrap();
     let got = QueryCqOut::from_slice(&q).unwrap().cq_context();
     assert_eq!((got.cq_period(), got.cq_max_count()), (100, 32));
@@ -125,7 +137,11 @@ fn cq_round_trip() {
     r.cq_context_mut().set_log_cq_size(6);
     env.modify(h, r.as_bytes()).unwrap();
     let q = env
-        .query(h, &with_num(hdr(0x402, 0, 16), cqn), QueryCqOut::SIZE_BYTES)
+        .query(
+            h,
+            &with_num(hdr(Opcode::QueryCq.raw(), 0, 16), cqn),
+            QueryCqOut::SIZE_BYTES,
+        )
         .unwrap();
     assert_eq!(
         QueryCqOut::from_slice(&q)
@@ -287,7 +303,7 @@ fn mkey_round_trip_and_refusals() {
     let q = env
         .query(
             h,
-            &with_num(hdr(0x201, 0, 16), index),
+            &with_num(hdr(Opcode::QueryMkey.raw(), 0, 16), index),
             QueryMkeyOut::SIZE_BYTES,
         )
         .unwrap();

@@ -392,7 +392,11 @@ fn query_is_bound_to_the_handle() {
     let (_, q2) = env.qp(1);
     assert_ne!(q1, q2);
     let e = env
-        .query(h1, &with_num(hdr(0x50b, 0, 16), q2), QueryQpOut::SIZE_BYTES)
+        .query(
+            h1,
+            &with_num(hdr(Opcode::QueryQp.raw(), 0, 16), q2),
+            QueryQpOut::SIZE_BYTES,
+        )
         .unwrap_err();
     assert_eq!(errno(&e), libc::EINVAL);
     let e = env

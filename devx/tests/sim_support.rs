@@ -151,7 +151,7 @@ impl Env {
     }
 
     pub fn pd(&self) -> (Handle, u32) {
-        let (h, out) = self.create(&hdr(0x800, 0, 16), 16).unwrap();
+        let (h, out) = self.create(&hdr(Opcode::AllocPd.raw(), 0, 16), 16).unwrap();
         (h, be32(&out, 8) & 0xff_ffff)
     }
 
@@ -282,7 +282,11 @@ pub fn transition(opcode: u16, qpn: u32, opt: u32, qpc: &Qpc) -> Vec<u8> {
 
 pub fn query_qp(env: &Env, h: Handle, qpn: u32) -> Qpc {
     let out = env
-        .query(h, &with_num(hdr(0x50b, 0, 16), qpn), QueryQpOut::SIZE_BYTES)
+        .query(
+            h,
+            &with_num(hdr(Opcode::QueryQp.raw(), 0, 16), qpn),
+            QueryQpOut::SIZE_BYTES,
+        )
         .unwrap();
     *QueryQpOut::from_slice(&out).unwrap().qpc()
 }

@@ -20,7 +20,7 @@ fn four_threads_ten_thousand_commands_each() {
         .map(|t| {
             let ctx = Arc::clone(&ctx);
             std::thread::spawn(move || {
-                let q = with_num(hdr(0x402, 0, 16), cqn);
+                let q = with_num(hdr(Opcode::QueryCq.raw(), 0, 16), cqn);
                 let mut out = vec![0u8; QueryCqOut::SIZE_BYTES];
                 let mut live = Vec::new();
                 for i in 0..10_000u32 {
@@ -28,7 +28,10 @@ fn four_threads_ten_thousand_commands_each() {
                         // Allocate, query, free: the tables churn while others read.
                         0 => {
                             let mut o = vec![0u8; 16];
-                            live.push(ctx.create(&hdr(0x800, 0, 16), &mut o).unwrap());
+                            live.push(
+                                ctx.create(&hdr(Opcode::AllocPd.raw(), 0, 16), &mut o)
+                                    .unwrap(),
+                            );
                         }
                         1 => ctx.query(cq_h, &q, &mut out).unwrap(),
                         2 => {
@@ -37,7 +40,8 @@ fn four_threads_ten_thousand_commands_each() {
                         }
                         _ => {
                             let mut o = vec![0u8; 16];
-                            ctx.general(&hdr(0x750, 0, 16), &mut o).unwrap();
+                            ctx.general(&hdr(Opcode::QueryVportState.raw(), 0, 16), &mut o)
+                                .unwrap();
                             assert_eq!(o[15] & 0xf, 1, "thread {t}: vport up");
                         }
                     }
@@ -63,9 +67,12 @@ fn threads_with_their_own_contexts() {
                 let ctx = dev.open_sim().unwrap();
                 for _ in 0..2_500 {
                     let mut o = vec![0u8; 16];
-                    let h = ctx.create(&hdr(0x816, 0, 16), &mut o).unwrap();
+                    let h = ctx
+                        .create(&hdr(Opcode::AllocTransportDomain.raw(), 0, 16), &mut o)
+                        .unwrap();
                     let mut o2 = vec![0u8; 16];
-                    ctx.create(&hdr(0x800, 0, 16), &mut o2).unwrap();
+                    ctx.create(&hdr(Opcode::AllocPd.raw(), 0, 16), &mut o2)
+                        .unwrap();
                     ctx.destroy(h, &[]).unwrap();
                 }
                 // The PDs are left for the close to clean up.
