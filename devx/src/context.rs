@@ -222,10 +222,34 @@ impl Context {
         comp: &CmdComp,
     ) -> Result<()> {
         check_lengths(inbox, outlen)?;
+        // Room for the emulator's private copy of the inbox too, so the
+        // buffer is not grown there.
+        let mut outbox = Vec::with_capacity(inbox.len() + outlen);
+        outbox.resize(outlen, 0);
+        self.general_async_into(inbox, outbox, wr_id, comp)
+    }
+
+    /// [`Self::general_async`] with an owned outbox, as io_uring-style APIs
+    /// take buffers: the completion's outbox is `outbox` itself, filled
+    /// (its length is the outbox length; its contents on entry do not
+    /// matter), so a caller that passes the buffer its previous completion
+    /// handed back allocates nothing per command. A completion that is an
+    /// error (or a submit that fails) does not hand the buffer back. The emulated device keeps its
+    /// private copy of the inbox in the buffer while the command is queued:
+    /// one that has room for `inbox.len()` more bytes (as every buffer a
+    /// completion hands back has) is not grown.
+    pub fn general_async_into(
+        &self,
+        inbox: &[u8],
+        outbox: Vec<u8>,
+        wr_id: u64,
+        comp: &CmdComp,
+    ) -> Result<()> {
+        check_lengths(inbox, outbox.len())?;
         self.check_comp(comp)?;
         self.inner
             .provider
-            .general_async(inbox, outlen, wr_id, comp.channel())
+            .general_async(inbox, outbox, wr_id, comp.channel())
     }
 
     /// `general_cmd` into a caller buffer, allocating nothing.

@@ -177,15 +177,17 @@ pub trait ProviderContext: Send + Sync {
             "this provider queues only queries",
         ))
     }
-    /// A command that names no object, queued like `query_async`.
+    /// A command that names no object, queued like `query_async`. Its
+    /// completion's outbox is `outbox` (whose length is the outbox length)
+    /// filled, so a caller reusing one buffer allocates nothing for it.
     fn general_async(
         &self,
         inbox: &[u8],
-        outlen: usize,
+        outbox: Vec<u8>,
         wr_id: u64,
         channel: &dyn CmdChannel,
     ) -> Result<()> {
-        let _ = (inbox, outlen, wr_id, channel);
+        let _ = (inbox, outbox, wr_id, channel);
         Err(crate::Error::unsupported(
             "asynchronous general commands",
             "this provider queues only queries",

@@ -56,12 +56,20 @@ fn app(dev: &Device) -> devx::Result<()> {
     ctx.general_async(nop.as_bytes(), NopOut::SIZE_BYTES, 1, &comp)?;
     let (w, out) = comp.get()?;
     out?;
-    ctx.general_async(cap.as_bytes(), QueryHcaCapOut::SIZE_BYTES, 2, &comp)?;
+    // An owned outbox (with room for the emulator's copy of the inbox):
+    // recorded and replayed as `general_async`, handed back filled.
+    let mut outbox = Vec::with_capacity(cap.as_bytes().len() + QueryHcaCapOut::SIZE_BYTES);
+    outbox.resize(QueryHcaCapOut::SIZE_BYTES, 0);
+    let buf = outbox.as_ptr();
+    ctx.general_async_into(cap.as_bytes(), outbox, 2, &comp)?;
     let (w2, out) = comp.get()?;
     let out = out?;
     let caps = QueryHcaCapOut::from_slice(&out).expect("a full outbox");
     if (w, w2) != (1, 2) || caps.capability().cmd_hca_cap().log_max_cq() == 0 {
         return Err(devx::Error::argument("wrong completions"));
+    }
+    if out.as_ptr() != buf {
+        return Err(devx::Error::argument("the outbox was not handed back"));
     }
     let mut pd = AllocPdIn::new();
     pd.set_opcode(Opcode::AllocPd.raw());

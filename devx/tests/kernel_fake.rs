@@ -1254,12 +1254,17 @@ fn an_async_general_command_runs_at_once_and_completes_on_the_channel() {
     k.set_fw_reply(0x100, reply);
     let ctx = open(&k);
     let ch = ctx.create_cmd_channel().unwrap();
-    ctx.general_async(&inbox(0x100, 1, 16), 4112, 31, &*ch)
+    let outbox = vec![0u8; 4112];
+    let buf = outbox.as_ptr();
+    ctx.general_async(&inbox(0x100, 1, 16), outbox, 31, &*ch)
         .unwrap();
     // The kernel has no async method for it: the completion is there on return.
     let (wr_id, out) = ch.try_get().unwrap().expect("a completion at once");
     assert_eq!(wr_id, 31);
-    assert_eq!(out.unwrap()[16..20], 0xfeed_beefu32.to_be_bytes());
+    let out = out.unwrap();
+    assert_eq!(out[16..20], 0xfeed_beefu32.to_be_bytes());
+    // The caller's outbox comes back filled.
+    assert_eq!((out.as_ptr(), out.len()), (buf, 4112));
     assert!(ch.try_get().unwrap().is_none());
 }
 

@@ -46,7 +46,7 @@ fn completions_come_in_finish_order() {
         .query_async(cq_h, &query_cq(cqn), QueryCqOut::SIZE_BYTES, 1, &*ch)
         .unwrap();
     env.ctx
-        .general_async(&query_caps(), QueryHcaCapOut::SIZE_BYTES, 2, &*ch)
+        .general_async(&query_caps(), vec![0; QueryHcaCapOut::SIZE_BYTES], 2, &*ch)
         .unwrap();
     // The capability query was submitted second and finishes first.
     let (first, out) = ch.get().unwrap();
@@ -171,6 +171,57 @@ fn a_future_made_after_its_command_ran_resolves_and_others_stay_for_get() {
         .unwrap();
     assert_eq!(block_on(comp.completion(3)).unwrap(), blocking);
     assert!(comp.try_get().unwrap().is_none());
+}
+
+#[test]
+fn an_owned_outbox_comes_back_filled_by_its_completion() {
+    let ctx = sim_ctx();
+    let comp = devx::CmdComp::new(&ctx).unwrap();
+    let blocking = ctx
+        .general_cmd(&query_caps(), QueryHcaCapOut::SIZE_BYTES)
+        .unwrap();
+    // Stale contents and no room for the inbox: still filled, right length.
+    let mut out = vec![0xa5u8; QueryHcaCapOut::SIZE_BYTES];
+    for wr_id in 0..3 {
+        let buf = out.as_ptr();
+        ctx.general_async_into(&query_caps(), out, wr_id, &comp)
+            .unwrap();
+        out = block_on(comp.completion(wr_id)).unwrap();
+        assert_eq!(out, blocking);
+        // Once it has room for the inbox it is the very buffer handed in.
+        if wr_id > 0 {
+            assert_eq!(out.as_ptr(), buf);
+        }
+    }
+    assert!(comp.try_get().unwrap().is_none());
+}
+
+#[test]
+fn an_owned_outbox_queued_for_the_firmware_thread_comes_back_filled() {
+    let env = Env::new(525);
+    let ch = env.ctx.create_cmd_channel().unwrap();
+    let expected = env
+        .ctx
+        .general_async(&query_caps(), vec![0; QueryHcaCapOut::SIZE_BYTES], 1, &*ch)
+        .and_then(|()| ch.get())
+        .unwrap()
+        .1
+        .unwrap();
+    // Paused, the command waits in the queue and the firmware thread runs it.
+    env.dev.pause_async(true);
+    let mut outbox = Vec::with_capacity(query_caps().len() + QueryHcaCapOut::SIZE_BYTES);
+    outbox.resize(QueryHcaCapOut::SIZE_BYTES, 0x5a);
+    let buf = outbox.as_ptr();
+    env.ctx
+        .general_async(&query_caps(), outbox, 2, &*ch)
+        .unwrap();
+    assert!(ch.try_get().unwrap().is_none());
+    env.dev.pause_async(false);
+    let (wr_id, out) = ch.get().unwrap();
+    let out = out.unwrap();
+    assert_eq!(wr_id, 2);
+    assert_eq!(out, expected);
+    assert_eq!(out.as_ptr(), buf);
 }
 
 #[test]

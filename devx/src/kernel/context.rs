@@ -586,12 +586,12 @@ impl ProviderContext for KernelContext {
     fn general_async(
         &self,
         inbox: &[u8],
-        outlen: usize,
+        outbox: Vec<u8>,
         wr_id: u64,
         channel: &dyn CmdChannel,
     ) -> Result<()> {
         let ch = kernel_channel(channel)?;
-        let mut out = vec![0u8; outlen];
+        let mut out = outbox;
         let result = self.general(inbox, &mut out).map(|()| out);
         ch.ready().push_back((wr_id, result));
         Ok(())

@@ -163,6 +163,9 @@ const MKC_END: usize = {
 /// Where a queued command's completion goes.
 struct Queued<'a> {
     outlen: usize,
+    /// The buffer the command's private copy and then its outbox live in
+    /// (empty: a fresh one).
+    buf: Vec<u8>,
     wr_id: u64,
     channel: &'a dyn CmdChannel,
 }
@@ -218,7 +221,7 @@ impl SimContext {
         if let Some(obj) = obj {
             self.bind(obj, inbox)?;
         }
-        let cmd = self.private_copy_with_room(inbox, q.outlen);
+        let cmd = self.private_copy_with_room(inbox, q.outlen, q.buf);
         self.dev
             .engine
             .submit(self.id, cmd, q.outlen, q.wr_id, &chan.inner)
@@ -235,8 +238,11 @@ impl SimContext {
 
     /// [`Self::private_copy`] in a buffer with room for `outlen` more
     /// bytes: a queued command's outbox (see `AsyncEngine::execute`).
-    fn private_copy_with_room(&self, inbox: &[u8], outlen: usize) -> Vec<u8> {
-        let mut cmd = Vec::with_capacity(inbox.len() + outlen);
+    /// Kept in `buf` (a caller's outbox), grown only if it lacks the room.
+    fn private_copy_with_room(&self, inbox: &[u8], outlen: usize, buf: Vec<u8>) -> Vec<u8> {
+        let mut cmd = buf;
+        cmd.clear();
+        cmd.reserve(inbox.len() + outlen);
         cmd.extend_from_slice(inbox);
         self.stamped(cmd)
     }
@@ -549,6 +555,7 @@ impl ProviderContext for SimContext {
     ) -> Result<()> {
         let queued = Queued {
             outlen,
+            buf: Vec::new(),
             wr_id,
             channel,
         };
@@ -565,6 +572,7 @@ impl ProviderContext for SimContext {
     ) -> Result<()> {
         let queued = Queued {
             outlen,
+            buf: Vec::new(),
             wr_id,
             channel,
         };
@@ -574,12 +582,13 @@ impl ProviderContext for SimContext {
     fn general_async(
         &self,
         inbox: &[u8],
-        outlen: usize,
+        outbox: Vec<u8>,
         wr_id: u64,
         channel: &dyn CmdChannel,
     ) -> Result<()> {
         let queued = Queued {
-            outlen,
+            outlen: outbox.len(),
+            buf: outbox,
             wr_id,
             channel,
         };
