@@ -64,6 +64,14 @@ pub trait UarPage: Send + Sync {
     /// exactly as its bytes are laid out in memory (callers pre-swap to big
     /// endian). A store outside an aligned 8-byte slot of the page is dropped.
     fn write64(&self, offset: usize, value: u64);
+    /// The program polled and found nothing to do: a device that runs in
+    /// software (the emulated one) does the work pending for it on the
+    /// caller's thread, such as receiving what arrived at its network
+    /// port. Whether it did any, so that a poll looks again. Hardware
+    /// needs nothing.
+    fn progress(&self) -> bool {
+        false
+    }
     /// Whether the page is write-combining device memory (a mapped BAR),
     /// whose stores need `sfence` around them to leave the CPU in order.
     /// A page in ordinary memory, read by a device that runs in program

@@ -185,6 +185,14 @@ impl Uar {
         &self.bf
     }
 
+    /// Lets the device do work pending for the program on this thread,
+    /// when it runs in software ([`UarPage::progress`]); call it when a
+    /// poll found nothing. Whether it did any.
+    #[inline]
+    pub fn progress(&self) -> bool {
+        self.page.progress()
+    }
+
     /// Rings a 64-bit doorbell at `offset` in the page; `value` is stored as its
     /// in-memory bytes. The offset must name an aligned 8-byte slot of the page.
     #[inline]

@@ -407,7 +407,22 @@ impl Cq {
     /// `ibv_poll_cq`: fills `wc` from the front with up to `wc.len()`
     /// completions and returns how many. Updates the consumer index in the
     /// doorbell record once per call. `&mut`: one consumer at a time.
+    ///
+    /// A poll that finds nothing lets a device that runs in software do
+    /// its pending work on this thread ([`devx::Uar::progress`]: the
+    /// emulated device receives what arrived at its network port) and
+    /// looks again if it did any, so a busy-polling program needs no
+    /// other thread to make progress.
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
+        let got = self.poll_ring(wc);
+        if got == 0 && !wc.is_empty() {
+            return self.poll_after_progress(wc);
+        }
+        got
+    }
+
+    #[inline(always)]
+    fn poll_ring(&mut self, wc: &mut [Wc]) -> usize {
         let start = self.ci;
         let mut got = self.take_hot(wc);
         if got < wc.len() && self.next_is_sw_owned() {
@@ -417,6 +432,17 @@ impl Cq {
             self.dp.dbrec.store(SET_CI, self.ci & 0xff_ffff);
         }
         got
+    }
+
+    /// An empty poll's second look, out of line: the found-something path
+    /// stays short.
+    #[inline(never)]
+    fn poll_after_progress(&mut self, wc: &mut [Wc]) -> usize {
+        if self.uar().progress() {
+            self.poll_ring(wc)
+        } else {
+            0
+        }
     }
 
     /// Polls until one completion arrives and returns it (successful or

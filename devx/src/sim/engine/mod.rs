@@ -442,6 +442,16 @@ impl Engine {
         // data path, so a paused engine still takes it.
         self.fw
             .with_mut(|st| notify::arm_doorbell(st, page_id, value));
+        if let Some(p) = self.net.get() {
+            p.armed();
+        }
+    }
+
+    /// The program found a CQ empty: receives what arrived at the network
+    /// port on its thread (see [`crate::sim::wire::port`]). Whether any
+    /// packet was handled.
+    pub(crate) fn progress(&self) -> bool {
+        self.net.get().is_some_and(|p| p.progress(self))
     }
 }
 

@@ -56,6 +56,15 @@ impl SinkSlot {
         *other = if is_engine { None } else { sink };
     }
 
+    /// Lets the engine do pending work on the caller's thread (see
+    /// [`UarPage::progress`]); test sinks have none.
+    pub(crate) fn progress(&self) -> bool {
+        if !self.direct.load(Ordering::Acquire) {
+            return false;
+        }
+        self.engine.as_ref().is_some_and(|e| e.progress())
+    }
+
     #[inline]
     pub(crate) fn deliver(&self, page_id: u32, offset: usize, value: u64) {
         if self.direct.load(Ordering::Acquire) {
@@ -135,6 +144,10 @@ impl UarPage for SimUarPage {
             return;
         }
         self.sink.deliver(self.page_id, offset, value);
+    }
+
+    fn progress(&self) -> bool {
+        !self.freed.load(Ordering::Acquire) && self.sink.progress()
     }
 
     /// Ordinary memory, and the engine reads the queues a doorbell names

@@ -239,11 +239,13 @@ pub(crate) struct Received {
 }
 
 /// Receives up to [`BATCH`] datagrams into `bufs` (slot `i` at
-/// `i * RX_SLOT`), waiting (up to the socket's read timeout) for the first.
+/// `i * RX_SLOT`); with `wait`, waits (up to the socket's read timeout)
+/// for the first, else takes only what is there.
 pub(crate) fn recv_batch(
     sock: &UdpSocket,
     bufs: &mut [u8],
     out: &mut [Received; BATCH],
+    wait: bool,
 ) -> io::Result<usize> {
     let slots = (bufs.len() / RX_SLOT).min(BATCH);
     // SAFETY: sockaddr_storage is plain integers, valid all-zero.
@@ -273,7 +275,11 @@ pub(crate) fn recv_batch(
             sock.as_raw_fd(),
             hdrs.as_mut_ptr(),
             slots as libc::c_uint,
-            libc::MSG_WAITFORONE,
+            if wait {
+                libc::MSG_WAITFORONE
+            } else {
+                libc::MSG_DONTWAIT
+            },
             std::ptr::null_mut(),
         )
     };

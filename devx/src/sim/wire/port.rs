@@ -2,13 +2,21 @@
 //! device's address, a receive thread that parses and checks every
 //! datagram before handing it on, per-port counters, and an optional
 //! capture of everything sent and received.
+//!
+//! A program that polls its CQs receives itself: an empty poll takes what
+//! has arrived on the polling thread ([`NetPort::progress`]), as busy
+//! polling does with a NIC's queue. While it keeps polling, the receive
+//! thread sleeps instead of waiting on the socket, so arriving packets
+//! wake no thread and the core does not change hands for each; once the
+//! program stops polling, or arms a CQ to wait for its events, the receive
+//! thread waits on the socket again.
 
 use std::fs::File;
 use std::io::{self, BufWriter};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::config::{NetConfig, PCAP_VAR_PREFIX};
@@ -34,6 +42,14 @@ const WINDOW_BYTES_MIN: usize = 64 << 10;
 const WINDOW_BYTES_MAX: usize = 512 << 10;
 /// The finest timer step of the transport (retransmission, RNR waits).
 const MIN_TICK: Duration = Duration::from_micros(200);
+/// How long the receive thread sleeps while the program receives by
+/// polling, before it looks again whether the program still polls: the
+/// longest a packet waits when the program stops polling unannounced.
+const POLLED_NAP: Duration = MIN_TICK;
+/// Empty polls since a CQ was last armed after which the program counts
+/// as polling rather than waiting for completion events (which poll a
+/// few times around each arm).
+const POLLING_AFTER: u64 = 8;
 
 /// Where received packets go: the device's data-path engine.
 pub(crate) trait PacketSink: Send + Sync {
@@ -164,6 +180,17 @@ impl NetCounters {
     }
 }
 
+/// Receive buffers and checking state, used by whichever thread receives
+/// (the receive thread or a polling program), one at a time, so packets
+/// are handled in arrival order.
+struct Rx {
+    bufs: Vec<u8>,
+    got: [mmsg::Received; mmsg::BATCH],
+    /// Room for every packet of a full batch of GRO datagrams, kept.
+    spans: Vec<Span>,
+    icrc: IcrcCache,
+}
+
 struct Tx {
     /// Where a packet is encoded.
     buf: Vec<u8>,
@@ -195,6 +222,13 @@ pub(crate) struct NetPort {
     tx: Mutex<Tx>,
     capture: Option<Mutex<PcapWriter<BufWriter<File>>>>,
     window_bytes: usize,
+    rx: Mutex<Rx>,
+    /// Empty CQ polls of the program ([`NetPort::progress`]), and their
+    /// count when a CQ was last armed.
+    polls: AtomicU64,
+    armed_at: AtomicU64,
+    /// The receive thread, woken when the program arms a CQ.
+    rx_thread: OnceLock<std::thread::Thread>,
 }
 
 impl NetPort {
@@ -265,6 +299,20 @@ impl NetPort {
             }),
             capture,
             window_bytes,
+            rx: Mutex::new(Rx {
+                bufs: vec![0u8; mmsg::BATCH * mmsg::RX_SLOT],
+                got: [mmsg::Received {
+                    len: 0,
+                    truncated: false,
+                    from: None,
+                    segment: 0,
+                }; mmsg::BATCH],
+                spans: Vec::with_capacity(mmsg::BATCH * mmsg::GSO_SEGMENTS),
+                icrc: IcrcCache::default(),
+            }),
+            polls: AtomicU64::new(0),
+            armed_at: AtomicU64::new(0),
+            rx_thread: OnceLock::new(),
         })))
     }
 
@@ -276,10 +324,75 @@ impl NetPort {
         sink: Weak<dyn PacketSink>,
     ) -> io::Result<()> {
         let port = Arc::downgrade(self);
-        std::thread::Builder::new()
+        let h = std::thread::Builder::new()
             .name(format!("{name}-rx"))
-            .spawn(move || receive_loop(&port, &sink))
-            .map(|_| ())
+            .spawn(move || receive_loop(&port, &sink))?;
+        // Started once per port.
+        let _ = self.rx_thread.set(h.thread().clone());
+        Ok(())
+    }
+
+    /// The program polled a CQ and found it empty: receives what has
+    /// arrived, on the caller's thread, and hands it to `sink`, unless
+    /// another thread is receiving. Whether any packet was handled.
+    pub(crate) fn progress(&self, sink: &dyn PacketSink) -> bool {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        let Ok(mut rx) = self.rx.try_lock() else {
+            return false;
+        };
+        self.receive(&mut rx, false) > 0 && self.deliver(&rx, sink)
+    }
+
+    /// The program armed a CQ: it waits for completion events rather
+    /// than polling, so the receive thread waits on the socket again.
+    pub(crate) fn armed(&self) {
+        self.armed_at
+            .store(self.polls.load(Ordering::Relaxed), Ordering::Relaxed);
+        if let Some(t) = self.rx_thread.get() {
+            t.unpark();
+        }
+    }
+
+    /// Whether the program receives by polling: it polled since `seen`
+    /// (the count of polls the receive thread saw last, updated here),
+    /// and polled often since it last armed a CQ.
+    fn polled(&self, seen: &mut u64) -> bool {
+        let polls = self.polls.load(Ordering::Relaxed);
+        let since_arm = polls.wrapping_sub(self.armed_at.load(Ordering::Relaxed));
+        let polling = polls != *seen && since_arm >= POLLING_AFTER;
+        *seen = polls;
+        polling
+    }
+
+    /// Receives one batch into `rx` (waiting for it, up to the socket's
+    /// read timeout, with `wait`) and checks its packets; how many
+    /// datagrams came. Errors (the read timeout, a signal, an ICMP error
+    /// from an earlier send, nothing there) stop nothing.
+    fn receive(&self, rx: &mut Rx, wait: bool) -> usize {
+        let Rx {
+            bufs,
+            got,
+            spans,
+            icrc,
+        } = rx;
+        let n = mmsg::recv_batch(&self.socket, bufs, got, wait).unwrap_or(0);
+        check_batch(self, icrc, bufs, &got[..n], spans);
+        n
+    }
+
+    /// Hands the good packets of the batch in `rx` to `sink`; whether
+    /// there were any. What they send (ACKs, the next bursts) leaves
+    /// together.
+    fn deliver(&self, rx: &Rx, sink: &dyn PacketSink) -> bool {
+        if rx.spans.is_empty() {
+            return false;
+        }
+        let arrivals = Arrivals {
+            bufs: &rx.bufs,
+            spans: &rx.spans,
+        };
+        self.batch(|| sink.receive(self, &arrivals));
+        true
     }
 
     pub(crate) fn local_addr(&self) -> SocketAddr {
@@ -478,39 +591,30 @@ impl NetPort {
 }
 
 fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
-    let mut bufs = vec![0u8; mmsg::BATCH * mmsg::RX_SLOT];
-    let mut got = [mmsg::Received {
-        len: 0,
-        truncated: false,
-        from: None,
-        segment: 0,
-    }; mmsg::BATCH];
-    // Room for every packet of a full batch of GRO datagrams, kept.
-    let mut spans: Vec<Span> = Vec::with_capacity(mmsg::BATCH * mmsg::GSO_SEGMENTS);
-    let mut icrc = IcrcCache::default();
     let mut wait = RX_POLL;
     let mut last_tick = Instant::now();
+    let mut seen = 0;
     loop {
         let Some(p) = port.upgrade() else {
             return;
         };
-        let n = mmsg::recv_batch(&p.socket, &mut bufs, &mut got);
+        let n = if p.polled(&mut seen) {
+            // The program receives; look again after a nap (or at once
+            // when it arms a CQ), and keep the timers going meanwhile.
+            std::thread::park_timeout(wait.min(POLLED_NAP));
+            0
+        } else {
+            let mut rx = p.rx.lock().unwrap_or_else(|e| e.into_inner());
+            let n = p.receive(&mut rx, true);
+            let Some(s) = sink.upgrade() else {
+                return;
+            };
+            p.deliver(&rx, &*s);
+            n
+        };
         let Some(s) = sink.upgrade() else {
             return;
         };
-        // Errors: the read timeout, a signal, an ICMP error from an
-        // earlier send; none stops the port.
-        let n = n.unwrap_or(0);
-        check_batch(&p, &mut icrc, &bufs, &got[..n], &mut spans);
-        // What the batch's packets send (ACKs, the next bursts) leaves
-        // together.
-        if !spans.is_empty() {
-            let arrivals = Arrivals {
-                bufs: &bufs,
-                spans: &spans,
-            };
-            p.batch(|| s.receive(&p, &arrivals));
-        }
         if n == 0 || last_tick.elapsed() >= MIN_TICK {
             last_tick = Instant::now();
             let next = s.tick(&p).map_or(RX_POLL, |d| d.clamp(MIN_TICK, RX_POLL));
