@@ -852,3 +852,131 @@ fn uc_sends_and_writes_between_two_processes() {
     srv.expect("DONE");
     srv.finish();
 }
+
+const EVENTS: &str = "a_program_that_stops_polling_to_wait_for_events_gets_every_message";
+/// Messages the client sends, and how many of them the server polls for
+/// before it waits on its completion channel instead.
+const EVENT_MESSAGES: u32 = 24;
+const POLLED_MESSAGES: u32 = 8;
+const EVENT_LEN: usize = 1000;
+
+/// The server's device receives on the polling thread while the program
+/// polls; once it arms its CQ and blocks on the completion channel, the
+/// device's own thread must take the messages again, and each raises its
+/// event.
+#[test]
+fn a_program_that_stops_polling_to_wait_for_events_gets_every_message() {
+    match std::env::var(ROLE).as_deref() {
+        Ok("server") => return events_server(),
+        Ok("client") => return events_client(),
+        _ => {}
+    }
+    let (mut srv, mut cli) = handshake(EVENTS, &device_at(addr(61)), &device_at(addr(62)));
+    cli.expect("DONE");
+    cli.finish();
+    srv.expect("DONE");
+    srv.finish();
+}
+
+fn events_server() {
+    let (ctx, sim) = datapath_support::open(0);
+    let ch = verbs::CompChannel::new(&ctx).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = verbs::Cq::create(&ctx, &verbs::CqInit::new(256).channel(&ch)).unwrap();
+    let qp = pd
+        .create_qp(&verbs::QpInit::new(QpType::Rc, &cq, &cq).cap(caps()))
+        .unwrap();
+    let buf = Buf::all(&pd, BUF);
+    qp.to_init(&InitAttr::new(1).access(access_all())).unwrap();
+    let mut e = End {
+        s: Side {
+            ctx,
+            sim,
+            pd,
+            cq,
+            qp,
+        },
+        buf,
+    };
+    for i in 0..EVENT_MESSAGES {
+        let at = i as usize * EVENT_LEN;
+        e.s.qp
+            .post_recv(&RecvWr::new(
+                u64::from(i),
+                &[e.buf.sge(at, EVENT_LEN as u32)],
+            ))
+            .unwrap();
+    }
+    println!("READY {}", e.describe());
+    let peer = read_line();
+    e.connect(&peer, 14, 7, 7);
+    println!("CONNECTED");
+    let mut got = wait(&mut e.s.cq, POLLED_MESSAGES as usize);
+    let mut wc = [verbs::Wc::default(); 4];
+    while got.len() < EVENT_MESSAGES as usize {
+        // ibv_get_cq_event's loop: arm, look once more, then block.
+        e.s.cq.req_notify(false).unwrap();
+        let k = e.s.cq.poll(&mut wc);
+        if k > 0 {
+            got.extend_from_slice(&wc[..k]);
+            continue;
+        }
+        let mut p = libc::pollfd {
+            fd: ch.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let step_ms = wire_support::STEP.as_millis() as i32;
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut p, 1, step_ms) };
+        assert_eq!(ready, 1, "no completion event, {} messages in", got.len());
+        assert_eq!(ch.get_cq_event().unwrap(), e.s.cq.cqn());
+        e.s.cq.ack_events(1);
+        let k = e.s.cq.poll(&mut wc);
+        got.extend_from_slice(&wc[..k]);
+    }
+    for (i, w) in got.iter().enumerate() {
+        assert_eq!(
+            (w.status, w.opcode, w.wr_id, w.byte_len),
+            (
+                WcStatus::Success,
+                WcOpcode::Recv,
+                i as u64,
+                EVENT_LEN as u32
+            ),
+            "{got:?}"
+        );
+        let at = i * EVENT_LEN;
+        assert_eq!(e.buf.read(at, EVENT_LEN), pattern(i as u32, EVENT_LEN));
+    }
+    println!("DONE");
+}
+
+fn events_client() {
+    let mut e = End::new();
+    let peer = read_line();
+    e.connect(&peer, 14, 7, 7);
+    println!("READY {}", e.describe());
+    assert_eq!(read_line(), "go");
+    for i in 0..EVENT_MESSAGES {
+        let at = i as usize * EVENT_LEN;
+        e.buf.write(at, &pattern(i, EVENT_LEN));
+        e.s.qp
+            .post_send(&SendWr::send(
+                u64::from(i),
+                &[e.buf.sge(at, EVENT_LEN as u32)],
+            ))
+            .unwrap();
+        let wc = wait(&mut e.s.cq, 1);
+        assert_eq!(
+            (wc[0].status, wc[0].wr_id),
+            (WcStatus::Success, u64::from(i))
+        );
+        // Past the polled messages, give the server time to block on its
+        // channel before the next one arrives.
+        if i + 1 >= POLLED_MESSAGES {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+    println!("DONE");
+}

@@ -8,7 +8,9 @@
 //! single-consumer contract the rings need, checked by the compiler. Control
 //! operations (`modify`, `query`) take `&self` and can be interleaved freely;
 //! to post from several threads, put the QP behind a lock of your choice.
-//! The hot paths allocate nothing, take no lock and make no system call.
+//! The hot paths allocate nothing, take no lock and make no system call
+//! (a poll that finds nothing lets an emulated device receive on the
+//! caller's thread: [`devx::Uar::progress`]).
 //!
 //! Pointer work is confined to [`ring`] (queue memory and doorbell records)
 //! and [`Doorbell`] (the ordering of record store and MMIO).

@@ -591,7 +591,10 @@ impl NetPort {
 }
 
 fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
+    // Until the next timer deadline, and the socket's read timeout (set
+    // only when the thread waits on the socket).
     let mut wait = RX_POLL;
+    let mut timeout = RX_POLL;
     let mut last_tick = Instant::now();
     let mut seen = 0;
     loop {
@@ -604,6 +607,9 @@ fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
             std::thread::park_timeout(wait.min(POLLED_NAP));
             0
         } else {
+            if timeout != wait && p.socket.set_read_timeout(Some(wait)).is_ok() {
+                timeout = wait;
+            }
             let mut rx = p.rx.lock().unwrap_or_else(|e| e.into_inner());
             let n = p.receive(&mut rx, true);
             let Some(s) = sink.upgrade() else {
@@ -617,10 +623,7 @@ fn receive_loop(port: &Weak<NetPort>, sink: &Weak<dyn PacketSink>) {
         };
         if n == 0 || last_tick.elapsed() >= MIN_TICK {
             last_tick = Instant::now();
-            let next = s.tick(&p).map_or(RX_POLL, |d| d.clamp(MIN_TICK, RX_POLL));
-            if next != wait && p.socket.set_read_timeout(Some(next)).is_ok() {
-                wait = next;
-            }
+            wait = s.tick(&p).map_or(RX_POLL, |d| d.clamp(MIN_TICK, RX_POLL));
             p.release_held();
         }
     }
