@@ -16,7 +16,7 @@ use std::io::{self, BufWriter};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, TryLockError, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::config::{NetConfig, PCAP_VAR_PREFIX};
@@ -337,8 +337,10 @@ impl NetPort {
     /// another thread is receiving. Whether any packet was handled.
     pub(crate) fn progress(&self, sink: &dyn PacketSink) -> bool {
         self.polls.fetch_add(1, Ordering::Relaxed);
-        let Ok(mut rx) = self.rx.try_lock() else {
-            return false;
+        let mut rx = match self.rx.try_lock() {
+            Ok(rx) => rx,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return false,
         };
         self.receive(&mut rx, false) > 0 && self.deliver(&rx, sink)
     }
