@@ -10,12 +10,15 @@
 //! the driver's submission queue (bounded by each channel's output-byte cap,
 //! beyond which a submit fails with `EAGAIN`) and starts when a slot frees.
 //!
-//! Commands run one at a time, as on the device's command processor. The
-//! firmware thread runs them, except that a command submitted while the
-//! command interface is idle (nothing queued or executing, a slot free, not
-//! paused) and whose opcode has no latency in the profile is run by the
-//! submitting thread itself, under the same one-at-a-time rule, before the
-//! submit returns; its completion is posted on its channel like any other.
+//! Commands run one at a time, as on the device's command processor (the
+//! firmware's state lock serializes them). The firmware thread runs them,
+//! except that a command submitted while the command interface is idle
+//! (nothing queued or executing, a slot free, not paused) and whose opcode
+//! has no latency in the profile is run by the submitting thread itself
+//! before the submit returns; its completion is posted on its channel like
+//! any other. The submitter reads the idle state from an atomic flag kept
+//! current under the queue's lock, so such a command takes no lock but its
+//! channel's and the firmware's.
 //! That spares the hand-off to the firmware thread and back, which costs
 //! two thread wake-ups (microseconds) against a command that takes a
 //! fraction of one. Commands with latency, commands submitted behind
@@ -35,7 +38,7 @@
 use std::any::Any;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -53,6 +56,19 @@ pub const CMD_QUEUE_SLOTS: usize = 32;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Wakes the futures a queued completion took from its channel (usually
+/// none: a command awaited by its submitter finds its completion queued).
+#[inline]
+fn wake(wakers: Vec<std::task::Waker>) {
+    if !wakers.is_empty() {
+        wake_all(wakers);
+    }
+}
+
+fn wake_all(wakers: Vec<std::task::Waker>) {
+    wakers.into_iter().for_each(std::task::Waker::wake);
 }
 
 struct ChanQ {
@@ -85,6 +101,7 @@ impl ChanInner {
         Self::reserve_in(&mut lock(&self.q), outlen)
     }
 
+    #[inline]
     fn reserve_in(q: &mut ChanQ, outlen: usize) -> Result<()> {
         if q.bytes + outlen > MAX_OUTSTANDING_BYTES {
             return Err(Error::os(
@@ -99,12 +116,13 @@ impl ChanInner {
 
     fn complete(&self, c: AsyncCompletion, outlen: usize) {
         let wakers = self.queue(&mut lock(&self.q), c, outlen);
-        wakers.into_iter().for_each(std::task::Waker::wake);
+        wake(wakers);
     }
 
     /// Reserves, runs `exec` and queues its completion under one hold of
     /// the queue's lock (a command run at once by its submitter); the
     /// wakers to wake once the caller has let go of its own locks.
+    #[inline]
     fn run_now(
         &self,
         wr_id: u64,
@@ -118,6 +136,7 @@ impl ChanInner {
     }
 
     /// Queues a finished command's completion; returns the futures to wake.
+    #[inline]
     fn queue(&self, q: &mut ChanQ, c: AsyncCompletion, outlen: usize) -> Vec<std::task::Waker> {
         q.pending = q.pending.saturating_sub(1);
         if q.fd_live && q.done.is_empty() {
@@ -132,15 +151,22 @@ impl ChanInner {
         std::mem::take(&mut q.wakers)
     }
 
+    /// The first queued completion, if any.
+    #[inline]
+    fn pop_done(&self, q: &mut ChanQ) -> Option<AsyncCompletion> {
+        let (c, outlen) = q.done.pop_front()?;
+        q.bytes = q.bytes.saturating_sub(outlen);
+        if q.fd_live && q.done.is_empty() {
+            // Drain the counter: the fd stops polling readable.
+            let _ = self.efd.read();
+        }
+        Some(c)
+    }
+
     fn pop(&self, block: bool) -> Result<Option<AsyncCompletion>> {
         let mut q = lock(&self.q);
         loop {
-            if let Some((c, outlen)) = q.done.pop_front() {
-                q.bytes = q.bytes.saturating_sub(outlen);
-                if q.fd_live && q.done.is_empty() {
-                    // Drain the counter: the fd stops polling readable.
-                    let _ = self.efd.read();
-                }
+            if let Some(c) = self.pop_done(&mut q) {
                 return Ok(Some(c));
             }
             if !block {
@@ -208,7 +234,7 @@ impl CmdChannel for SimCmdChannel {
     }
 
     fn try_get_queued(&self) -> Option<AsyncCompletion> {
-        self.inner.pop(false).ok().flatten()
+        self.inner.pop_done(&mut lock(&self.inner.q))
     }
 
     fn get(&self) -> Result<AsyncCompletion> {
@@ -281,6 +307,17 @@ struct EngineQ {
     sleeping: bool,
 }
 
+impl EngineQ {
+    /// The command interface is idle: nothing queued or executing, a slot
+    /// free, not paused.
+    fn idle(&self) -> bool {
+        !self.paused
+            && self.jobs.is_empty()
+            && self.running.is_none()
+            && self.slots.len() < CMD_QUEUE_SLOTS
+    }
+}
+
 /// How long the firmware thread watches for a new command before it
 /// sleeps (see `reactor::watch`): a command submitted meanwhile starts
 /// without a thread wake-up, as a polling firmware picks up a doorbell.
@@ -297,6 +334,10 @@ pub(crate) struct AsyncEngine {
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Commands submitted so far; the idle firmware thread watches it.
     submitted: AtomicU64,
+    /// [`EngineQ::idle`] as of the last change (stored under the lock,
+    /// read without it): a submit that finds it set runs its command
+    /// without taking the queue's lock.
+    idle: AtomicBool,
 }
 
 impl AsyncEngine {
@@ -322,6 +363,7 @@ impl AsyncEngine {
             cv: Condvar::new(),
             thread: Mutex::new(None),
             submitted: AtomicU64::new(0),
+            idle: AtomicBool::new(true),
         }
     }
 
@@ -338,7 +380,12 @@ impl AsyncEngine {
         }
     }
 
+    #[inline]
     fn latency_of(&self, inbox: &[u8]) -> Duration {
+        // Most profiles give no command latency: no opcode to read then.
+        if self.latency.is_empty() {
+            return Duration::ZERO;
+        }
         let op = crate::admission::opcode_of(inbox);
         self.latency
             .iter()
@@ -346,7 +393,9 @@ impl AsyncEngine {
             .map_or(Duration::ZERO, |(_, d)| *d)
     }
 
-    /// Queues `inbox` (already admitted and stamped) for `chan`.
+    /// Queues `inbox` (already admitted and stamped) for `chan`; see
+    /// [`AsyncEngine::submit_work`]. A command the submitter may run (the
+    /// usual case) is run here, without the rest of `submit_work`.
     pub(crate) fn submit(
         self: &Arc<Self>,
         ctx: u64,
@@ -355,16 +404,50 @@ impl AsyncEngine {
         wr_id: u64,
         chan: &Arc<ChanInner>,
     ) -> Result<()> {
+        if self.idle.load(Ordering::Acquire) && self.latency_of(&inbox).is_zero() {
+            return self.run_plain_now(inbox, outlen, wr_id, chan);
+        }
         self.submit_work(ctx, inbox, outlen, wr_id, chan, None)
     }
 
-    /// Runs one command: `work` when given, else the inbox as is. The
-    /// inbox's buffer becomes the outbox (a submit's private copy leaves
-    /// room for it), so a command costs no allocation for its outbox.
+    /// Stores [`EngineQ::idle`] for submitters to read without the lock;
+    /// called under the lock after every change of what it depends on.
+    fn publish(&self, q: &EngineQ) {
+        self.idle.store(q.idle(), Ordering::Release);
+    }
+
+    /// Runs a plain command for its submitter and posts its completion
+    /// (see [`AsyncEngine::submit_work`]). A plain command takes a
+    /// fraction of a microsecond, calls back into nothing and touches the
+    /// firmware only under its state lock, which keeps it one at a time
+    /// with every other command; it holds its channel's lock throughout,
+    /// so reserving, running and posting cost one hold of it.
+    #[inline]
+    fn run_plain_now(
+        &self,
+        inbox: Vec<u8>,
+        outlen: usize,
+        wr_id: u64,
+        chan: &ChanInner,
+    ) -> Result<()> {
+        let wakers = chan.run_now(wr_id, outlen, || self.execute_plain(inbox, outlen))?;
+        wake(wakers);
+        Ok(())
+    }
+
+    /// Runs one command: `work` when given, else the inbox as is.
     fn execute(&self, inbox: Vec<u8>, outlen: usize, work: Option<Work>) -> Result<Vec<u8>> {
-        if let Some(work) = work {
-            return work(&self.fw);
+        match work {
+            Some(work) => work(&self.fw),
+            None => self.execute_plain(inbox, outlen),
         }
+    }
+
+    /// Runs `inbox` as is. The inbox's buffer becomes the outbox (a
+    /// submit's private copy leaves room for it), so a command costs no
+    /// allocation for its outbox.
+    #[inline]
+    fn execute_plain(&self, inbox: Vec<u8>, outlen: usize) -> Result<Vec<u8>> {
         let inlen = inbox.len();
         let mut buf = inbox;
         buf.resize(inlen + outlen, 0);
@@ -382,6 +465,7 @@ impl AsyncEngine {
     /// with commands queued behind it, a cancel, a fatal error).
     fn ran(&self, q: &mut EngineQ) {
         q.running = None;
+        self.publish(q);
         if q.watchers > 0 || (q.sleeping && !q.jobs.is_empty()) {
             self.cv.notify_all();
         }
@@ -392,8 +476,8 @@ impl AsyncEngine {
     /// When the command interface is idle (nothing queued or executing, a
     /// slot free, not paused) and the profile gives the command no latency,
     /// the submitting thread takes the firmware's execution role for it:
-    /// it runs the command under the same one-at-a-time rule and posts the
-    /// completion on `chan` before returning, sparing the hand-off to the
+    /// it runs the command and posts the completion on `chan` before
+    /// returning, sparing the hand-off to the
     /// firmware thread and back (two thread wake-ups). Everything else —
     /// commands with latency, commands submitted while others are queued
     /// or executing, beyond the free slots, while paused — waits for the
@@ -433,28 +517,17 @@ impl AsyncEngine {
             }
             q.started = true;
         }
-        let idle = !q.paused
-            && q.jobs.is_empty()
-            && q.running.is_none()
-            && q.slots.len() < CMD_QUEUE_SLOTS;
-        if idle && self.latency_of(&inbox).is_zero() {
+        if q.idle() && self.latency_of(&inbox).is_zero() {
             let Some(work) = work else {
-                // A plain command takes a fraction of a microsecond and
-                // calls back into nothing: it runs under this lock, which
-                // keeps the firmware thread, cancels and other submitters
-                // out as `running` would, and its channel's lock (taken
-                // after this one, as everywhere), so the whole command
-                // costs one hold of each.
-                let wakers = chan.run_now(wr_id, outlen, || self.execute(inbox, outlen, None))?;
                 drop(q);
-                wakers.into_iter().for_each(std::task::Waker::wake);
-                return Ok(());
+                return self.run_plain_now(inbox, outlen, wr_id, chan);
             };
             // A create or registration may drop what it holds (a context,
             // whose going cancels through this queue): it runs unlocked,
             // marked `running`.
             chan.reserve(outlen)?;
             q.running = Some(ctx);
+            self.publish(&q);
             drop(q);
             let result = self.execute(inbox, outlen, Some(work));
             self.ran(&mut lock(&self.q));
@@ -470,6 +543,7 @@ impl AsyncEngine {
             chan: Arc::clone(chan),
             work,
         });
+        self.publish(&q);
         self.submitted.fetch_add(1, Ordering::Release);
         if q.sleeping {
             self.cv.notify_all();
@@ -491,6 +565,7 @@ impl AsyncEngine {
             let due = q.slots.iter().take_while(|s| s.due <= now).count();
             let done: Vec<InFlight> = q.slots.drain(..due).collect();
             if !done.is_empty() {
+                self.publish(&q);
                 drop(q);
                 done.into_iter().for_each(InFlight::post);
                 q = lock(&self.q);
@@ -500,6 +575,7 @@ impl AsyncEngine {
             if !q.paused && q.running.is_none() && q.slots.len() < CMD_QUEUE_SLOTS {
                 if let Some(job) = q.jobs.pop_front() {
                     q.running = Some(job.ctx);
+                    self.publish(&q);
                     drop(q);
                     let latency = self.latency_of(&job.inbox);
                     let result = self.execute(job.inbox, job.outlen, job.work);
@@ -568,6 +644,7 @@ impl AsyncEngine {
                 .into_iter()
                 .partition(|s| s.ctx == ctx);
             q.slots = others;
+            self.publish(&q);
             self.cv.notify_all();
             (mine.into_iter().collect(), started)
         };
@@ -595,6 +672,7 @@ impl AsyncEngine {
                 q.watchers -= 1;
             }
             let started = std::mem::take(&mut q.slots);
+            self.publish(&q);
             self.cv.notify_all();
             (queued, started)
         };
@@ -613,7 +691,10 @@ impl AsyncEngine {
 
     /// Holds queued commands back (tests use it to make cancellation certain).
     pub(crate) fn set_paused(&self, paused: bool) {
-        lock(&self.q).paused = paused;
+        let mut q = lock(&self.q);
+        q.paused = paused;
+        self.publish(&q);
+        drop(q);
         self.cv.notify_all();
     }
 
