@@ -30,15 +30,20 @@
 //! A channel's eventfd is kept readable while a completion is queued only
 //! once someone asked for it ([`CmdChannel::fd`]): until then the queue's
 //! own wake-ups serve every waiter and a completion costs no syscall.
+//! Until then, too, a completion posted to an empty queue is kept in a
+//! one-entry slot beside it, which its taker (usually the submitter, right
+//! after submitting) empties with one atomic exchange instead of a round
+//! trip through the queue's lock.
 //!
 //! A context that goes away cancels its queued commands: each completes
 //! with `Error::Cancelled` on its channel. Its commands already started have
 //! run; their completions are posted at once.
 
 use std::any::Any;
+use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -72,8 +77,12 @@ fn wake_all(wakers: Vec<std::task::Waker>) {
 }
 
 struct ChanQ {
-    /// Finished completions with the output bytes they hold.
+    /// Finished completions with the output bytes they hold, after the one
+    /// in [`ChanInner::slot`] if that is full.
     done: VecDeque<(AsyncCompletion, usize)>,
+    /// Output bytes of the completion last put in the slot, still counted
+    /// in `bytes` (settled once the slot is found empty).
+    slot_bytes: usize,
     /// Submitted, not yet finished.
     pending: usize,
     /// Output bytes of pending and unread completions.
@@ -93,16 +102,92 @@ pub(crate) struct ChanInner {
     q: Mutex<ChanQ>,
     cv: Condvar,
     efd: EventFd,
+    slot: Slot,
+}
+
+/// One completion kept beside the queue: a completion posted while the
+/// queue is empty and its fd not handed out goes here, and its taker
+/// (typically the submitter, right after the submit) takes it with one
+/// atomic exchange instead of a round trip through the queue's lock.
+/// It is always older than everything in [`ChanQ::done`].
+struct Slot {
+    state: AtomicU8,
+    value: UnsafeCell<Option<AsyncCompletion>>,
+}
+
+/// [`Slot::state`]: nothing in it; a completion in it; a taker moving it out.
+const SLOT_EMPTY: u8 = 0;
+const SLOT_FULL: u8 = 1;
+const SLOT_TAKING: u8 = 2;
+
+// SAFETY: `value` is written only by a holder of the queue's lock that saw
+// the state EMPTY (a taker's Release store of EMPTY comes after its read),
+// and read only by the one thread whose exchange moved the state from FULL
+// (stored with Release after the write) to TAKING; so no two threads touch
+// it at once and each sees the other's last access.
+unsafe impl Sync for Slot {}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            state: AtomicU8::new(SLOT_EMPTY),
+            value: UnsafeCell::new(None),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.state.load(Ordering::Acquire) == SLOT_EMPTY
+    }
+
+    fn is_full(&self) -> bool {
+        self.state.load(Ordering::Acquire) == SLOT_FULL
+    }
+
+    /// Puts `c` in the slot; only under the queue's lock, with the slot
+    /// seen empty there.
+    fn put(&self, c: AsyncCompletion) {
+        // SAFETY: the caller holds the queue's lock (no other writer) and
+        // saw the state EMPTY (no reader until the store below).
+        unsafe { *self.value.get() = Some(c) };
+        self.state.store(SLOT_FULL, Ordering::Release);
+    }
+
+    /// The completion in the slot, if there is one and no one else takes it.
+    #[inline]
+    fn take(&self) -> Option<AsyncCompletion> {
+        if self.state.load(Ordering::Relaxed) != SLOT_FULL {
+            return None;
+        }
+        self.state
+            .compare_exchange(SLOT_FULL, SLOT_TAKING, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        // SAFETY: the exchange above made this thread the only reader, and
+        // writers wait for the EMPTY stored below.
+        let c = unsafe { (*self.value.get()).take() };
+        self.state.store(SLOT_EMPTY, Ordering::Release);
+        c
+    }
 }
 
 impl ChanInner {
     /// Accounts for a new command of `outlen` output bytes.
     fn reserve(&self, outlen: usize) -> Result<()> {
-        Self::reserve_in(&mut lock(&self.q), outlen)
+        self.reserve_in(&mut lock(&self.q), outlen)
+    }
+
+    /// Stops counting the bytes of a completion taken from the slot
+    /// without the lock.
+    #[inline]
+    fn settle(&self, q: &mut ChanQ) {
+        if q.slot_bytes > 0 && self.slot.is_empty() {
+            q.bytes = q.bytes.saturating_sub(q.slot_bytes);
+            q.slot_bytes = 0;
+        }
     }
 
     #[inline]
-    fn reserve_in(q: &mut ChanQ, outlen: usize) -> Result<()> {
+    fn reserve_in(&self, q: &mut ChanQ, outlen: usize) -> Result<()> {
+        self.settle(q);
         if q.bytes + outlen > MAX_OUTSTANDING_BYTES {
             return Err(Error::os(
                 "async command: channel has 1 MiB of output outstanding",
@@ -130,7 +215,7 @@ impl ChanInner {
         exec: impl FnOnce() -> Result<Vec<u8>>,
     ) -> Result<Vec<std::task::Waker>> {
         let mut q = lock(&self.q);
-        Self::reserve_in(&mut q, outlen)?;
+        self.reserve_in(&mut q, outlen)?;
         let result = exec();
         Ok(self.queue(&mut q, (wr_id, result), outlen))
     }
@@ -139,12 +224,19 @@ impl ChanInner {
     #[inline]
     fn queue(&self, q: &mut ChanQ, c: AsyncCompletion, outlen: usize) -> Vec<std::task::Waker> {
         q.pending = q.pending.saturating_sub(1);
-        if q.fd_live && q.done.is_empty() {
-            // Readable while anything is queued; an eventfd write only fails
-            // on counter overflow, which one pending unit never reaches.
-            let _ = self.efd.write(1);
+        self.settle(q);
+        if !q.fd_live && q.done.is_empty() && self.slot.is_empty() {
+            q.slot_bytes = outlen;
+            self.slot.put(c);
+        } else {
+            if q.fd_live && q.done.is_empty() {
+                // Readable while anything is queued; an eventfd write only
+                // fails on counter overflow, which one pending unit never
+                // reaches.
+                let _ = self.efd.write(1);
+            }
+            q.done.push_back((c, outlen));
         }
-        q.done.push_back((c, outlen));
         if q.blocked > 0 {
             self.cv.notify_all();
         }
@@ -154,6 +246,10 @@ impl ChanInner {
     /// The first queued completion, if any.
     #[inline]
     fn pop_done(&self, q: &mut ChanQ) -> Option<AsyncCompletion> {
+        if let Some(c) = self.slot.take() {
+            self.settle(q);
+            return Some(c);
+        }
         let (c, outlen) = q.done.pop_front()?;
         q.bytes = q.bytes.saturating_sub(outlen);
         if q.fd_live && q.done.is_empty() {
@@ -198,6 +294,7 @@ impl SimCmdChannel {
                 ctx_id,
                 q: Mutex::new(ChanQ {
                     done: VecDeque::new(),
+                    slot_bytes: 0,
                     pending: 0,
                     bytes: 0,
                     wakers: Vec::new(),
@@ -206,6 +303,7 @@ impl SimCmdChannel {
                 }),
                 cv: Condvar::new(),
                 efd,
+                slot: Slot::new(),
             }),
         })
     }
@@ -216,6 +314,15 @@ impl CmdChannel for SimCmdChannel {
         let mut q = lock(&self.inner.q);
         if !q.fd_live {
             q.fd_live = true;
+            // The fd tells from now on whether a completion waits: the one
+            // in the slot joins the queue, at its head.
+            match self.inner.slot.take() {
+                Some(c) => {
+                    let outlen = std::mem::take(&mut q.slot_bytes);
+                    q.done.push_front((c, outlen));
+                }
+                None => self.inner.settle(&mut q),
+            }
             if !q.done.is_empty() {
                 let _ = self.inner.efd.write(1);
             }
@@ -233,8 +340,12 @@ impl CmdChannel for SimCmdChannel {
         self.inner.pop(false)
     }
 
+    #[inline]
     fn try_get_queued(&self) -> Option<AsyncCompletion> {
-        self.inner.pop_done(&mut lock(&self.inner.q))
+        self.inner
+            .slot
+            .take()
+            .or_else(|| self.inner.pop_done(&mut lock(&self.inner.q)))
     }
 
     fn get(&self) -> Result<AsyncCompletion> {
@@ -245,7 +356,7 @@ impl CmdChannel for SimCmdChannel {
 
     fn wake_on_completion(&self, waker: &std::task::Waker) -> bool {
         let mut q = lock(&self.inner.q);
-        if !q.done.is_empty() {
+        if !q.done.is_empty() || self.inner.slot.is_full() {
             drop(q);
             waker.wake_by_ref();
         } else if !q.wakers.iter().any(|w| w.will_wake(waker)) {
