@@ -183,6 +183,20 @@ impl CmdComp {
         Ok(None)
     }
 
+    /// Reads at most one completion from the channel and sorts it as `get`
+    /// does: kept for its future, discarded (or finished) if its future was
+    /// dropped, else kept for `get`/`next`. A fixture replay lets the
+    /// channel take so a completion the recorded application's channel
+    /// took on its own.
+    pub(crate) fn read_one(&self) -> Result<()> {
+        if let Some(c) = self.channel.try_get()? {
+            if let Some((w, out)) = self.sort(c) {
+                self.sorted().parked.insert(w, out);
+            }
+        }
+        Ok(())
+    }
+
     /// Keeps a completion a future waits for (or nobody does any more) out
     /// of `get`'s way; returns the others.
     fn sort(&self, (wr_id, out): AsyncCompletion) -> Option<AsyncCompletion> {
