@@ -377,12 +377,29 @@ pub(crate) type Work = Box<dyn FnOnce(&Firmware) -> Result<Vec<u8>> + Send>;
 
 struct Job {
     ctx: u64,
-    /// The command (names it, picks its latency; run as is without `work`).
-    inbox: Vec<u8>,
+    /// The command (see [`AsyncEngine::submit_work`]): names it, picks its
+    /// latency, runs as is without `work`.
+    cmd: Vec<u8>,
     outlen: usize,
     wr_id: u64,
     chan: Arc<ChanInner>,
     work: Option<Work>,
+}
+
+impl Job {
+    fn inbox(&self) -> &[u8] {
+        inbox_of(&self.cmd, self.outlen, self.work.is_some())
+    }
+}
+
+/// The inbox in a command's buffer: after the room for its outbox's
+/// `outlen` bytes for a plain command, the whole buffer for one that runs
+/// `work`.
+fn inbox_of(cmd: &[u8], outlen: usize, work: bool) -> &[u8] {
+    match work {
+        true => cmd,
+        false => cmd.get(outlen..).unwrap_or_default(),
+    }
 }
 
 /// A started command holding a queue slot until `due`.
@@ -419,10 +436,11 @@ struct EngineQ {
 }
 
 impl EngineQ {
-    /// The command interface is idle: nothing queued or executing, a slot
-    /// free, not paused.
+    /// The command interface is idle: its firmware thread started, nothing
+    /// queued or executing, a slot free, not paused.
     fn idle(&self) -> bool {
-        !self.paused
+        self.started
+            && !self.paused
             && self.jobs.is_empty()
             && self.running.is_none()
             && self.slots.len() < CMD_QUEUE_SLOTS
@@ -474,7 +492,7 @@ impl AsyncEngine {
             cv: Condvar::new(),
             thread: Mutex::new(None),
             submitted: AtomicU64::new(0),
-            idle: AtomicBool::new(true),
+            idle: AtomicBool::new(false),
         }
     }
 
@@ -504,21 +522,25 @@ impl AsyncEngine {
             .map_or(Duration::ZERO, |(_, d)| *d)
     }
 
-    /// Queues `inbox` (already admitted and stamped) for `chan`; see
-    /// [`AsyncEngine::submit_work`]. A command the submitter may run (the
-    /// usual case) is run here, without the rest of `submit_work`.
+    /// Queues a plain command (its buffer `cmd` holds room for its
+    /// outbox's `outlen` bytes, then its inbox, already admitted and
+    /// stamped) for `chan`; see [`AsyncEngine::submit_work`]. A command the
+    /// submitter may run (the usual case) is run here, without the rest of
+    /// `submit_work`.
     pub(crate) fn submit(
         self: &Arc<Self>,
         ctx: u64,
-        inbox: Vec<u8>,
+        cmd: Vec<u8>,
         outlen: usize,
         wr_id: u64,
         chan: &Arc<ChanInner>,
     ) -> Result<()> {
-        if self.idle.load(Ordering::Acquire) && self.latency_of(&inbox).is_zero() {
-            return self.run_plain_now(inbox, outlen, wr_id, chan);
+        if self.idle.load(Ordering::Acquire)
+            && self.latency_of(inbox_of(&cmd, outlen, false)).is_zero()
+        {
+            return self.run_plain_now(cmd, outlen, wr_id, chan);
         }
-        self.submit_work(ctx, inbox, outlen, wr_id, chan, None)
+        self.submit_work(ctx, cmd, outlen, wr_id, chan, None)
     }
 
     /// Stores [`EngineQ::idle`] for submitters to read without the lock;
@@ -536,39 +558,38 @@ impl AsyncEngine {
     #[inline]
     fn run_plain_now(
         &self,
-        inbox: Vec<u8>,
+        cmd: Vec<u8>,
         outlen: usize,
         wr_id: u64,
         chan: &ChanInner,
     ) -> Result<()> {
-        let wakers = chan.run_now(wr_id, outlen, || self.execute_plain(inbox, outlen))?;
+        let wakers = chan.run_now(wr_id, outlen, || self.execute_plain(cmd, outlen))?;
         wake(wakers);
         Ok(())
     }
 
-    /// Runs one command: `work` when given, else the inbox as is.
-    fn execute(&self, inbox: Vec<u8>, outlen: usize, work: Option<Work>) -> Result<Vec<u8>> {
+    /// Runs one command: `work` when given, else the inbox in `cmd` as is.
+    fn execute(&self, cmd: Vec<u8>, outlen: usize, work: Option<Work>) -> Result<Vec<u8>> {
         match work {
             Some(work) => work(&self.fw),
-            None => self.execute_plain(inbox, outlen),
+            None => self.execute_plain(cmd, outlen),
         }
     }
 
-    /// Runs `inbox` as is. The inbox's buffer becomes the outbox (a
-    /// submit's private copy leaves room for it), so a command costs no
-    /// allocation for its outbox.
+    /// Runs the inbox in `cmd` as is, writing the answer in the room before
+    /// it: the buffer, cut to that room, becomes the outbox, so a command
+    /// costs no allocation or copy for its outbox.
     #[inline]
-    fn execute_plain(&self, inbox: Vec<u8>, outlen: usize) -> Result<Vec<u8>> {
-        let inlen = inbox.len();
-        let mut buf = inbox;
-        buf.resize(inlen + outlen, 0);
-        let (cmd, out) = buf.split_at_mut(inlen);
-        match self.fw.execute(cmd, out) {
+    fn execute_plain(&self, cmd: Vec<u8>, outlen: usize) -> Result<Vec<u8>> {
+        let mut buf = cmd;
+        let room = outlen.min(buf.len());
+        let (out, inbox) = buf.split_at_mut(room);
+        match self.fw.execute(inbox, out) {
             Ok(()) => {
-                buf.drain(..inlen);
+                buf.truncate(outlen);
                 Ok(buf)
             }
-            Err(e) => Err(super::with_outbox(cmd, e)),
+            Err(e) => Err(super::with_outbox(inbox, e)),
         }
     }
 
@@ -582,7 +603,9 @@ impl AsyncEngine {
         }
     }
 
-    /// Queues a command that runs `work` (when given) in place of `inbox`.
+    /// Queues a command that runs `work` (when given; `cmd` is then its
+    /// inbox, which names it) or else the inbox in `cmd` (after room for
+    /// its outbox's `outlen` bytes, where the answer is written).
     ///
     /// When the command interface is idle (nothing queued or executing, a
     /// slot free, not paused) and the profile gives the command no latency,
@@ -596,7 +619,7 @@ impl AsyncEngine {
     pub(crate) fn submit_work(
         self: &Arc<Self>,
         ctx: u64,
-        inbox: Vec<u8>,
+        cmd: Vec<u8>,
         outlen: usize,
         wr_id: u64,
         chan: &Arc<ChanInner>,
@@ -627,11 +650,16 @@ impl AsyncEngine {
                 }
             }
             q.started = true;
+            self.publish(&q);
         }
-        if q.idle() && self.latency_of(&inbox).is_zero() {
+        if q.idle()
+            && self
+                .latency_of(inbox_of(&cmd, outlen, work.is_some()))
+                .is_zero()
+        {
             let Some(work) = work else {
                 drop(q);
-                return self.run_plain_now(inbox, outlen, wr_id, chan);
+                return self.run_plain_now(cmd, outlen, wr_id, chan);
             };
             // A create or registration may drop what it holds (a context,
             // whose going cancels through this queue): it runs unlocked,
@@ -640,7 +668,7 @@ impl AsyncEngine {
             q.running = Some(ctx);
             self.publish(&q);
             drop(q);
-            let result = self.execute(inbox, outlen, Some(work));
+            let result = self.execute(cmd, outlen, Some(work));
             self.ran(&mut lock(&self.q));
             chan.complete((wr_id, result), outlen);
             return Ok(());
@@ -648,7 +676,7 @@ impl AsyncEngine {
         chan.reserve(outlen)?;
         q.jobs.push_back(Job {
             ctx,
-            inbox,
+            cmd,
             outlen,
             wr_id,
             chan: Arc::clone(chan),
@@ -688,8 +716,8 @@ impl AsyncEngine {
                     q.running = Some(job.ctx);
                     self.publish(&q);
                     drop(q);
-                    let latency = self.latency_of(&job.inbox);
-                    let result = self.execute(job.inbox, job.outlen, job.work);
+                    let latency = self.latency_of(job.inbox());
+                    let result = self.execute(job.cmd, job.outlen, job.work);
                     let slot = InFlight {
                         due: Instant::now() + latency,
                         ctx: job.ctx,
@@ -763,7 +791,7 @@ impl AsyncEngine {
         for j in cancelled {
             let what = format!(
                 "{} (wr_id {})",
-                prm_layouts::enums::opcode_name(crate::admission::opcode_of(&j.inbox)),
+                prm_layouts::enums::opcode_name(crate::admission::opcode_of(j.inbox())),
                 j.wr_id
             );
             j.chan
@@ -792,7 +820,7 @@ impl AsyncEngine {
             let what = format!(
                 "{}: {} (wr_id {})",
                 dev,
-                prm_layouts::enums::opcode_name(crate::admission::opcode_of(&j.inbox)),
+                prm_layouts::enums::opcode_name(crate::admission::opcode_of(j.inbox())),
                 j.wr_id
             );
             j.chan
