@@ -183,6 +183,20 @@ impl CmdComp {
         Ok(None)
     }
 
+    /// Reads at most one completion from the channel and sorts it as `get`
+    /// does: kept for its future, discarded (or finished) if its future was
+    /// dropped, else kept for `get`/`next`. A fixture replay lets the
+    /// channel take so a completion the recorded application's channel
+    /// took on its own.
+    pub(crate) fn read_one(&self) -> Result<()> {
+        if let Some(c) = self.channel.try_get()? {
+            if let Some((w, out)) = self.sort(c) {
+                self.sorted().parked.insert(w, out);
+            }
+        }
+        Ok(())
+    }
+
     /// Keeps a completion a future waits for (or nobody does any more) out
     /// of `get`'s way; returns the others.
     fn sort(&self, (wr_id, out): AsyncCompletion) -> Option<AsyncCompletion> {
@@ -218,21 +232,25 @@ impl CmdComp {
     /// `wr_id` (or its error). Completions of other commands read meanwhile
     /// stay for `get`/`next` or their own future. Dropping the future
     /// abandons the command: its completion is discarded when it arrives.
+    #[inline]
     pub fn completion(&self, wr_id: u64) -> Completion<'_> {
-        let queued = match self.channel.try_get_queued() {
+        match self.channel.try_get_queued() {
             // A command run during its submit, awaited next: nothing else
             // claims its completion, so the future holds it without being
             // registered.
-            Some((w, out)) if w == wr_id && self.quiet.load(Ordering::Acquire) => {
-                return Completion {
-                    comp: self,
-                    wr_id,
-                    done: false,
-                    early: Some(out),
-                };
-            }
-            other => other,
-        };
+            Some((w, out)) if w == wr_id && self.quiet.load(Ordering::Acquire) => Completion {
+                comp: self,
+                wr_id,
+                done: false,
+                early: Some(out),
+            },
+            other => self.register(wr_id, other),
+        }
+    }
+
+    /// [`CmdComp::completion`] of a command whose completion is not the
+    /// one just taken (`queued`, sorted here) or that others may claim.
+    fn register(&self, wr_id: u64, queued: Option<AsyncCompletion>) -> Completion<'_> {
         self.sorted().awaited.insert(wr_id);
         if let Some(c) = queued {
             if let Some((w, out)) = self.sort(c) {
@@ -263,11 +281,19 @@ pub struct Completion<'a> {
 impl Future for Completion<'_> {
     type Output = Result<Vec<u8>>;
 
+    #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         if let Some(out) = self.early.take() {
             self.done = true;
             return Poll::Ready(out);
         }
+        self.poll_channel(cx)
+    }
+}
+
+impl<'a> Completion<'a> {
+    /// [`Future::poll`] of a completion not taken when the future was made.
+    fn poll_channel(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<Vec<u8>>> {
         let comp = self.comp;
         let wr_id = self.wr_id;
         let drained = (|| {
@@ -312,9 +338,7 @@ impl Future for Completion<'_> {
             Err(e) => Poll::Ready(Err(e)),
         }
     }
-}
 
-impl<'a> Completion<'a> {
     /// Withdraws the registration of a command that was never submitted.
     pub(crate) fn unsubmitted(mut self) {
         self.done = true;
@@ -353,12 +377,21 @@ impl<'a> Completion<'a> {
 }
 
 impl Drop for Completion<'_> {
+    #[inline]
     fn drop(&mut self) {
         // A completion taken early is discarded with the future, as it
         // would have been on arrival.
         if self.done || self.early.is_some() {
             return;
         }
+        self.abandon();
+    }
+}
+
+impl Completion<'_> {
+    /// The future goes before its completion came: the completion is
+    /// discarded when it arrives.
+    fn abandon(&mut self) {
         let mut s = self.comp.sorted();
         s.awaited.remove(&self.wr_id);
         if s.parked.remove(&self.wr_id).is_none() {

@@ -283,14 +283,23 @@ pub fn block_on<F: Future>(f: F) -> F::Output {
 #[inline]
 fn run<F: Future>(mut f: Pin<&mut F>, unpark: &Unpark, waker: &Waker) -> F::Output {
     let mut cx = Context::from_waker(waker);
+    if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+        return v;
+    }
+    wait(f, unpark, &mut cx)
+}
+
+/// [`run`] after the first poll: waits for each wake-up and polls again.
+#[inline(never)]
+fn wait<F: Future>(mut f: Pin<&mut F>, unpark: &Unpark, cx: &mut Context<'_>) -> F::Output {
     loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
         watch(WAIT_SPIN, || unpark.woken.load(Ordering::Acquire));
         if !unpark.woken.swap(false, Ordering::AcqRel) {
             std::thread::park();
             unpark.woken.store(false, Ordering::Release);
+        }
+        if let Poll::Ready(v) = f.as_mut().poll(cx) {
+            return v;
         }
     }
 }

@@ -2,7 +2,8 @@
 //! `general_async` / `create_async` / `destroy_async` / `umem_reg_async` /
 //! `uar_alloc_async` submission and its `completion` (which defines a
 //! created object, UMEM or UAR), replayed with no device, through the
-//! application and through `drive::replay_file`.
+//! application and through `drive::replay_file`, and on the emulated
+//! device again through `live::replay_file_on`.
 
 use devx::fixture::{self, drive};
 use devx::{CmdComp, Device, Uar, UarKind, Umem};
@@ -17,10 +18,12 @@ fn reads_back(text: &str) {
 
 /// Records `app` on the emulated device `name`, checks the text reads back
 /// unchanged, replays it through the application (and, with `drive_too`,
-/// through `drive::replay_file`) and returns the recorded text.
+/// through `drive::replay_file`; with `live_too`, on the emulated device
+/// again through `live::replay_file_on`) and returns the recorded text.
 fn record_and_replay(
     name: &str,
     drive_too: bool,
+    live_too: bool,
     app: impl Fn(&Device) -> devx::Result<()>,
 ) -> String {
     let path = std::env::temp_dir().join(format!(
@@ -38,6 +41,11 @@ fn record_and_replay(
     fixture::finish(&dev).unwrap();
     if drive_too {
         let r = drive::replay_file(&path).unwrap();
+        assert!(r.passed(), "{:?}", r.error);
+        assert_eq!(r.steps.len(), r.stanzas);
+    }
+    if live_too {
+        let r = fixture::live::replay_file_on(&path, &Device::by_name(name).unwrap()).unwrap();
         assert!(r.passed(), "{:?}", r.error);
         assert_eq!(r.steps.len(), r.stanzas);
     }
@@ -83,7 +91,7 @@ fn app(dev: &Device) -> devx::Result<()> {
 #[test]
 fn queued_general_commands_and_creates_record_and_replay() {
     devx::sim::sim_device("sim14000").unwrap();
-    let text = record_and_replay("sim14000", true, app);
+    let text = record_and_replay("sim14000", true, true, app);
     assert!(
         text.contains("general_async $ctx0 NOP chan=$chan0 wr_id=0x1"),
         "{text}"
@@ -125,7 +133,7 @@ fn resources_app(dev: &Device) -> devx::Result<()> {
 #[test]
 fn queued_destroys_umem_registrations_and_uar_allocations_record_and_replay() {
     devx::sim::sim_device("sim14001").unwrap();
-    let text = record_and_replay("sim14001", true, resources_app);
+    let text = record_and_replay("sim14001", true, true, resources_app);
     for line in [
         "umem_reg_async $ctx0 addr=$addr0 len=0x2000 access=0x1 chan=$chan0 wr_id=0x5",
         "completion $ctx0 $chan0 CREATE_UMEM wr_id=0x5 opcode=0xa08 -> $umem0=",
@@ -166,9 +174,9 @@ fn dropped_create_app(dev: &Device) -> devx::Result<()> {
 #[test]
 fn a_queued_create_dropped_after_it_completed_records_its_completion_and_destroy() {
     let sim = devx::sim::sim_device("sim14002").unwrap();
-    // The application replays it (`drive::replay_file` cannot: it takes a
-    // queued create's completion at once, and here a NOP comes between).
-    let text = record_and_replay("sim14002", false, dropped_create_app);
+    // `drive::replay_file` replays it too: it holds the second create's
+    // future while the NOP queued behind it is submitted.
+    let text = record_and_replay("sim14002", true, true, dropped_create_app);
     assert_eq!(sim.live_objects(), 0);
     for line in [
         "@3 create_async $ctx0 ALLOC_PD chan=$chan0 wr_id=0x8",
@@ -209,10 +217,13 @@ fn cancelled_create_app(dev: &Device, sim: &devx::sim::SimDevice) -> devx::Resul
 #[test]
 fn a_queued_create_dropped_before_the_firmware_ran_it_records_a_cancel() {
     let sim = devx::sim::sim_device("sim14003").unwrap();
-    // The application replays it (`drive::replay_file` cannot: it reads
-    // completions one by one, and the CmdComp discards this one on its own).
+    // `drive::replay_file` replays it too: it drops the create's future at
+    // the `cancel`, and its channel discards the completion as it reads it.
     // Holding the emulated device's queue during the replay changes nothing.
-    let text = record_and_replay("sim14003", false, |dev| cancelled_create_app(dev, &sim));
+    // (A live replay cannot cancel it: there the create runs at once.)
+    let text = record_and_replay("sim14003", true, false, |dev| {
+        cancelled_create_app(dev, &sim)
+    });
     assert_eq!(sim.live_objects(), 0);
     for line in [
         "@3 create_async $ctx0 ALLOC_PD chan=$chan0 wr_id=0xc",

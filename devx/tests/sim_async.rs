@@ -203,6 +203,51 @@ fn output_is_capped_per_channel() {
 }
 
 #[test]
+fn completions_taken_as_they_come_never_reach_the_output_cap() {
+    let mut env = Env::new(531);
+    let (cq_h, cqn) = env.cq(5);
+    let ch = env.ctx.create_cmd_channel().unwrap();
+    let q = with_num(hdr(Opcode::QueryCq.raw(), 0, 16), cqn);
+    // Far more than the 16 such outboxes the cap allows at once.
+    for wr_id in 0..100 {
+        env.ctx.query_async(cq_h, &q, 0xffff, wr_id, &*ch).unwrap();
+        assert_eq!(ch.try_get().unwrap().unwrap().0, wr_id);
+    }
+    // Still exactly 16 may wait unread.
+    for wr_id in 0..16 {
+        env.ctx.query_async(cq_h, &q, 0xffff, wr_id, &*ch).unwrap();
+    }
+    let e = env.ctx.query_async(cq_h, &q, 0xffff, 16, &*ch).unwrap_err();
+    assert_eq!(errno(&e), libc::EAGAIN);
+    for wr_id in 0..16 {
+        assert_eq!(ch.get().unwrap().0, wr_id);
+    }
+}
+
+#[test]
+fn completions_of_commands_run_at_submit_keep_their_order_when_the_fd_is_asked_for() {
+    let mut env = Env::new(532);
+    let (cq_h, cqn) = env.cq(5);
+    let ch = env.ctx.create_cmd_channel().unwrap();
+    let q = with_num(hdr(Opcode::QueryCq.raw(), 0, 16), cqn);
+    for wr_id in 0..3 {
+        env.ctx
+            .query_async(cq_h, &q, QueryCqOut::SIZE_BYTES, wr_id, &*ch)
+            .unwrap();
+    }
+    assert!(readable(&*ch));
+    env.ctx
+        .query_async(cq_h, &q, QueryCqOut::SIZE_BYTES, 3, &*ch)
+        .unwrap();
+    for wr_id in 0..4 {
+        assert!(readable(&*ch));
+        assert_eq!(ch.try_get().unwrap().unwrap().0, wr_id);
+    }
+    assert!(!readable(&*ch));
+    assert!(ch.try_get().unwrap().is_none());
+}
+
+#[test]
 fn closing_the_context_cancels_queued_queries() {
     let mut env = Env::new(505);
     let (cq_h, cqn) = env.cq(5);

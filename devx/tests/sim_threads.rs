@@ -58,6 +58,45 @@ fn four_threads_ten_thousand_commands_each() {
 }
 
 #[test]
+fn threads_sharing_a_channel_each_completion_arrives_once() {
+    let mut env = Env::new(604);
+    let (cq_h, cqn) = env.cq(6);
+    let ch = env.ctx.create_cmd_channel().unwrap();
+    const PER_THREAD: u64 = 5_000;
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let ctx = Arc::clone(&env.ctx);
+            let ch = Arc::clone(&ch);
+            std::thread::spawn(move || {
+                let q = with_num(hdr(Opcode::QueryCq.raw(), 0, 16), cqn);
+                let mut got = Vec::new();
+                for i in 0..PER_THREAD {
+                    let wr_id = t * PER_THREAD + i;
+                    ctx.query_async(cq_h, &q, QueryCqOut::SIZE_BYTES, wr_id, &*ch)
+                        .unwrap();
+                    // Takes its own completion or another thread's, or
+                    // finds that another thread took it.
+                    if let Some((w, out)) = ch.try_get().unwrap() {
+                        out.unwrap();
+                        got.push(w);
+                    }
+                }
+                got
+            })
+        })
+        .collect();
+    let mut seen: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    while let Some((w, _)) = ch.try_get().unwrap() {
+        seen.push(w);
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (0..4 * PER_THREAD).collect::<Vec<_>>());
+}
+
+#[test]
 fn threads_with_their_own_contexts() {
     let dev = devx::sim::sim_device("sim602").unwrap();
     let threads: Vec<_> = (0..4)

@@ -169,6 +169,7 @@ fn ext_handler(opcode: Op) -> Option<(Handler, OpMods)> {
 }
 
 /// The definition of `opcode`, or `None` when the firmware does not know it.
+#[inline]
 pub(crate) fn lookup(opcode: u16) -> Option<CmdDef> {
     let (handler, op_mods) = handler(Op::from_raw(opcode)?)?;
     let (inp, outp) = prm_layouts::mailbox_layouts(opcode)?;

@@ -236,21 +236,33 @@ impl SimContext {
         self.stamped(inbox.to_vec())
     }
 
-    /// [`Self::private_copy`] in a buffer with room for `outlen` more
-    /// bytes: a queued command's outbox (see `AsyncEngine::execute`).
-    /// Kept in `buf` (a caller's outbox), grown only if it lacks the room.
+    /// [`Self::private_copy`] after room for a queued command's outbox's
+    /// `outlen` bytes, where its answer is written (see
+    /// `AsyncEngine::submit_work`). Kept in `buf` (a caller's outbox),
+    /// grown only if it lacks the room.
     fn private_copy_with_room(&self, inbox: &[u8], outlen: usize, buf: Vec<u8>) -> Vec<u8> {
         let mut cmd = buf;
         cmd.clear();
-        cmd.reserve(inbox.len() + outlen);
+        cmd.reserve(outlen + inbox.len());
+        cmd.resize(outlen, 0);
         cmd.extend_from_slice(inbox);
-        self.stamped(cmd)
+        if let Some(copy) = cmd.get_mut(outlen..) {
+            self.stamp(copy);
+        }
+        cmd
     }
 
     fn stamped(&self, mut cmd: Vec<u8>) -> Vec<u8> {
-        edits::stamp_uid(&mut cmd, self.uid);
-        edits::force_umem_valid(&mut cmd);
+        self.stamp(&mut cmd);
         cmd
+    }
+
+    /// [`Self::stamped`] in place. Not inlined: one copy serves the
+    /// blocking and the queued path.
+    #[inline(never)]
+    fn stamp(&self, cmd: &mut [u8]) {
+        edits::stamp_uid(cmd, self.uid);
+        edits::force_umem_valid(cmd);
     }
 
     /// Runs a command whose outbox goes back to the caller (EREMOTEIO path).
