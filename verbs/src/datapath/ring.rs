@@ -203,6 +203,49 @@ impl Entry64 {
     }
 }
 
+/// A table indexed by a free-running counter, a power of two long: the
+/// counter's low bits pick the entry, so every index lands in bounds and
+/// needs no check. It always holds at least one entry (a table made for
+/// none keeps one that is never used), so masking always lands somewhere;
+/// [`Pow2Table::get`] finds nothing in such a table.
+pub(crate) struct Pow2Table<T> {
+    items: Box<[T]>,
+    /// `items.len() - 1`.
+    mask: usize,
+    /// Entries asked for: `items.len()`, or 0 for a table made for none.
+    len: usize,
+}
+
+impl<T: Default> Pow2Table<T> {
+    /// A table of `n` default entries; `n` is 0 or a power of two (rounded
+    /// up to one otherwise).
+    pub(crate) fn new(n: u32) -> Pow2Table<T> {
+        debug_assert!(n == 0 || n.is_power_of_two());
+        let cap = (n as usize).next_power_of_two().max(1);
+        Pow2Table {
+            items: (0..cap).map(|_| T::default()).collect(),
+            mask: cap - 1,
+            len: if n == 0 { 0 } else { cap },
+        }
+    }
+}
+
+impl<T> Pow2Table<T> {
+    /// The entry counter `i` falls on (its low bits).
+    #[inline(always)]
+    pub(crate) fn at(&self, i: usize) -> &T {
+        // SAFETY: `items.len()` is `mask + 1` (set together in `new`, never
+        // changed), so `i & mask < items.len()`.
+        unsafe { self.items.get_unchecked(i & self.mask) }
+    }
+
+    /// The entry counter `i` falls on, if the table was made for any.
+    #[inline(always)]
+    pub(crate) fn get(&self, i: usize) -> Option<&T> {
+        (self.len != 0).then(|| self.at(i))
+    }
+}
+
 /// A doorbell record: big-endian 32-bit counters the device reads.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DbRec {
