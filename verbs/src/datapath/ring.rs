@@ -188,6 +188,18 @@ impl Entry64 {
         unsafe { ((self.addr + (at & 48)) as *mut [u8; 16]).write(seg) }
     }
 
+    /// Stores one big-endian dword at byte `at` of the entry (rounded down
+    /// to a multiple of 4 below 64), over what a segment put there. Used on
+    /// WQE blocks, as [`Entry64::write_seg`].
+    #[inline(always)]
+    pub(crate) fn write_dword(&self, at: usize, dword: [u8; 4]) {
+        debug_assert!(at < 64 && at.is_multiple_of(4));
+        // SAFETY: `at & 60` keeps the 4 bytes inside the 64-byte entry (see
+        // `Entry64`); a `[u8; 4]` needs no alignment. The ordering argument
+        // is the one of `Ring::write_seg`.
+        unsafe { ((self.addr + (at & 60)) as *mut [u8; 4]).write(dword) }
+    }
+
     /// Copies the whole entry out. Call only after
     /// [`Entry64::load_acquire`] showed the entry is ours.
     #[inline(always)]
@@ -239,10 +251,47 @@ impl<T> Pow2Table<T> {
         unsafe { self.items.get_unchecked(i & self.mask) }
     }
 
+    /// The table by value: its entries and mask, for a loop to keep in
+    /// registers where a reference to the table would be read again after
+    /// every store the compiler cannot tell apart from it.
+    #[inline(always)]
+    pub(crate) fn view(&self) -> Pow2View<'_, T> {
+        Pow2View {
+            items: &self.items,
+            mask: self.mask,
+        }
+    }
+
     /// The entry counter `i` falls on, if the table was made for any.
     #[inline(always)]
     pub(crate) fn get(&self, i: usize) -> Option<&T> {
         (self.len != 0).then(|| self.at(i))
+    }
+}
+
+/// A [`Pow2Table`] by value. Made only by [`Pow2Table::view`], so `mask`
+/// is always `items.len() - 1`.
+pub(crate) struct Pow2View<'a, T> {
+    items: &'a [T],
+    mask: usize,
+}
+
+// By hand: derived, they would ask `T: Copy`.
+impl<T> Clone for Pow2View<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Pow2View<'_, T> {}
+
+impl<'a, T> Pow2View<'a, T> {
+    /// The entry counter `i` falls on (its low bits).
+    #[inline(always)]
+    pub(crate) fn at(&self, i: usize) -> &'a T {
+        // SAFETY: `mask` is `items.len() - 1` (see `Pow2View`), so
+        // `i & mask < items.len()`.
+        unsafe { self.items.get_unchecked(i & self.mask) }
     }
 }
 

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::ring::Pow2Table;
+use super::ring::{Pow2Table, Pow2View};
 
 fn slots<T: Default>(n: u32) -> Box<[T]> {
     (0..n).map(|_| T::default()).collect()
@@ -66,7 +66,7 @@ impl QpTrack {
     #[inline(always)]
     pub(crate) fn sq_view(&self) -> SqView<'_> {
         SqView {
-            slots: &self.sq,
+            slots: self.sq.view(),
             tail: &self.sq_tail,
         }
     }
@@ -126,7 +126,7 @@ impl QpTrack {
 /// The SQ half of a [`QpTrack`] as the producer uses it.
 #[derive(Clone, Copy)]
 pub(crate) struct SqView<'a> {
-    slots: &'a Pow2Table<SqSlot>,
+    slots: Pow2View<'a, SqSlot>,
     tail: &'a AtomicU32,
 }
 

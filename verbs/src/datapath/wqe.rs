@@ -1,7 +1,7 @@
 //! Send WQE composition (prm-guide §5.2–§5.3): validate a request, size it,
 //! then store its segments into the SQ ring, wrapping at the ring end.
 
-use prm_layouts::words::Words;
+use prm_layouts::words::{Field32, Words};
 use prm_layouts::{fields, SendOpcode, WqeCtrlSeg, WqeInlDataSeg};
 
 use super::ring::{Entry64, Ring};
@@ -25,6 +25,10 @@ const ATOMIC_SIZE: u32 = 8;
 
 const VERB: &str = "post_send";
 
+// A UD WQE's control segment and address vector fill its first block, which
+// `write` relies on to patch the vector's dwords in that block.
+const _: () = assert!(DS + prm_layouts::WqeDatagramSeg::SIZE_BYTES == WQEBB as usize);
+
 /// What a QP allows in its send WQEs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SqShape {
@@ -42,6 +46,9 @@ pub(crate) struct Plan {
     pub ds: u32,
     /// WQEBBs the WQE spans.
     pub nbb: u32,
+    /// The gather list has no empty entry to skip: `write` stores every
+    /// entry where it lies, without looking at the lengths again.
+    pub dense: bool,
 }
 
 // Segments are built as host-order dwords from the layouts' field
@@ -105,6 +112,15 @@ pub(crate) fn ctrl8(c: Words<4>) -> u64 {
     c.pair(0).to_be()
 }
 
+/// The dword of `seg` holding field `f`, with `f` set to `v`, as wire
+/// bytes. `f` is a constant, so the slice bounds fold away.
+#[inline(always)]
+fn patch_dword<const N: usize>(seg: &[u8; N], f: Field32, v: u32) -> [u8; 4] {
+    let mut d = [0u8; 4];
+    d.copy_from_slice(&seg[f.byte..f.byte + 4]);
+    ((u32::from_be_bytes(d) & !f.mask()) | f.put(v)).to_be_bytes()
+}
+
 /// Why [`plan`] refused a request. A plain value built where the check
 /// fails, so the compiler knows on each path whether `plan` succeeded; the
 /// [`Error`] is made out of line by [`Reject::error`].
@@ -159,6 +175,7 @@ pub(crate) fn plan(shape: &SqShape, wr: &SendWr<'_>) -> std::result::Result<Plan
         _ => {}
     }
     let mut ds: u32 = 1;
+    let mut dense = true;
     if shape.qp_type == QpType::Ud {
         ds += 3;
     }
@@ -186,15 +203,18 @@ pub(crate) fn plan(shape: &SqShape, wr: &SendWr<'_>) -> std::result::Result<Plan
         if wr.sgl.len() > shape.max_sge as usize {
             return Err(Reject::TooManySges(wr.sgl.len(), shape.max_sge));
         }
-        ds += match wr.sgl {
+        let n = match wr.sgl {
             // One entry is the common case: no loop for it.
             [s] => u32::from(s.length != 0),
             sgl => sgl.iter().filter(|s| s.length != 0).count() as u32,
         };
+        dense = n as usize == wr.sgl.len();
+        ds += n;
     }
     Ok(Plan {
         ds,
         nbb: (ds * DS as u32).div_ceil(WQEBB),
+        dense,
     })
 }
 
@@ -234,21 +254,22 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
     };
     let op = &wr.op;
     if let Some(ud) = &wr.ud {
-        // The AH's address vector with this request's Q_Key and remote QPN:
-        // its first 16 bytes patched as dwords, the other 32 as they are.
-        use fields::wqe_datagram_seg as f;
+        // The AH's address vector as it is, then this request's Q_Key and
+        // remote QPN stored over their dwords: three plain 16-byte copies
+        // and two dword stores, where patching the first segment in
+        // registers takes a load, a swap and a shift per dword. The vector
+        // fills the rest of the first block, so every store has a fixed place.
+        use fields::{wqe_av_qkey::QKEY, wqe_datagram_seg::DQP_DCT};
         let av = &ud.ah.av().0;
-        let mut head = [0u8; 16];
-        head.copy_from_slice(&av[..16]);
-        let head = Words::<4>::from_be_bytes(&head)
-            .with(fields::wqe_av_qkey::QKEY, ud.remote_qkey)
-            .with(f::DQP_DCT, ud.remote_qpn);
-        segs.push(head.to_be_bytes());
-        for chunk in av[16..].chunks_exact(DS) {
+        let qkey = patch_dword(av, QKEY, ud.remote_qkey);
+        let dqp = patch_dword(av, DQP_DCT, ud.remote_qpn);
+        for chunk in av.chunks_exact(DS) {
             let mut s = [0u8; 16];
             s.copy_from_slice(chunk);
             segs.push(s);
         }
+        first.write_dword(DS + QKEY.byte, qkey);
+        first.write_dword(DS + DQP_DCT.byte, dqp);
     }
     match *op {
         SendOp::RdmaWrite { remote_addr, rkey }
@@ -287,13 +308,13 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
             ring.write_blocks(segs.off + 4, data);
         }
     } else if let [s] = wr.sgl {
-        if s.length != 0 {
+        if p.dense {
             segs.push(data_seg(s.length, s.lkey, s.addr));
         }
-    } else if wr.sgl.iter().all(|s| s.length != 0) {
-        // No empty entry to skip, the common case: each segment's place is
-        // known from the list's length alone, so a list of known length
-        // becomes stores to fixed places.
+    } else if p.dense {
+        // No empty entry to skip, the common case (`plan` looked): each
+        // segment's place is known from the list's length alone, so a list
+        // of known length becomes stores to fixed places.
         for s in wr.sgl {
             segs.push(data_seg(s.length, s.lkey, s.addr));
         }
