@@ -239,6 +239,17 @@ impl Segs<'_> {
         self.block.write_seg(at, seg);
         self.off += DS;
     }
+
+    /// Stores a dword where the next segment starts; whatever follows
+    /// (inline data) is written by the caller.
+    #[inline(always)]
+    fn dword(&mut self, d: [u8; 4]) {
+        let at = self.off % WQEBB as usize;
+        if at == 0 {
+            self.block = self.ring.entry64(self.off);
+        }
+        self.block.write_dword(at, d);
+    }
 }
 
 /// Stores the WQE for `wr` at SQ counter `cur_post`; returns the doorbell
@@ -304,7 +315,7 @@ pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>
     } else if let Some(data) = wr.inline {
         if !data.is_empty() {
             let hdr = WqeInlDataSeg::new().with_byte_count(INLINE_SEG | data.len() as u32);
-            ring.write_blocks(segs.off, &hdr.0);
+            segs.dword(hdr.0);
             ring.write_blocks(segs.off + 4, data);
         }
     } else if let [s] = wr.sgl {
