@@ -229,8 +229,8 @@ pub(crate) struct Pow2Table<T> {
 }
 
 impl<T: Default> Pow2Table<T> {
-    /// A table of `n` default entries; `n` is 0 or a power of two (rounded
-    /// up to one otherwise).
+    /// A table of `n` default entries; `n` is 0 or a power of two
+    /// (any other count is rounded up to the next power of two).
     pub(crate) fn new(n: u32) -> Pow2Table<T> {
         debug_assert!(n == 0 || n.is_power_of_two());
         let cap = (n as usize).next_power_of_two().max(1);

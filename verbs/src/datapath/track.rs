@@ -29,7 +29,7 @@ pub(crate) struct QpTrack {
     /// Per WQEBB index of a WQE's first block: its wr_id and the SQ counter
     /// just past it, side by side so a post or a completion touches one
     /// cache line. A power of two long, so the SQ counter's low bits pick
-    /// a slot with no bounds check (empty, as a slice, without an SQ).
+    /// a slot with no bounds check; without an SQ, `get` finds none.
     sq: Pow2Table<SqSlot>,
     /// First WQEBB not yet retired (free running).
     sq_tail: AtomicU32,
