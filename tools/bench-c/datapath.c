@@ -7,7 +7,7 @@
  * the same name in the Rust benchmark; `devx-cli bench datapath --compare-c`
  * builds this file, runs both alternately and prints the ratios.
  *
- *   cc -O2 -o /tmp/datapath-c tools/bench-c/datapath.c && /tmp/datapath-c [units]
+ *   cc -O2 -o /tmp/datapath-c tools/bench-c/datapath.c && /tmp/datapath-c
  */
 #include <endian.h>
 #include <stdint.h>
@@ -332,14 +332,9 @@ static double ping(struct qp *q, struct cqe64 *cq, uint64_t n)
 	return ns;
 }
 
-/* Usage: datapath-c [units per point], 1000000 by default. */
-int main(int argc, char **argv)
+int main(void)
 {
-	const uint64_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 1000000;
-	if (n == 0) {
-		fprintf(stderr, "datapath-c: the units per point must be a positive number\n");
-		return 2;
-	}
+	const uint64_t n = 1000000;
 	uar = aligned_alloc(4096, 4096);
 	struct cqe64 *cq = aligned_alloc(4096, 64u << LOG_CQ);
 	struct qp *qps[NQP];

@@ -592,10 +592,9 @@ fn stats(v: &mut [f64]) -> (f64, f64, f64) {
 }
 
 /// `bench datapath --compare-c`: builds the C twins with `cc -O2`, runs
-/// them and this benchmark (each in a fresh process, both doing
-/// `iterations` units per point) `runs` times alternately, and prints per
-/// point the medians, ranges and the ratio of the medians (Rust / C; below
-/// 1 is faster than C).
+/// them and this benchmark (each in a fresh process) `runs` times
+/// alternately, and prints per point the medians, ranges and the ratio of
+/// the medians (Rust / C; below 1 is faster than C).
 pub fn compare_c(iterations: u64, runs: u32, json: bool) -> crate::CliResult {
     let dir = std::env::temp_dir().join(format!("devx-bench-c-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
@@ -631,10 +630,7 @@ pub fn compare_c(iterations: u64, runs: u32, json: bool) -> crate::CliResult {
                 .arg(iterations.to_string()),
         )?;
         add(&mut rust, r);
-        add(
-            &mut c,
-            run_json(std::process::Command::new(&exe).arg(iterations.to_string()))?,
-        );
+        add(&mut c, run_json(&mut std::process::Command::new(&exe))?);
     }
     let _ = std::fs::remove_dir_all(&dir);
     let mut rows = Vec::new();
