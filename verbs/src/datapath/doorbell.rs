@@ -110,21 +110,26 @@ impl Doorbell {
     /// uncontended lock.
     #[inline(always)]
     pub(crate) fn ring(&mut self, cur_post: u32, ctrl8: u64) {
+        // Read before the register store: the compiler cannot tell that the
+        // page's (dynamic) store leaves the doorbell alone, so it would read
+        // them again after it.
+        let wc = self.wc;
         barrier::to_device();
         self.dbrec.store(SND_DBR, cur_post & 0xffff);
         match &mut self.register {
             Register::Dedicated(offset) => {
-                barrier::wc_start(self.wc);
                 // The offset is always one of the two halves: no check needed.
-                self.page.write64(*offset, ctrl8);
-                barrier::wc_flush(self.wc);
+                let at = *offset;
                 *offset ^= BF_HALF;
+                barrier::wc_start(wc);
+                self.page.write64(at, ctrl8);
+                barrier::wc_flush(wc);
             }
             Register::Shared => {
                 let mut next = self.uar.blue_flame().lock();
                 barrier::wc_start_locked();
                 self.page.write64(*next, ctrl8);
-                barrier::wc_flush(self.wc);
+                barrier::wc_flush(wc);
                 *next ^= BF_HALF;
             }
         }
