@@ -147,25 +147,6 @@ fn post_batch(qp: &mut Qp, sge: &[Sge; 1], raddr: u64, rkey: u32, id: u64) -> Re
         .signaled(sig))
 }
 
-/// The timed part of [`post_ns`]: `k` requests from id `first`, in batches.
-/// A function of its own, never inlined, so an instruction counter
-/// (`valgrind --tool=callgrind --toggle-collect='*post_round*'`) can count
-/// exactly what is timed.
-#[inline(never)]
-fn post_round(
-    qp: &mut Qp,
-    sge: &[Sge; 1],
-    raddr: u64,
-    rkey: u32,
-    first: u64,
-    k: u64,
-) -> Result<(), String> {
-    for j in (0..k).step_by(BATCH as usize) {
-        post_batch(qp, sge, raddr, rkey, first + j)?;
-    }
-    Ok(())
-}
-
 /// ns per WQE posted, with the engine paused during the timed part.
 fn post_ns(a: &mut Side, b: &Side, n: u64) -> Result<f64, String> {
     let sge = [Sge::from_mr(&a.mr, 0, 64)];
@@ -178,7 +159,9 @@ fn post_ns(a: &mut Side, b: &Side, n: u64) -> Result<f64, String> {
         let k = round.min(n - done).div_ceil(BATCH) * BATCH;
         a.sim.pause_engine(true);
         let start = Instant::now();
-        post_round(&mut a.qp, &sge, raddr, rkey, done, k)?;
+        for j in (0..k).step_by(BATCH as usize) {
+            post_batch(&mut a.qp, &sge, raddr, rkey, done + j)?;
+        }
         timed += start.elapsed();
         a.sim.pause_engine(false);
         drain(&mut a.cq, k / BATCH)?;
@@ -288,20 +271,6 @@ fn cap(max_send_sge: u32, max_inline_data: u32) -> QpCap {
     }
 }
 
-/// The timed part of [`post_only`], on its own as [`post_round`] is.
-#[inline(never)]
-fn posts(
-    qp: &mut Qp,
-    first: u64,
-    k: u64,
-    batch: &mut impl FnMut(&mut Qp, u64) -> Result<(), String>,
-) -> Result<(), String> {
-    for j in (0..k).step_by(BATCH as usize) {
-        batch(qp, first + j)?;
-    }
-    Ok(())
-}
-
 /// ns per request posted by `batch` (16 requests from id `i`, one
 /// doorbell), with the engine paused. Between rounds the QP is reset and
 /// made ready again, so the device never executes what was posted.
@@ -318,7 +287,9 @@ fn post_only(
         let k = round.min(n - done).div_ceil(BATCH) * BATCH;
         a.sim.pause_engine(true);
         let start = Instant::now();
-        posts(qp, done, k, &mut batch)?;
+        for j in (0..k).step_by(BATCH as usize) {
+            batch(qp, done + j)?;
+        }
         timed += start.elapsed();
         qp.reset().map_err(e("reset"))?;
         ready(qp, b)?;
@@ -385,20 +356,6 @@ fn put_cqe(m: &verbs::QueueMemory, c_idx: u64, qpn: u32, wqe_counter: u16) {
     }
 }
 
-/// The timed part of [`poll_shared_ns`], on its own as [`post_round`] is.
-#[inline(never)]
-fn poll_shared_round(cq: &mut Cq, wc: &mut [Wc], entries: u64) -> Result<(), String> {
-    let mut got = 0;
-    while got < entries {
-        let k = cq.poll(wc);
-        if k == 0 {
-            return Err("bench datapath: the hand-filled shared CQ ran dry".into());
-        }
-        got += k as u64;
-    }
-    Ok(())
-}
-
 /// ns per CQE polled from full rings of CQEs of 8 QPs taking turns.
 fn poll_shared_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
     let mut cq = a.ctx.create_cq(POLL_CQ).map_err(e("create_cq"))?;
@@ -424,36 +381,18 @@ fn poll_shared_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
             put_cqe(&m, c, qpns[q], (c / SHARED_QPS as u64) as u16);
         }
         let start = Instant::now();
-        poll_shared_round(&mut cq, &mut wc, entries)?;
+        let mut got = 0;
+        while got < entries {
+            let k = cq.poll(&mut wc);
+            if k == 0 {
+                return Err("bench datapath: the hand-filled shared CQ ran dry".into());
+            }
+            got += k as u64;
+        }
         timed += start.elapsed();
     }
     drop(qps);
     Ok(timed.as_nanos() as f64 / (laps * entries) as f64)
-}
-
-/// The timed part of [`ping_ns`], on its own as [`post_round`] is.
-#[inline(never)]
-fn pings(
-    qp: &mut Qp,
-    cq: &mut Cq,
-    m: &verbs::QueueMemory,
-    sge: &[Sge; 1],
-    raddr: u64,
-    rkey: u32,
-    n: u64,
-) -> Result<(), String> {
-    let mut wc = [Wc::default()];
-    for i in 0..n {
-        let at = qp.send_queue().cur_post();
-        if let Err(err) = qp.post_send(&SendWr::rdma_write(i, sge, raddr, rkey)) {
-            return Err(format!("bench datapath: post_send: {err}"));
-        }
-        put_cqe(m, u64::from(cq.consumer_index()), qp.qpn(), at as u16);
-        if cq.poll(&mut wc) != 1 || wc[0].wr_id != i {
-            return Err(format!("bench datapath: ping {i} polled {:?}", wc[0]));
-        }
-    }
-    Ok(())
 }
 
 /// ns per ping: one signaled RDMA WRITE posted and rung, its CQE written
@@ -463,9 +402,22 @@ fn ping_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
     let m = cq.memory();
     let sge = [Sge::from_mr(&a.mr, 0, 64)];
     let (raddr, rkey) = (b.mr.addr() as u64, b.mr.rkey());
+    let mut wc = [Wc::default()];
     a.sim.pause_engine(true);
     let start = Instant::now();
-    let res = pings(&mut qp, &mut cq, &m, &sge, raddr, rkey, n);
+    let mut res = Ok(());
+    for i in 0..n {
+        let at = qp.send_queue().cur_post();
+        if let Err(err) = qp.post_send(&SendWr::rdma_write(i, &sge, raddr, rkey)) {
+            res = Err(format!("bench datapath: post_send: {err}"));
+            break;
+        }
+        put_cqe(&m, u64::from(cq.consumer_index()), qp.qpn(), at as u16);
+        if cq.poll(&mut wc) != 1 || wc[0].wr_id != i {
+            res = Err(format!("bench datapath: ping {i} polled {:?}", wc[0]));
+            break;
+        }
+    }
     let ns = start.elapsed().as_nanos() as f64 / n as f64;
     // What the device never ran is dropped with the QP's reset.
     let reset = qp.reset().map_err(e("reset"));
