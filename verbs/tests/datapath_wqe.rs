@@ -197,6 +197,54 @@ mod datapath {
     }
 
     #[test]
+    fn empty_gather_entries_are_skipped() {
+        let (ctx, _sim, _rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let mut qp = qp(&pd, &cq, QpType::Rc, cap(4, 3, 0));
+        // One empty entry: ctrl + raddr only.
+        qp.post_send(&SendWr::rdma_write(1, &[Sge::new(0x1000, 0, 1)], 0x2000, 2))
+            .unwrap();
+        // An empty entry between two: the others close up.
+        let sgl = [
+            Sge::new(0x10, 0x11, 0x12),
+            Sge::new(0x20, 0, 0x22),
+            Sge::new(0x30, 0x31, 0x32),
+        ];
+        qp.post_send(&SendWr::send(2, &sgl)).unwrap();
+        let sq = qp.send_queue_memory();
+        let w = bytes(sq.addr, 128);
+        assert_eq!(w[7], 2);
+        assert_eq!(w[71], 3);
+        assert_eq!(hex(&w[80..96]), "00000011000000120000000000000010");
+        assert_eq!(hex(&w[96..112]), "00000031000000320000000000000030");
+    }
+
+    #[test]
+    fn ud_inline_data_starts_the_second_block() {
+        let (ctx, _sim, _rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let mut ud = qp(&pd, &cq, QpType::Ud, cap(4, 1, 32));
+        let attr = crate::datapath_support::path_to_self(&ctx);
+        let ah = Ah::create(&pd, &attr).unwrap();
+        let data: Vec<u8> = (1..=24).collect();
+        ud.post_send(
+            &SendWr::send(3, &[])
+                .inline_data(&data)
+                .ud(&ah, 0x12, 0x3456),
+        )
+        .unwrap();
+        let sq = ud.send_queue_memory();
+        let w = bytes(sq.addr, 128);
+        // ds = 1 + 3 + ceil((4 + 24) / 16) = 6.
+        assert_eq!(w[7], 6);
+        assert_eq!(hex(&w[16..20]), "00003456");
+        assert_eq!(hex(&w[64..68]), "80000018");
+        assert_eq!(w[68..92], data[..]);
+    }
+
+    #[test]
     fn a_wqe_wraps_to_the_ring_start() {
         let (ctx, _sim, _rec) = recorded(400);
         let pd = ctx.alloc_pd().unwrap();

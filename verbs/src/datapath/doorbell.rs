@@ -24,6 +24,7 @@
 
 use std::sync::Arc;
 
+use devx::provider::UarPage;
 use devx::Uar;
 
 use super::barrier;
@@ -49,6 +50,8 @@ enum Register {
 /// UAR's BlueFlame register.
 pub struct Doorbell {
     dbrec: DbRec,
+    /// `uar`'s page, held directly: one pointer less to follow per ring.
+    page: Arc<dyn UarPage>,
     uar: Arc<Uar>,
     register: Register,
     /// The register is write-combining memory (a mapped device BAR), which
@@ -81,6 +84,7 @@ impl Doorbell {
         let wc = uar.page().write_combining();
         Doorbell {
             dbrec,
+            page: uar.page().clone(),
             uar,
             register,
             wc,
@@ -106,21 +110,26 @@ impl Doorbell {
     /// uncontended lock.
     #[inline(always)]
     pub(crate) fn ring(&mut self, cur_post: u32, ctrl8: u64) {
+        // Read before the register store: the compiler cannot tell that the
+        // page's (dynamic) store leaves the doorbell alone, so it would read
+        // them again after it.
+        let wc = self.wc;
         barrier::to_device();
         self.dbrec.store(SND_DBR, cur_post & 0xffff);
         match &mut self.register {
             Register::Dedicated(offset) => {
-                barrier::wc_start(self.wc);
                 // The offset is always one of the two halves: no check needed.
-                self.uar.page().write64(*offset, ctrl8);
-                barrier::wc_flush(self.wc);
+                let at = *offset;
                 *offset ^= BF_HALF;
+                barrier::wc_start(wc);
+                self.page.write64(at, ctrl8);
+                barrier::wc_flush(wc);
             }
             Register::Shared => {
                 let mut next = self.uar.blue_flame().lock();
                 barrier::wc_start_locked();
-                self.uar.page().write64(*next, ctrl8);
-                barrier::wc_flush(self.wc);
+                self.page.write64(*next, ctrl8);
+                barrier::wc_flush(wc);
                 *next ^= BF_HALF;
             }
         }

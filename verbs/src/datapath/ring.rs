@@ -188,6 +188,18 @@ impl Entry64 {
         unsafe { ((self.addr + (at & 48)) as *mut [u8; 16]).write(seg) }
     }
 
+    /// Stores one big-endian dword at byte `at` of the entry (rounded down
+    /// to a multiple of 4 below 64), over what a segment put there. Used on
+    /// WQE blocks, as [`Entry64::write_seg`].
+    #[inline(always)]
+    pub(crate) fn write_dword(&self, at: usize, dword: [u8; 4]) {
+        debug_assert!(at < 64 && at.is_multiple_of(4));
+        // SAFETY: `at & 60` keeps the 4 bytes inside the 64-byte entry (see
+        // `Entry64`); a `[u8; 4]` needs no alignment. The ordering argument
+        // is the one of `Ring::write_seg`.
+        unsafe { ((self.addr + (at & 60)) as *mut [u8; 4]).write(dword) }
+    }
+
     /// Copies the whole entry out. Call only after
     /// [`Entry64::load_acquire`] showed the entry is ours.
     #[inline(always)]
@@ -200,6 +212,86 @@ impl Entry64 {
         // would force 64 byte loads, where a plain read lets the compiler load
         // only the fields the decoder uses.
         unsafe { (self.addr as *const [u8; 64]).read() }
+    }
+}
+
+/// A table indexed by a free-running counter, a power of two long: the
+/// counter's low bits pick the entry, so every index lands in bounds and
+/// needs no check. It always holds at least one entry (a table made for
+/// none keeps one that is never used), so masking always lands somewhere;
+/// [`Pow2Table::get`] finds nothing in such a table.
+pub(crate) struct Pow2Table<T> {
+    items: Box<[T]>,
+    /// `items.len() - 1`.
+    mask: usize,
+    /// Entries asked for: `items.len()`, or 0 for a table made for none.
+    len: usize,
+}
+
+impl<T: Default> Pow2Table<T> {
+    /// A table of `n` default entries; `n` is 0 or a power of two
+    /// (any other count is rounded up to the next power of two).
+    pub(crate) fn new(n: u32) -> Pow2Table<T> {
+        debug_assert!(n == 0 || n.is_power_of_two());
+        let cap = (n as usize).next_power_of_two().max(1);
+        Pow2Table {
+            items: (0..cap).map(|_| T::default()).collect(),
+            mask: cap - 1,
+            len: if n == 0 { 0 } else { cap },
+        }
+    }
+}
+
+impl<T> Pow2Table<T> {
+    /// The entry counter `i` falls on (its low bits).
+    #[inline(always)]
+    pub(crate) fn at(&self, i: usize) -> &T {
+        // SAFETY: `items.len()` is `mask + 1` (set together in `new`, never
+        // changed), so `i & mask < items.len()`.
+        unsafe { self.items.get_unchecked(i & self.mask) }
+    }
+
+    /// The table by value: its entries and mask, for a loop to keep in
+    /// registers where a reference to the table would be read again after
+    /// every store the compiler cannot tell apart from it.
+    #[inline(always)]
+    pub(crate) fn view(&self) -> Pow2View<'_, T> {
+        Pow2View {
+            items: &self.items,
+            mask: self.mask,
+        }
+    }
+
+    /// The entry counter `i` falls on, if the table was made for any.
+    #[inline(always)]
+    pub(crate) fn get(&self, i: usize) -> Option<&T> {
+        (self.len != 0).then(|| self.at(i))
+    }
+}
+
+/// A [`Pow2Table`] by value. Made only by [`Pow2Table::view`], so `mask`
+/// is always `items.len() - 1`.
+pub(crate) struct Pow2View<'a, T> {
+    items: &'a [T],
+    mask: usize,
+}
+
+// By hand: derived, they would ask `T: Copy`.
+impl<T> Clone for Pow2View<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Pow2View<'_, T> {}
+
+impl<'a, T> Pow2View<'a, T> {
+    /// The entry counter `i` falls on (its low bits).
+    #[inline(always)]
+    pub(crate) fn at(&self, i: usize) -> &'a T {
+        // SAFETY: `mask` is `items.len() - 1` (see `Pow2View`), so
+        // `i & mask < items.len()`.
+        unsafe { self.items.get_unchecked(i & self.mask) }
     }
 }
 

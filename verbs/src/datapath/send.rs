@@ -96,11 +96,29 @@ impl SendQueue {
     /// `ibv_post_send` of one request: WQE, doorbell record, doorbell. A bad
     /// request (too many SGEs, inline too long, queue full, a QP not in RTS,
     /// SQD, SQE or ERR) fails before anything is written.
+    ///
+    /// Written straight from the queue rather than through a one-request
+    /// [`SendBatch`]: no batch state to set up and write back, and the
+    /// doorbell rings for the WQE just built.
     #[inline]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        let mut b = self.batch();
-        b.post(wr)?;
-        b.ring();
+        let p = match wqe::plan(&self.shape, wr) {
+            Ok(p) => p,
+            Err(r) => return Err(r.error()),
+        };
+        // Copied out before the WQE stores, which the compiler must assume
+        // could write the queue itself.
+        let (ring, shape, at) = (self.ring, self.shape, self.cur_post);
+        let next = at.wrapping_add(p.nbb);
+        let view = self.track.sq_view();
+        let state = self.state.raw();
+        if !sends_allowed(state) || !has_room(next, self.bbs, &mut self.tail_seen, view) {
+            return Err(no_room(shape.qpn, state));
+        }
+        let ctrl8 = wqe::write(&ring, at, &shape, wr, p);
+        view.record(at, next, wr.wr_id);
+        self.cur_post = next;
+        self.db.ring(next, ctrl8);
         Ok(())
     }
 

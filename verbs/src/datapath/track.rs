@@ -8,6 +8,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::ring::{Pow2Table, Pow2View};
+
 fn slots<T: Default>(n: u32) -> Box<[T]> {
     (0..n).map(|_| T::default()).collect()
 }
@@ -26,9 +28,9 @@ pub(crate) struct QpTrack {
     alive: AtomicBool,
     /// Per WQEBB index of a WQE's first block: its wr_id and the SQ counter
     /// just past it, side by side so a post or a completion touches one
-    /// cache line. A power of two long (or empty without an SQ), so masking
-    /// with `len - 1` keeps an index in bounds without a separate check.
-    sq: Box<[SqSlot]>,
+    /// cache line. A power of two long, so the SQ counter's low bits pick
+    /// a slot with no bounds check; without an SQ, `get` finds none.
+    sq: Pow2Table<SqSlot>,
     /// First WQEBB not yet retired (free running).
     sq_tail: AtomicU32,
     rq_wrid: Box<[AtomicU64]>,
@@ -42,7 +44,7 @@ impl QpTrack {
         QpTrack {
             qpn,
             alive: AtomicBool::new(true),
-            sq: slots(sq_bbs),
+            sq: Pow2Table::new(sq_bbs),
             sq_tail: AtomicU32::new(0),
             rq_wrid: slots(rq_wqes),
             rq_tail: AtomicU32::new(0),
@@ -64,7 +66,7 @@ impl QpTrack {
     #[inline(always)]
     pub(crate) fn sq_view(&self) -> SqView<'_> {
         SqView {
-            slots: &self.sq,
+            slots: self.sq.view(),
             tail: &self.sq_tail,
         }
     }
@@ -78,8 +80,7 @@ impl QpTrack {
     /// counter its completion retires everything up to; `None` without an SQ.
     #[inline(always)]
     pub(crate) fn sq_slot(&self, wqe_counter: u16) -> Option<(u64, u32)> {
-        let mask = self.sq.len().wrapping_sub(1);
-        let slot = self.sq.get(usize::from(wqe_counter) & mask)?;
+        let slot = self.sq.get(usize::from(wqe_counter))?;
         Some((
             slot.wr_id.load(Ordering::Relaxed),
             slot.next.load(Ordering::Relaxed),
@@ -125,7 +126,7 @@ impl QpTrack {
 /// The SQ half of a [`QpTrack`] as the producer uses it.
 #[derive(Clone, Copy)]
 pub(crate) struct SqView<'a> {
-    slots: &'a [SqSlot],
+    slots: Pow2View<'a, SqSlot>,
     tail: &'a AtomicU32,
 }
 
@@ -134,14 +135,11 @@ impl SqView<'_> {
     /// empty here: a post into an SQ of no WQEBBs fails as full first.
     #[inline(always)]
     pub(crate) fn record(&self, at: u32, next: u32, wr_id: u64) {
-        // `get`, not indexing: no panic branch (and its unwinding drop of
-        // the batch) in the posting loop for a slot that always exists.
-        let i = at as usize & self.slots.len().wrapping_sub(1);
-        debug_assert!(i < self.slots.len());
-        if let Some(slot) = self.slots.get(i) {
-            slot.wr_id.store(wr_id, Ordering::Relaxed);
-            slot.next.store(next, Ordering::Relaxed);
-        }
+        // A masked index: no bounds check and no panic branch (with its
+        // unwinding drop of the batch) in the posting loop.
+        let slot = self.slots.at(at as usize);
+        slot.wr_id.store(wr_id, Ordering::Relaxed);
+        slot.next.store(next, Ordering::Relaxed);
     }
 
     #[inline(always)]
@@ -241,8 +239,7 @@ const NO_QPN: u32 = u32::MAX;
 #[derive(Clone, Copy)]
 pub(crate) struct HotSq<'a> {
     qpn: u32,
-    mask: usize,
-    slots: &'a [SqSlot],
+    slots: &'a Pow2Table<SqSlot>,
     tail: &'a AtomicU32,
 }
 
@@ -256,7 +253,7 @@ impl HotSq<'_> {
     /// just past it: what its completion retires everything up to.
     #[inline(always)]
     pub(crate) fn slot(&self, wqe_counter: u16) -> Option<(u64, u32)> {
-        let slot = self.slots.get(usize::from(wqe_counter) & self.mask)?;
+        let slot = self.slots.get(usize::from(wqe_counter))?;
         Some((
             slot.wr_id.load(Ordering::Relaxed),
             slot.next.load(Ordering::Relaxed),
@@ -340,9 +337,8 @@ impl PollCache {
 
     #[inline(always)]
     fn sq_of(t: &QpTrack) -> Option<HotSq<'_>> {
-        t.is_alive().then(|| HotSq {
+        t.is_alive().then_some(HotSq {
             qpn: t.qpn,
-            mask: t.sq.len().wrapping_sub(1),
             slots: &t.sq,
             tail: &t.sq_tail,
         })
