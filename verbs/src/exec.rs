@@ -9,7 +9,8 @@
 //! form runs it with [`Exec::Queued`]. Dropping an async form's future drops
 //! what the description made so far (UMEMs, UARs, objects: RAII), and the
 //! command still in flight cancels itself (a create the firmware finishes
-//! anyway is destroyed, see [`devx::Pending`]).
+//! anyway is destroyed, see [`devx::Pending`]); a release in flight (a
+//! replaced key's destroy, an old ring's deregistration) still completes.
 
 use std::future::Future;
 
