@@ -1,6 +1,7 @@
-//! Futures of queued creates, destroys, UMEM registrations and UAR
-//! allocations ([`crate::Context::create_async`], [`crate::Obj::destroy_async`],
-//! [`crate::Umem::register_async`], [`crate::Uar::alloc_async`]).
+//! Futures of queued creates, destroys, UMEM registrations and
+//! deregistrations and UAR allocations ([`crate::Context::create_async`],
+//! [`crate::Obj::destroy_async`], [`crate::Umem::register_async`],
+//! [`crate::Umem::deregister_async`], [`crate::Uar::alloc_async`]).
 //!
 //! Each is one command on a [`CmdComp`], tagged with the caller's `wr_id`;
 //! its future resolves to what the command made (an [`Obj`], a [`Umem`], a

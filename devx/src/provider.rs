@@ -243,6 +243,14 @@ pub trait ProviderContext: Send + Sync {
         let _ = (addr, len, access, wr_id, channel);
         Ok(None)
     }
+    /// UMEM_DEREG queued like `destroy_async`: the registration is gone
+    /// once its completion reports success, and the handle names it again
+    /// when it reports a refusal. `false`: this provider cannot queue it
+    /// (the caller runs `umem_dereg`).
+    fn umem_dereg_async(&self, umem: Handle, wr_id: u64, channel: &dyn CmdChannel) -> Result<bool> {
+        let _ = (umem, wr_id, channel);
+        Ok(false)
+    }
     /// UAR allocation queued like `create_async`; the completion carries
     /// the ALLOC_UAR outbox, then `uar_allocated` gives the mapped page.
     /// `None`: run `uar_alloc`.

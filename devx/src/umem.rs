@@ -364,6 +364,87 @@ impl<M: StableMemory> Umem<M> {
     }
 }
 
+impl<M: StableMemory> Umem<M> {
+    /// Queues the deregistration on `comp`, tagged `wr_id`; the future
+    /// resolves like [`Umem::deregister`]. On the emulated device its
+    /// DESTROY_UMEM waits for a slot of the firmware's command queue. DEVX
+    /// has no asynchronous deregistration: the kernel provider (and a
+    /// registration the provider cannot queue) deregisters during this
+    /// call and the future is ready at once. Dropping the future leaves the
+    /// deregistration to finish: the memory is freed once the firmware has
+    /// released it, and kept by the context if the firmware refuses.
+    pub fn deregister_async(
+        self,
+        wr_id: u64,
+        comp: &CmdComp,
+    ) -> Pending<'_, std::result::Result<M, (Umem<M>, Error)>> {
+        if let Err(e) = self.ctx.check_comp(comp) {
+            return Pending::ready(Err((self, e)));
+        }
+        let queued = comp.completion(wr_id);
+        let provider = std::sync::Arc::clone(&self.ctx.inner.provider);
+        match provider.umem_dereg_async(self.handle, wr_id, comp.channel()) {
+            Ok(true) => Pending::queued(queued, Box::new(UmemDeregStep { umem: self })),
+            Ok(false) => {
+                queued.unsubmitted();
+                Pending::ready(self.deregister())
+            }
+            Err(e) => {
+                queued.unsubmitted();
+                Pending::ready(Err((self, e)))
+            }
+        }
+    }
+
+    /// Leaves the memory to the context, which deregisters it again once
+    /// the device lets go (at the latest when the context closes).
+    fn keep_in_context(mut self) {
+        if let Some(memory) = self.memory.take() {
+            self.ctx
+                .inner
+                .deferred
+                .keep_umem(self.handle, Box::new(memory));
+        }
+    }
+
+    /// The provider deregistered it: the memory is free to go.
+    fn released(mut self) -> M {
+        self.ctx.retry_deferred();
+        self.memory
+            .take()
+            .expect("memory is present until deregistered")
+    }
+}
+
+/// A queued deregistration, holding its UMEM (and memory) until the
+/// completion.
+struct UmemDeregStep<M: StableMemory> {
+    umem: Umem<M>,
+}
+
+impl<'a, M: StableMemory> Step<'a> for UmemDeregStep<M> {
+    type Output = std::result::Result<M, (Umem<M>, Error)>;
+
+    fn finish(self: Box<Self>, out: Result<Vec<u8>>) -> Self::Output {
+        match out {
+            Ok(_) => Ok(self.umem.released()),
+            Err(e) => Err((self.umem, e)),
+        }
+    }
+
+    fn abandon(self: Box<Self>, completion: Completion<'a>) {
+        let umem = self.umem;
+        completion.abandon_with(Box::new(move |out| match out {
+            Ok(_) => drop(umem.released()),
+            // The outcome will not be known: the memory stays with the
+            // context until it closes.
+            Err(e) if e.is_cancelled() => umem.keep_in_context(),
+            // Refused: the handle names it again; dropping retries.
+            Err(_) => drop(umem),
+        }));
+    }
+}
+
 impl<M: StableMemory> Drop for Umem<M> {
     fn drop(&mut self) {
         let Some(memory) = self.memory.take() else {

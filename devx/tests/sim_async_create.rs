@@ -363,3 +363,77 @@ fn completions_of_queued_creates_come_in_finish_order() {
     assert_eq!(order.len(), 3);
     assert_eq!(objs.len(), 3);
 }
+
+#[test]
+fn a_queued_umem_deregistration_gives_the_memory_back_or_the_umem_when_refused() {
+    let (dev, ctx) = device(1013, &[]);
+    let comp = CmdComp::new(&ctx).unwrap();
+    let umem = Umem::register(&ctx, vec![9u8; 4096], devx::access::LOCAL_WRITE).unwrap();
+    let pending = umem.deregister_async(1, &comp);
+    assert!(pending.is_queued());
+    assert_eq!(pending.wait().ok(), Some(vec![9u8; 4096]));
+    assert_eq!(dev.count(ObjKind::Umem), 0);
+
+    // An MKEY over the UMEM: the firmware refuses, the UMEM comes back.
+    let pd = ctx.create(&alloc_pd(), AllocPdOut::SIZE_BYTES).unwrap();
+    let umem = Umem::register(&ctx, vec![0u8; 4096], devx::access::LOCAL_WRITE).unwrap();
+    let mut mk = CreateMkeyIn::new();
+    mk.set_opcode(Opcode::CreateMkey.raw());
+    mk.set_mkey_umem_valid(1);
+    mk.set_mkey_umem_id(umem.id());
+    let c = mk.memory_key_mkey_entry_mut();
+    c.set_access_mode_1_0(1);
+    c.set_lr(1);
+    c.set_lw(1);
+    c.set_qpn(0xff_ffff);
+    c.set_pd(pd_of(&pd));
+    c.set_len(4096);
+    let mkey = ctx
+        .create(mk.as_bytes(), CreateMkeyOut::SIZE_BYTES)
+        .unwrap();
+    let Err((umem, error)) = umem.deregister_async(2, &comp).wait() else {
+        panic!("the firmware deregistered a UMEM an MKEY uses");
+    };
+    assert!(error.is_firmware(), "{error}");
+    umem.write_at(0, b"still registered").unwrap();
+    mkey.destroy().unwrap();
+    assert!(umem.deregister_async(3, &comp).wait().is_ok());
+    drop(pd);
+    assert!(comp.try_get().unwrap().is_none());
+    assert_eq!(dev.live_objects(), 0);
+}
+
+#[test]
+fn a_dropped_queued_umem_deregistration_still_finishes() {
+    let (dev, ctx) = device(1014, &[(Opcode::DestroyUmem, Duration::from_millis(50))]);
+    let comp = CmdComp::new(&ctx).unwrap();
+    let umem = Umem::register(&ctx, vec![0u8; 4096], devx::access::LOCAL_WRITE).unwrap();
+    drop(umem.deregister_async(1, &comp));
+    assert!(eventually(|| dev.count(ObjKind::Umem) == 0));
+    // Its completion finishes the abandoned deregistration: nothing is kept.
+    assert!(eventually(|| {
+        let _ = comp.try_get();
+        dev.async_in_flight() == 0
+    }));
+    let _ = comp.try_get();
+    assert_eq!(ctx.kept_umems(), 0);
+    drop(comp);
+    drop(ctx);
+    assert_eq!(dev.live_objects(), 0);
+}
+
+#[test]
+fn dropping_the_channel_of_a_dropped_queued_umem_deregistration_leaves_nothing() {
+    let (dev, ctx) = device(1015, &[]);
+    let comp = CmdComp::new(&ctx).unwrap();
+    let umem = Umem::register(&ctx, vec![0u8; 4096], devx::access::LOCAL_WRITE).unwrap();
+    dev.pause_async(true);
+    drop(umem.deregister_async(1, &comp));
+    // The firmware holds the deregistration back: the channel closes
+    // regardless and the deregistration still runs.
+    drop(comp);
+    dev.pause_async(false);
+    assert!(eventually(|| dev.count(ObjKind::Umem) == 0));
+    drop(ctx);
+    assert_eq!(dev.live_objects(), 0);
+}

@@ -397,13 +397,15 @@ impl Cq {
         exec::now(self.resize_with(entries, Exec::Now))
     }
 
-    /// [`Cq::resize`] with its UMEM registration and MODIFY_CQ queued on
-    /// `comp`. Dropping the future before the MODIFY_CQ is queued leaves
-    /// the CQ as it was (the new ring is released). Dropped while the
-    /// MODIFY_CQ is queued or in flight, the drop waits until the firmware
-    /// has run it (a NOP queued behind it completes) and the CQ takes the
-    /// new ring if the firmware moved to it (the device then still holds
-    /// its UMEM), so the CQ stays usable either way.
+    /// [`Cq::resize`] with its UMEM registration, MODIFY_CQ and the old
+    /// ring's deregistration queued on `comp`. Dropping the future before
+    /// the MODIFY_CQ is queued leaves the CQ as it was (the new ring is
+    /// released). Dropped while the MODIFY_CQ is queued or in flight, the
+    /// drop waits until the firmware has run it (a NOP queued behind it
+    /// completes) and the CQ takes the new ring if the firmware moved to it
+    /// (the device then still holds its UMEM), so the CQ stays usable
+    /// either way. Dropped while the old ring's deregistration is queued,
+    /// the CQ has its new ring and the deregistration still completes.
     pub async fn resize_async(&mut self, entries: u32, comp: &CmdComp) -> Result<u32> {
         self.resize_with(entries, Exec::Queued(comp)).await
     }
@@ -453,12 +455,17 @@ impl Cq {
         // Answered: nothing is left to settle when `unsettled` drops.
         let ring = unsettled.ring.take().expect("the ring stays until settled");
         done.verb(VERB)?;
-        unsettled.cq.take_ring(ring, log2(n));
-        Ok(unsettled.cq.cqe())
+        let old = unsettled.cq.take_ring(ring, log2(n));
+        let cqe = unsettled.cq.cqe();
+        // If the device still uses it, the context keeps it mapped until
+        // it lets go.
+        exec.deregister(old).await;
+        Ok(cqe)
     }
 
-    /// Moves to `ring` (of 2^`log` entries), which the firmware now writes.
-    fn take_ring(&mut self, ring: Umem<MmapMut>, log: u32) {
+    /// Moves to `ring` (of 2^`log` entries), which the firmware now writes,
+    /// and hands back the old ring.
+    fn take_ring(&mut self, ring: Umem<MmapMut>, log: u32) -> Umem<MmapMut> {
         let mut current = self
             .shared
             .owned
@@ -469,9 +476,7 @@ impl Cq {
         carry_unpolled(&current, self.log_size, &ring, log, self.ci);
         self.ring_addr = ring.addr();
         self.log_size = log;
-        // Deregistered on drop; if the device still used it, the context
-        // keeps it mapped until it lets go.
-        drop(std::mem::replace(&mut *current, ring));
+        std::mem::replace(&mut *current, ring)
     }
 
     /// `ibv_modify_cq` moderation: MODIFY_CQ op_mod 0 with cq_max_count and cq_period.
@@ -592,7 +597,9 @@ impl Drop for Unsettled<'_, '_> {
             return;
         }
         if let Err((ring, _in_use)) = ring.deregister() {
-            self.cq.take_ring(ring, self.log);
+            // Deregistered on drop; if the device still used it, the
+            // context keeps it mapped until it lets go.
+            drop(self.cq.take_ring(ring, self.log));
         }
     }
 }

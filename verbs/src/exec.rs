@@ -9,11 +9,12 @@
 //! form runs it with [`Exec::Queued`]. Dropping an async form's future drops
 //! what the description made so far (UMEMs, UARs, objects: RAII), and the
 //! command still in flight cancels itself (a create the firmware finishes
-//! anyway is destroyed, see [`devx::Pending`]).
+//! anyway is destroyed, see [`devx::Pending`]); a release in flight (a
+//! replaced key's destroy, an old ring's deregistration) still completes.
 
 use std::future::Future;
 
-use devx::{CmdComp, ExclusiveMemory, Obj, Uar, UarKind, Umem};
+use devx::{CmdComp, DestroyFailed, ExclusiveMemory, Obj, StableMemory, Uar, UarKind, Umem};
 
 /// The bit set in the `wr_id` of every command the async verbs queue
 /// ([`CmdComp::library_wr_id`]): a channel they share with the caller's own
@@ -70,6 +71,26 @@ impl Exec<'_> {
             Exec::Queued(comp) => {
                 Umem::register_async(ctx, memory, access, comp.library_wr_id(), comp)?.await
             }
+        }
+    }
+
+    /// Destroys `obj` (as [`Obj::destroy`]). Dropping the queued form's
+    /// future leaves the destroy to finish (see [`Obj::destroy_async`]).
+    pub(crate) async fn destroy(self, obj: Obj) -> Result<(), DestroyFailed> {
+        match self {
+            Exec::Now => obj.destroy(),
+            Exec::Queued(comp) => obj.destroy_async(comp.library_wr_id(), comp).await,
+        }
+    }
+
+    /// Deregisters `umem` and gives its memory back; `None` while the
+    /// device still uses it (dropping the UMEM then leaves its memory to the
+    /// context). Dropping the queued form's future leaves the
+    /// deregistration to finish (see [`Umem::deregister_async`]).
+    pub(crate) async fn deregister<M: StableMemory>(self, umem: Umem<M>) -> Option<M> {
+        match self {
+            Exec::Now => umem.deregister().ok(),
+            Exec::Queued(comp) => umem.deregister_async(comp.library_wr_id(), comp).await.ok(),
         }
     }
 

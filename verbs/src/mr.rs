@@ -292,10 +292,13 @@ impl<M: ExclusiveMemory> Mr<M> {
         exec::now(self.rereg_memory_with(memory, access, Exec::Now))
     }
 
-    /// [`Mr::rereg_memory`] with its UMEM registration and CREATE_MKEY
-    /// queued on `comp` (the old key's DESTROY_MKEY and UMEM release run as
-    /// its drop does). Dropping the future before it resolves leaves the
-    /// region as it was and releases what the new registration made.
+    /// [`Mr::rereg_memory`] with all its commands queued on `comp`: UMEM
+    /// registration, CREATE_MKEY, then the old key's DESTROY_MKEY and the
+    /// old UMEM's deregistration. Dropping the future before the new key
+    /// exists leaves the region as it was and releases what the new
+    /// registration made; dropped later, the region has its new key and
+    /// memory, and the release of the old ones still completes (the old
+    /// memory is then freed, not returned).
     pub async fn rereg_memory_async(
         &mut self,
         memory: M,
@@ -323,7 +326,7 @@ impl<M: ExclusiveMemory> Mr<M> {
             .verb(VERB)?;
         let new = Mr::over_with(VERB, &pd, Arc::new(umem), access, exec).await?;
         let old = self.replace(new);
-        Ok(release(old))
+        Ok(retire(old, exec).await)
     }
 }
 
@@ -484,10 +487,11 @@ impl<M: StableMemory> Mr<M> {
         exec::now(self.rereg_with(access, pd, Exec::Now))
     }
 
-    /// [`Mr::rereg`] with its CREATE_MKEY queued on `comp` (the old key's
-    /// DESTROY_MKEY runs as its drop does). Dropping the future before it
-    /// resolves leaves the region as it was; a key the firmware made anyway
-    /// is destroyed.
+    /// [`Mr::rereg`] with its CREATE_MKEY and the old key's DESTROY_MKEY
+    /// queued on `comp`. Dropping the future before the new key exists
+    /// leaves the region as it was (a key the firmware made anyway is
+    /// destroyed); dropped later, the region has its new key and the old
+    /// key's destroy still completes.
     pub async fn rereg_async(
         &mut self,
         access: Option<AccessFlags>,
@@ -514,20 +518,17 @@ impl<M: StableMemory> Mr<M> {
         self.check_umem_allows(VERB, access)?;
         let umem = self.owned.deps().umem.clone();
         let new = Mr::over_with(VERB, &pd, umem, access, exec).await?;
-        self.replace(new);
+        let old = self.replace(new);
+        retire(old, exec).await;
         Ok(())
     }
 
-    /// Swaps in `new`, destroys the old MKEY, and hands back the old UMEM.
-    fn replace(&mut self, new: Mr<M>) -> Arc<Umem<M>> {
+    /// Swaps in `new` and hands back the old key with what it uses.
+    fn replace(&mut self, new: Mr<M>) -> Owned<MrDeps<M>> {
         let Mr { owned, access, key } = new;
-        let old = std::mem::replace(&mut self.owned, owned);
         self.access = access;
         self.key = key;
-        let umem = old.deps().umem.clone();
-        // A refused destroy leaves the old key to the context (see `Owned`).
-        drop(old);
-        umem
+        std::mem::replace(&mut self.owned, owned)
     }
 
     /// `ibv_dereg_mr`: DESTROY_MKEY, then the UMEM is deregistered unless a
@@ -549,6 +550,16 @@ impl<M: StableMemory> Mr<M> {
             }
         }
     }
+}
+
+/// Destroys a replaced key (DESTROY_MKEY), then deregisters its UMEM unless
+/// another region still uses it: the memory, when it came free. A refused
+/// destroy leaves the old key to the context, as dropping it does.
+async fn retire<M: StableMemory>(old: Owned<MrDeps<M>>, exec: Exec<'_>) -> Option<M> {
+    let (obj, MrDeps { umem, pd }) = old.into_parts();
+    drop(exec.destroy(obj).await);
+    drop(pd);
+    exec.deregister(Arc::try_unwrap(umem).ok()?).await
 }
 
 /// Deregisters a UMEM no region uses any more and returns its memory. `None`

@@ -128,6 +128,15 @@ impl<R> Owned<R> {
         self.obj().id()
     }
 
+    /// The object and its dependencies, for a caller that destroys the
+    /// object (through an [`crate::exec::Exec`]) before releasing them.
+    pub(crate) fn into_parts(mut self) -> (Obj, R) {
+        match (self.obj.take(), self.deps.take()) {
+            (Some(obj), Some(deps)) => (obj, deps),
+            _ => unreachable!("both are present from construction until consumed"),
+        }
+    }
+
     /// Destroys the object now, then releases its dependencies. On refusal the
     /// holder comes back intact.
     pub(crate) fn destroy(mut self) -> std::result::Result<(), Refused<R>> {

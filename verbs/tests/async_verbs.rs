@@ -430,3 +430,143 @@ fn dropping_a_resize_or_rereg_in_flight_leaves_the_object_as_it_was() {
     drop((mr, pd, comp, ctx));
     assert_eq!(sim.live_objects(), 0);
 }
+
+/// Drops `fut` once firmware commands past `base` ran, one holds its
+/// slot, and the device has `live` objects of `kind`; says whether that
+/// happened.
+fn drop_at<F: Future>(sim: &SimDevice, fut: F, base: u64, kind: ObjKind, live: usize) -> bool {
+    drop_when(fut, || {
+        sim.commands_executed() > base && sim.async_in_flight() == 1 && sim.count(kind) == live
+    })
+}
+
+#[test]
+fn resize_and_rereg_release_the_old_ring_and_key_on_the_queue() {
+    // An awaited release never blocks: with the old key's DESTROY_MKEY (or
+    // the old UMEM's DESTROY_UMEM) holding its slot, the future stays
+    // pending while the object already answers with its new key or ring.
+    let (ctx, sim) = open_slow(&[Opcode::DestroyMkey]);
+    let comp = ctx.cmd_comp().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut mr = pd
+        .reg_mr(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let (lkey, before) = (mr.lkey(), counts(&sim));
+    let wider = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+    // CREATE_MKEY, then DESTROY_MKEY of the old key: one key again.
+    let base = sim.commands_executed();
+    assert!(drop_at(
+        &sim,
+        mr.rereg_async(Some(wider), None, &comp),
+        base,
+        ObjKind::Mkey,
+        1
+    ));
+    assert_eq!(counts(&sim), before);
+    let attr = mr.query().unwrap();
+    assert_ne!(mr.lkey(), lkey);
+    assert_eq!((attr.lkey, attr.access), (mr.lkey(), wider));
+    mr.write_at(0, b"still usable").unwrap();
+    drop((mr, pd, comp, ctx));
+    assert_eq!(sim.live_objects(), 0);
+
+    // Rereg to new memory, dropped at the old key's destroy, then at the
+    // old UMEM's deregistration.
+    // UMEM_REG, CREATE_MKEY, DESTROY_MKEY (two UMEMs, one key), then
+    // UMEM_DEREG (one UMEM).
+    for (slow, kind, live) in [
+        (Opcode::DestroyMkey, ObjKind::Mkey, 1),
+        (Opcode::DestroyUmem, ObjKind::Umem, 1),
+    ] {
+        let (ctx, sim) = open_slow(&[slow]);
+        let comp = ctx.cmd_comp().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let mut mr = pd
+            .reg_mr(vec![1u8; 4096], AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        let before = counts(&sim);
+        let base = sim.commands_executed();
+        assert!(
+            drop_at(
+                &sim,
+                mr.rereg_memory_async(vec![2u8; 8192], None, &comp),
+                base,
+                kind,
+                live
+            ),
+            "{slow:?} never held its slot"
+        );
+        assert!(
+            eventually(|| counts(&sim) == before),
+            "dropped at {slow:?}: {:?}, had {before:?}",
+            counts(&sim)
+        );
+        assert_eq!(
+            (mr.len(), mr.read_vec(8190, 2).unwrap()),
+            (8192, vec![2, 2])
+        );
+        assert_eq!(mr.query().unwrap().length, 8192);
+        drop((mr, pd, comp, ctx));
+        assert_eq!(sim.live_objects(), 0);
+    }
+
+    // Resize, dropped at the old ring's deregistration: UMEM_REG,
+    // MODIFY_CQ, UMEM_DEREG (as many UMEMs as before).
+    let (ctx, sim) = open_slow(&[Opcode::DestroyUmem]);
+    let comp = ctx.cmd_comp().unwrap();
+    let mut cq = ctx.create_cq(16).unwrap();
+    let before = counts(&sim);
+    let (base, umems) = (sim.commands_executed(), sim.count(ObjKind::Umem));
+    assert!(drop_at(
+        &sim,
+        cq.resize_async(200, &comp),
+        base,
+        ObjKind::Umem,
+        umems
+    ));
+    assert!(
+        eventually(|| counts(&sim) == before),
+        "{:?}, had {before:?}",
+        counts(&sim)
+    );
+    let attr = cq.query().unwrap();
+    assert!(attr.cqe >= 200);
+    assert_eq!(cq.cqe(), attr.cqe);
+    let mut wc = [verbs::Wc::default(); 4];
+    assert_eq!(cq.poll(&mut wc), 0);
+    drop((cq, comp, ctx));
+    assert_eq!(sim.live_objects(), 0);
+}
+
+#[test]
+fn bad_resize_or_rereg_input_is_refused_before_any_command() {
+    let (ctx, sim) = open_slow(&[]);
+    let comp = ctx.cmd_comp().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut mr = pd
+        .reg_mr(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let mut cq = ctx.create_cq(16).unwrap();
+    let (lkey, size, before) = (mr.lkey(), cq.cqe(), counts(&sim));
+    let ran = sim.commands_executed();
+    let err = block_on(cq.resize_async(0, &comp)).unwrap_err();
+    assert!(err.is_argument(), "{err}");
+    // Remote write without local write.
+    let err = block_on(mr.rereg_async(Some(AccessFlags::REMOTE_WRITE), None, &comp)).unwrap_err();
+    assert!(err.is_argument(), "{err}");
+    let err =
+        block_on(mr.rereg_memory_async(vec![0u8; 64], Some(AccessFlags::REMOTE_WRITE), &comp))
+            .unwrap_err();
+    assert!(err.is_argument(), "{err}");
+    let (other, other_sim) = open_slow(&[]);
+    let other_pd = other.alloc_pd().unwrap();
+    let err = block_on(mr.rereg_async(None, Some(&other_pd), &comp)).unwrap_err();
+    assert!(err.is_argument(), "{err}");
+    assert_eq!(sim.commands_executed(), ran);
+    assert_eq!(counts(&sim), before);
+    assert_eq!((mr.lkey(), cq.cqe()), (lkey, size));
+    drop((other_pd, other));
+    assert_eq!(other_sim.live_objects(), 0);
+    drop((mr, cq, pd, comp, ctx));
+    assert_eq!(sim.live_objects(), 0);
+}

@@ -223,6 +223,51 @@ impl SimContext {
         Ok(true)
     }
 
+    /// UMEM_DEREG queued like `queue_destroy`: the handle is out while its
+    /// DESTROY_UMEM waits for a slot and back if the firmware refuses.
+    /// `false` for a handle that is no registered UMEM (a registration still
+    /// queued): the caller deregisters it synchronously.
+    pub(super) fn queue_umem_dereg(
+        &self,
+        umem: Handle,
+        wr_id: u64,
+        channel: &dyn CmdChannel,
+    ) -> Result<bool> {
+        if self.dev.check_alive("async UMEM deregistration").is_err() {
+            return Ok(false);
+        }
+        const OUTLEN: usize = 64;
+        let chan = self.async_channel(OUTLEN, channel)?;
+        let (entry, umem_id) = {
+            let mut handles = self.handles();
+            let umem_id = match handles.get(umem).map(|e| &e.named) {
+                Some(Named::Umem { umem_id }) => *umem_id,
+                _ => return Ok(false),
+            };
+            (handles.take(umem), umem_id)
+        };
+        let Some(entry) = entry else {
+            return Ok(false);
+        };
+        let taken = Taken {
+            handles: Arc::downgrade(&self.handles),
+            handle: umem,
+            entry: Some(entry),
+        };
+        let cmd = destroy_umem(self.uid, umem_id).as_bytes().to_vec();
+        let queued = cmd.clone();
+        let work: Work = Box::new(move |fw| {
+            // A refusal drops `taken` with its entry: the handle is back.
+            let out = run_errno(fw, &cmd)?;
+            taken.done();
+            Ok(out)
+        });
+        self.dev
+            .engine
+            .submit_work(self.id, queued, OUTLEN, wr_id, &chan.inner, Some(work))?;
+        Ok(true)
+    }
+
     pub(super) fn queue_umem_reg(
         &self,
         addr: usize,

@@ -639,6 +639,10 @@ impl ProviderContext for SimContext {
             .map(Some)
     }
 
+    fn umem_dereg_async(&self, umem: Handle, wr_id: u64, channel: &dyn CmdChannel) -> Result<bool> {
+        self.queue_umem_dereg(umem, wr_id, channel)
+    }
+
     fn uar_alloc_async(
         &self,
         kind: UarKind,
