@@ -86,6 +86,14 @@ impl QpTrack {
         ))
     }
 
+    /// Consumer: the wr_id of the WQE at WQEBB index `wqe_counter` alone.
+    #[inline(always)]
+    pub(crate) fn sq_wr_id(&self, wqe_counter: u16) -> Option<u64> {
+        let mask = self.sq.len().wrapping_sub(1);
+        let slot = self.sq.get(usize::from(wqe_counter) & mask)?;
+        Some(slot.wr_id.load(Ordering::Relaxed))
+    }
+
     /// Consumer: publishes the SQ tail, freeing the WQEBBs before it.
     #[inline(always)]
     pub(crate) fn set_sq_tail(&self, tail: u32) {
@@ -230,6 +238,9 @@ pub(crate) struct PollCache {
     /// other is found by a scan of `qpns`. A power of two long.
     index: Box<[(u32, u32)]>,
     last: usize,
+    /// `last` moved (or the cache was refilled) since a lazy poll last
+    /// took the cached QP as its own (see [`PollCache::take_current`]).
+    switched: bool,
 }
 
 /// No QPN is all ones (QPNs have 24 bits): the empty index slot.
@@ -250,6 +261,15 @@ impl HotSq<'_> {
     #[inline(always)]
     pub(crate) fn qpn(&self) -> u32 {
         self.qpn
+    }
+
+    /// The wr_id of the WQE at WQEBB index `wqe_counter`, without the SQ
+    /// counter past it: one load per completion where only a run's last
+    /// completion's counter is needed.
+    #[inline(always)]
+    pub(crate) fn wr_id(&self, wqe_counter: u16) -> Option<u64> {
+        let slot = self.slots.get(usize::from(wqe_counter) & self.mask)?;
+        Some(slot.wr_id.load(Ordering::Relaxed))
     }
 
     /// The wr_id of the WQE at WQEBB index `wqe_counter` and the SQ counter
@@ -286,6 +306,7 @@ impl PollCache {
             qpns: Vec::new(),
             index: Box::new([(NO_QPN, 0)]),
             last: 0,
+            switched: false,
         }
     }
 
@@ -338,8 +359,21 @@ impl PollCache {
         self.qps.get(self.last).and_then(|t| Self::sq_of(t))
     }
 
+    /// Whether `last` moved (or the cache was refilled) since
+    /// [`PollCache::take_current`] last cleared this.
     #[inline(always)]
-    fn sq_of(t: &QpTrack) -> Option<HotSq<'_>> {
+    pub(crate) fn switched(&self) -> bool {
+        self.switched
+    }
+
+    /// The cached QP's track, if alive; clears [`PollCache::switched`].
+    pub(crate) fn take_current(&mut self) -> Option<&Arc<QpTrack>> {
+        self.switched = false;
+        self.qps.get(self.last).filter(|t| t.is_alive())
+    }
+
+    #[inline(always)]
+    pub(crate) fn sq_of(t: &QpTrack) -> Option<HotSq<'_>> {
         t.is_alive().then(|| HotSq {
             qpn: t.qpn,
             mask: t.sq.len().wrapping_sub(1),
@@ -394,6 +428,7 @@ impl PollCache {
         let found = self.position(qpn);
         match found.and_then(|i| Some(i).zip(self.qps.get(i))) {
             Some((i, t)) if t.is_alive() => {
+                self.switched |= self.last != i;
                 self.last = i;
                 true
             }
@@ -412,6 +447,7 @@ impl PollCache {
             self.qps.push(t);
             self.reindex();
             self.last = self.qps.len() - 1;
+            self.switched = true;
         }
         Some(())
     }
