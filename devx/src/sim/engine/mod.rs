@@ -296,6 +296,24 @@ impl Engine {
         self.fw.with_mut(|st| {
             let mut inner = self.lock_inner();
             batch.replies.clear();
+            let mut view = None;
+            for i in 0..batch.writes.len() {
+                let w = batch.writes[i];
+                let data = batch.write_data(i);
+                let reply = responder::deliver_write(
+                    st,
+                    &mut inner,
+                    &mut view,
+                    batch.write_qpn,
+                    w.raddr,
+                    w.rkey,
+                    data,
+                );
+                batch.replies.push(reply);
+                if reply != Reply::Ack {
+                    break;
+                }
+            }
             for msg in &mut batch.msgs {
                 let reply = responder::deliver(st, &mut inner, msg);
                 batch.replies.push(reply);
