@@ -52,7 +52,7 @@ struct Passed {
 impl Passed {
     /// `[addr, addr + len)` of the key's range, as [`Cache::resolve`]'s
     /// bounds check gives it.
-    #[inline]
+    #[inline(always)]
     fn range(&self, addr: u64, len: u64) -> Result<Span, KeyFault> {
         let off = addr.checked_sub(self.start_addr).ok_or(KeyFault::Bounds)?;
         let end = off.checked_add(len).ok_or(KeyFault::Bounds)?;
@@ -97,7 +97,10 @@ impl Cache {
     }
 
     /// [`keys::resolve`] with the key's lookup and UMEM resolution cached;
-    /// the PD, access and bounds checks run on every call.
+    /// the PD, access and bounds checks run on every call (the first two
+    /// once for a run of accesses with the same key, PD and need). Inlined
+    /// up to that repeat, which most accesses are.
+    #[inline]
     pub(crate) fn resolve(
         &mut self,
         st: &State,
@@ -107,12 +110,28 @@ impl Cache {
         pd: u32,
         need: Need,
     ) -> Result<Span, KeyFault> {
-        self.sync(st);
-        if let Some(p) = &self.last {
-            if (p.key, p.pd, p.need) == (key, pd, need) {
-                return p.range(addr, len);
+        if self.epoch == Some(st.epoch) {
+            if let Some(p) = &self.last {
+                if (p.key, p.pd, p.need) == (key, pd, need) {
+                    return p.range(addr, len);
+                }
             }
         }
+        self.resolve_new(st, key, addr, len, pd, need)
+    }
+
+    /// [`Cache::resolve`] for an access unlike the last one.
+    #[inline(never)]
+    fn resolve_new(
+        &mut self,
+        st: &State,
+        key: u32,
+        addr: u64,
+        len: u64,
+        pd: u32,
+        need: Need,
+    ) -> Result<Span, KeyFault> {
+        self.sync(st);
         let info = match self.keys.iter().find(|(k, _)| *k == key) {
             Some((_, i)) => *i,
             None => {

@@ -88,6 +88,22 @@ impl Span {
         true
     }
 
+    /// Copies this whole span to `dst`, of the same length; false (and
+    /// nothing copied) when the lengths differ. The two may be the same
+    /// memory registered twice, so the copy allows overlap.
+    pub(crate) fn copy_to(&self, dst: &Span) -> bool {
+        if self.len != dst.len {
+            return false;
+        }
+        // SAFETY: both spans lie inside registered UMEM ranges (see `Span`);
+        // the source was checked for read rights (a local key's) and the
+        // destination for write rights (a remote write key's) before they
+        // were made, and both devices' locks are held, so neither UMEM is
+        // deregistered meanwhile. `copy` allows the ranges to overlap.
+        unsafe { ptr::copy(self.base as *const u8, dst.base as *mut u8, self.len) };
+        true
+    }
+
     /// A doorbell record word: be32 at `at`, read once, then an acquire
     /// fence so the queue entries software wrote before it are seen.
     pub(crate) fn read_be32(&self, at: usize) -> Option<u32> {

@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
+use super::fw::state::State;
 use super::fw::Firmware;
 use msg::Reply;
 use requester::{Batch, Entry, Step};
@@ -299,7 +300,7 @@ impl Engine {
             let mut view = None;
             for i in 0..batch.writes.len() {
                 let w = batch.writes[i];
-                let data = batch.write_data(i);
+                let data = responder::Payload::Bytes(batch.write_data(i));
                 let reply = responder::deliver_write(
                     st,
                     &mut inner,
@@ -323,6 +324,24 @@ impl Engine {
             }
         });
         self.arrived();
+    }
+
+    /// Runs `f` with this device's state and engine bookkeeping if both are
+    /// free now; `None` if another thread holds either. For a thread that
+    /// holds another device's locks (see [`Firmware::try_with_mut`]).
+    ///
+    /// [`Firmware::try_with_mut`]: crate::sim::fw::Firmware::try_with_mut
+    pub(crate) fn try_locked<R>(&self, f: impl FnOnce(&mut State, &mut Inner) -> R) -> Option<R> {
+        self.fw
+            .try_with_mut(|st| {
+                let mut inner = match self.inner.try_lock() {
+                    Ok(g) => g,
+                    Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                    Err(std::sync::TryLockError::WouldBlock) => return None,
+                };
+                Some(f(st, &mut inner))
+            })
+            .flatten()
     }
 
     /// Starts the RNR retry timer thread unless it runs already.

@@ -320,6 +320,9 @@ fn drive_with(
         let out = match network_answer(st, inner, &v, &wqe[..len], ci) {
             Some(out) => out,
             None => {
+                if direct_writes(eng, st, inner, &v, len, &mut ci, pi, wqe, entry) {
+                    continue;
+                }
                 if let Some(step) = write_run(eng, st, inner, &v, len, ci, pi, wqe) {
                     return step;
                 }
@@ -427,6 +430,131 @@ fn issue_ahead(
         }
     }
     super::net::pump(eng, inner, v.qpn, eager);
+}
+
+/// The in-process link's fastest path: RC RDMA WRITEs without immediate
+/// of one data segment, from the WQE at `*ci` (`len` bytes in `wqe`,
+/// posted whole) on, while the peer device's locks can be had without
+/// waiting (this thread holds this device's; trying, never waiting, keeps
+/// two threads from waiting for each other). Each WRITE's payload is copied
+/// straight from this device's registered memory into the peer's, after
+/// the local checks [`execute`] makes and the peer's [`deliver`] would
+/// make ([`responder::deliver_write`]), and settles at once: the CQE if
+/// signaled, or the error CQE and ERR on a NAK (which ends the run). False
+/// when it took nothing: the WQE is not such a WRITE, fails locally, is not
+/// for another device of this process, or the peer is busy; [`write_run`]
+/// or [`execute`] take it then.
+///
+/// [`deliver`]: responder::deliver
+#[allow(clippy::too_many_arguments)]
+fn direct_writes(
+    eng: &Engine,
+    st: &mut State,
+    inner: &mut Inner,
+    v: &QpView,
+    len: usize,
+    ci: &mut u16,
+    pi: u16,
+    wqe: &mut [u8; MAX_SQ_WQE],
+    entry: Entry,
+) -> bool {
+    if v.service != st::RC || send_opcode(&wqe[..len]) != Some(SendOpcode::RdmaWrite) {
+        return false;
+    }
+    let Some(Peer::Remote(at)) = eng.peer(inner, &v.rgid) else {
+        return false;
+    };
+    let Some(peer) = inner.remote(at).cloned() else {
+        return false;
+    };
+    let took = peer.try_locked(|pst, pinner| {
+        let mut view = None;
+        let mut len = len;
+        let mut took = false;
+        // Each pass settles a WQE, moving `ci` towards `pi`.
+        for _ in 0..v.sq_bbs {
+            let w = &wqe[..len];
+            let Some((src, r)) = one_sge_write(st, &mut inner.cache, v, w) else {
+                break;
+            };
+            let data = responder::Payload::Span(src);
+            let reply = responder::deliver_write(
+                pst,
+                pinner,
+                &mut view,
+                v.remote_qpn,
+                r.raddr(),
+                r.rkey(),
+                data,
+            );
+            took = true;
+            let bbs = queue::wqebbs(len);
+            if reply == Reply::Ack && ctrl(w).fm_ce_se() & CE_CQE == 0 && inner.rnr.is_empty() {
+                // All that `settle` does for a WQE that completed without
+                // asking for a CQE, on a QP with no RNR wait to end.
+                *ci = ci.wrapping_add(bbs);
+            } else {
+                let out = match reply {
+                    Reply::Ack => success(v, w, src.len() as u32),
+                    Reply::Nak(s) => Outcome::Error(s),
+                    Reply::Rnr(d) => Outcome::Rnr(d),
+                };
+                if !settle(eng, st, inner, v, w, bbs, out, entry, ci) || reply != Reply::Ack {
+                    break;
+                }
+            }
+            if *ci == pi {
+                break;
+            }
+            match v.read_send_wqe(*ci, wqe) {
+                Some(l) if queue::posted_whole(pi, *ci, queue::wqebbs(l)) => len = l,
+                _ => break,
+            }
+            if send_opcode(&wqe[..len]) != Some(SendOpcode::RdmaWrite) {
+                break;
+            }
+        }
+        took
+    });
+    let took = took.unwrap_or(false);
+    if took {
+        peer.arrived();
+    }
+    took
+}
+
+/// An RDMA WRITE WQE of an RC QP with one data segment (not inline, not
+/// empty) that passes the local checks [`execute`] makes: the source span
+/// and the remote address segment. `None` otherwise, for the other paths
+/// to take it.
+fn one_sge_write(
+    st: &State,
+    cache: &mut Cache,
+    v: &QpView,
+    wqe: &[u8],
+) -> Option<(super::dma::Span, WqeRaddrSeg)> {
+    let (Op::Write, data_off) = layout(v.service, send_opcode(wqe))? else {
+        return None;
+    };
+    let seg = WqeDataSeg::from_slice(wqe.get(data_off..)?)?;
+    if wqe.len() != data_off + DS {
+        return None;
+    }
+    let bc = seg.byte_count();
+    if bc == 0 || bc & INLINE != 0 || u64::from(bc) > v.max_msg() {
+        return None;
+    }
+    let src = cache
+        .resolve(
+            st,
+            seg.lkey(),
+            seg.addr(),
+            u64::from(bc),
+            v.pd,
+            Need::LocalRead,
+        )
+        .ok()?;
+    Some((src, raddr(wqe)))
 }
 
 /// The in-process link's fast path for RC RDMA WRITEs without immediate:

@@ -79,6 +79,25 @@ pub(crate) fn deliver(st: &mut State, inner: &mut Inner, msg: &mut Msg) -> Reply
     }
 }
 
+/// Where a WRITE's payload comes from on the in-process link's fast path.
+#[derive(Clone, Copy)]
+pub(crate) enum Payload<'a> {
+    /// Gathered into a buffer while the requester's device was locked.
+    Bytes(&'a [u8]),
+    /// Still in the requester's registered memory, checked for its local
+    /// key, with the requester's device locked as well as this one.
+    Span(super::dma::Span),
+}
+
+impl Payload<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Payload::Bytes(d) => d.len(),
+            Payload::Span(s) => s.len(),
+        }
+    }
+}
+
 /// An RC RDMA WRITE without immediate of `data` to `raddr` under `rkey`,
 /// for QP `qpn` as `view` (resolved by the first WRITE of a run, then kept:
 /// such a WRITE changes nothing in the QP unless it fails, and the run
@@ -91,7 +110,7 @@ pub(crate) fn deliver_write(
     qpn: u32,
     raddr: u64,
     rkey: u32,
-    data: &[u8],
+    data: Payload<'_>,
 ) -> Reply {
     let lost = Reply::Nak(CqeSyndrome::TransportRetryExcErr);
     if view.is_none() {
@@ -111,7 +130,11 @@ pub(crate) fn deliver_write(
     else {
         return fail(st, inner, v, None, CqeSyndrome::RemoteAccessErr, true);
     };
-    span.write(0, data);
+    // The span was resolved for the payload's length: both copies fit.
+    match data {
+        Payload::Bytes(d) => span.write(0, d),
+        Payload::Span(s) => s.copy_to(&span),
+    };
     Reply::Ack
 }
 
