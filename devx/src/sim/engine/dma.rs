@@ -29,11 +29,13 @@ impl Span {
         })
     }
 
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
 
     /// The sub-range `[at, at + len)`, when it lies inside this span.
+    #[inline]
     pub(crate) fn sub(&self, at: usize, len: usize) -> Option<Span> {
         let end = at.checked_add(len)?;
         (end <= self.len).then_some(Span {
@@ -44,6 +46,7 @@ impl Span {
 
     /// Copies `out.len()` bytes from offset `at`; false (and nothing read)
     /// when the range leaves the span.
+    #[inline]
     pub(crate) fn read(&self, at: usize, out: &mut [u8]) -> bool {
         let Some(s) = self.sub(at, out.len()) else {
             return false;
@@ -76,6 +79,7 @@ impl Span {
 
     /// Copies `data` to offset `at`; false (and nothing written) when the
     /// range leaves the span.
+    #[inline]
     pub(crate) fn write(&self, at: usize, data: &[u8]) -> bool {
         let Some(s) = self.sub(at, data.len()) else {
             return false;
@@ -106,6 +110,7 @@ impl Span {
 
     /// A doorbell record word: be32 at `at`, read once, then an acquire
     /// fence so the queue entries software wrote before it are seen.
+    #[inline]
     pub(crate) fn read_be32(&self, at: usize) -> Option<u32> {
         let s = self.sub(at, 4)?;
         let mut b = [0u8; 4];
