@@ -8,8 +8,12 @@
 //! * Messages to a QP of this device are delivered under the same lock.
 //!   Messages to another emulated device (found by the destination GID in
 //!   the peers' GID tables) are carried across with this device's lock
-//!   released, so no thread holds two device locks at once; consecutive
-//!   WQEs of a QP travel as one batch, delivered under one peer lock.
+//!   released; consecutive WQEs of a QP travel as one batch, delivered
+//!   under one peer lock. The one exception, RC RDMA WRITEs copied
+//!   straight from memory to memory, takes the peer's locks only if they
+//!   are free at once, never waiting while it holds this device's
+//!   ([`Engine::try_locked`]); so no thread ever waits for a device lock
+//!   while holding another.
 //! * RNR waits are retried by a timer thread per device (and by any later
 //!   doorbell for the QP); see [`requester`].
 //! * All raw memory access is in [`dma`]; every range is checked against an

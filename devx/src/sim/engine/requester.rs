@@ -5,7 +5,10 @@
 //! lock. WQEs to another emulated device leave as a [`Batch`]: the caller
 //! drops this device's lock, delivers the batch in order under one
 //! acquisition of the peer's lock, and comes back with the replies, so no
-//! thread ever holds two device locks. RC WQEs to a device on the network
+//! thread waits for a device lock while it holds another. RC RDMA WRITEs
+//! of one data segment go faster where the peer's locks are free at once
+//! ([`direct_writes`]): copied straight across and settled, with both
+//! devices locked but no waiting. RC WQEs to a device on the network
 //! go out while earlier ones await their answers, as far as the
 //! transport's window allows, and complete in order as the answers come
 //! ([`super::net`]). A per-QP busy mark keeps a second
