@@ -473,8 +473,8 @@ impl Cq {
     /// SQ of the last completion's QP stays in registers; at another cached
     /// QP's completion the loop moves to that QP's. Moves the consumer
     /// counter and publishes, per run of one QP, the SQ tail it retires up
-    /// to. Out of line, so its loop has the registers to itself.
-    #[inline(never)]
+    /// to.
+    #[inline(always)]
     fn take_hot(&mut self, wc: &mut [Wc]) -> usize {
         let ring = self.ring();
         let log = self.log_size;
