@@ -20,7 +20,10 @@ pub struct Poll<'a> {
     /// The CQ's ring and size, and the consumer counter, kept here while
     /// the poll runs (the counter goes back to the CQ when it ends).
     ring: Ring,
-    ci: u32,
+    /// The consumer counter as a byte offset (counter × CQE size, not
+    /// wrapped at the ring's end: the bit above the ring's size is the
+    /// lap's), so a completion costs one add.
+    off: usize,
     /// The CQ's hot QP ([`Poller::hot`]), if alive when the poll began: its
     /// successful requester completions are decoded in [`Poll::next`]
     /// itself. The fields the hot path needs are few, so they stay in
@@ -128,7 +131,7 @@ impl Cq {
         let dp = &mut self.dp;
         Poll {
             ring,
-            ci: start,
+            off: start as usize * CQE_SIZE,
             hot: dp.hot.as_deref().filter(|t| t.is_alive()),
             cache: &mut dp.cache,
             cq_ci: &mut self.ci,
@@ -221,38 +224,45 @@ impl Poll<'_> {
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<Completion> {
         loop {
-            let c = self.ci;
-            let e = self.ring.entry64(c as usize * CQE_SIZE);
+            let off = self.off;
+            let e = self.ring.entry64(off);
             let op_own = e.load_acquire(OP_OWN);
-            if let Some(wc) = self.hot(e, op_own, c) {
-                self.ci = c.wrapping_add(1);
+            if let Some(wc) = self.hot(e, op_own, off) {
+                self.off = off.wrapping_add(CQE_SIZE);
                 return Some(Completion { wc });
             }
+            let c = (off / CQE_SIZE) as u32;
             // The general path may decode a completion of the hot QP (an
             // error, say): the hot QP's tail so far goes out first.
             self.publish_hot();
             let hot_qpn = self.hot.map(|t| t.qpn);
             let taken = general(self.cache, hot_qpn, self.ring, e, op_own, c);
-            let next = c.wrapping_add(1);
+            let next = off.wrapping_add(CQE_SIZE);
             match taken {
                 Taken::Empty => return None,
-                Taken::Skip => self.ci = next,
+                Taken::Skip => self.off = next,
                 Taken::Took(t) => {
-                    self.ci = next;
+                    self.off = next;
                     return Some(t);
                 }
             }
         }
     }
 
-    /// A successful requester completion of the hot QP in entry `e` (owner
-    /// byte `op_own`, consumer counter `c`); `None` leaves it to
-    /// [`general`].
+    /// The consumer counter.
     #[inline(always)]
-    fn hot(&self, e: Entry64, op_own: u8, c: u32) -> Option<Wc> {
+    fn ci(&self) -> u32 {
+        (self.off / CQE_SIZE) as u32
+    }
+
+    /// A successful requester completion of the hot QP in entry `e` (owner
+    /// byte `op_own`, at byte offset `off`, see [`Poll::off`]); `None`
+    /// leaves it to [`general`].
+    #[inline(always)]
+    fn hot(&self, e: Entry64, op_own: u8, off: usize) -> Option<Wc> {
         // The lap's owner bit: the ring's size in bytes is the bit above the
         // offset, so no separate log2 is carried.
-        let lap = ((c as usize * CQE_SIZE) & self.ring.len() != 0) as u8;
+        let lap = (off & self.ring.len() != 0) as u8;
         if !is_hot_req(op_own, lap) {
             return None;
         }
@@ -276,8 +286,8 @@ impl Poll<'_> {
     /// ones'.
     #[inline(always)]
     fn publish_hot(&self) {
-        if self.ci != *self.cq_ci {
-            end_hot(self.hot, self.ring, self.ci);
+        if self.ci() != *self.cq_ci {
+            end_hot(self.hot, self.ring, self.ci());
         }
     }
 }
@@ -320,10 +330,11 @@ impl Drop for Poll<'_> {
     /// on the stack, not in the caller's registers, while it runs.
     #[inline(always)]
     fn drop(&mut self) {
-        if self.ci != *self.cq_ci {
-            end_hot(self.hot, self.ring, self.ci);
-            *self.cq_ci = self.ci;
-            self.dbrec.store(SET_CI, self.ci & 0xff_ffff);
+        let ci = self.ci();
+        if ci != *self.cq_ci {
+            end_hot(self.hot, self.ring, ci);
+            *self.cq_ci = ci;
+            self.dbrec.store(SET_CI, ci & 0xff_ffff);
         }
     }
 }

@@ -29,6 +29,8 @@ pub(crate) struct QpTrack {
     /// cache line. A power of two long (or empty without an SQ), so masking
     /// with `len - 1` keeps an index in bounds without a separate check.
     sq: Box<[SqSlot]>,
+    /// `sq.len() - 1`, kept so a lookup's mask is one load.
+    sq_mask: usize,
     /// First WQEBB not yet retired (free running).
     sq_tail: AtomicU32,
     rq_wrid: Box<[AtomicU64]>,
@@ -43,6 +45,7 @@ impl QpTrack {
             qpn,
             alive: AtomicBool::new(true),
             sq: slots(sq_bbs),
+            sq_mask: (sq_bbs as usize).wrapping_sub(1),
             sq_tail: AtomicU32::new(0),
             rq_wrid: slots(rq_wqes),
             rq_tail: AtomicU32::new(0),
@@ -89,8 +92,7 @@ impl QpTrack {
     /// Consumer: the wr_id of the WQE at WQEBB index `wqe_counter` alone.
     #[inline(always)]
     pub(crate) fn sq_wr_id(&self, wqe_counter: u16) -> Option<u64> {
-        let mask = self.sq.len().wrapping_sub(1);
-        let slot = self.sq.get(usize::from(wqe_counter) & mask)?;
+        let slot = self.sq.get(usize::from(wqe_counter) & self.sq_mask)?;
         Some(slot.wr_id.load(Ordering::Relaxed))
     }
 
