@@ -62,6 +62,61 @@ mod sim_datapath_batch {
         assert_eq!(nb.qp_state(&p.b), ERR);
     }
 
+    /// The same with WRITEs of two data segments each (a run gathered
+    /// into one buffer rather than copied segment by segment), the halves
+    /// of each from different places.
+    #[test]
+    fn a_nak_mid_batch_of_gathered_writes_stops_delivery_and_flushes_the_rest() {
+        let (na, nb) = (Node::new(1162), Node::new(1163));
+        let mut p = rc_pair_on(&na, Some(&nb), RC, 7);
+        let src = na.mr(256, ALL);
+        let dst = nb.mr(1024, ALL);
+        src.mem.write(0, &[0xab; 32]);
+        src.mem.write(128, &[0xcd; 32]);
+        let mut idx = Vec::new();
+        let mut head = 0;
+        for i in 0..6u64 {
+            // The fourth WRITE has a bad rkey.
+            let rkey = if i == 3 { dst.key ^ 0x1 } else { dst.key };
+            let (w, h) = p.a.write_wqe(
+                WRITE,
+                SIGNALED,
+                [0; 4],
+                &[
+                    &raddr_seg(dst.addr() + i * 64, rkey),
+                    &data_seg(32, src.key, src.addr()),
+                    &data_seg(32, src.key, src.addr() + 128),
+                ],
+            );
+            idx.push(w);
+            head = h;
+        }
+        p.a.ring(head);
+        let c: Vec<_> = p
+            .cq_a
+            .poll_all()
+            .iter()
+            .map(|c| (c.opcode, c.syndrome, c.wqe_counter))
+            .collect();
+        assert_eq!(
+            c,
+            vec![
+                (0, 0, idx[0]),
+                (0, 0, idx[1]),
+                (0, 0, idx[2]),
+                (REQ_ERR, 0x13, idx[3]),
+                (REQ_ERR, 0x05, idx[4]),
+                (REQ_ERR, 0x05, idx[5]),
+            ]
+        );
+        let mut one = vec![0xab; 32];
+        one.extend_from_slice(&[0xcd; 32]);
+        assert_eq!(dst.mem.read(0, 192), one.repeat(3));
+        assert_eq!(dst.mem.read(192, 320), vec![0; 320]);
+        assert_eq!(na.qp_state(&p.a), ERR);
+        assert_eq!(nb.qp_state(&p.b), ERR);
+    }
+
     #[test]
     fn an_rnr_wait_mid_batch_resumes_in_order() {
         let (na, nb) = (Node::new(1162), Node::new(1163));

@@ -119,6 +119,83 @@ mod datapath {
         }
     }
 
+    /// Lazy polls of QPs taking turns, each ended part way: every
+    /// completion names its QP's request, in order, and each QP's send
+    /// queue room comes back as far as its completions taken so far.
+    #[test]
+    fn lazy_polls_ended_part_way_free_what_they_took() {
+        let (ctx, _sim, _rec) = recorded(500);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(31).unwrap();
+        let mut qps: Vec<_> = (0..3)
+            .map(|_| {
+                let qp = pd
+                    .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap()))
+                    .unwrap();
+                rts(&qp);
+                qp
+            })
+            .collect();
+        let s = [Sge::new(0x1000, 8, 1)];
+        for round in 0..3u32 {
+            // Round 0: QPs 0, 1, 2 taking turns; later rounds: runs of one
+            // QP's completions, so the hot QP and the others both get
+            // polls that stop inside a run.
+            let per_qp = qps[0].cap().max_send_wr;
+            let order: Vec<(usize, u32)> = match round {
+                0 => (0..per_qp)
+                    .flat_map(|i| (0..3).map(move |q| (q, i)))
+                    .collect(),
+                _ => (0..3)
+                    .flat_map(|q| (0..per_qp).map(move |i| (q, i)))
+                    .collect(),
+            };
+            let mut posted = vec![Vec::new(); 3];
+            for (q, qp) in qps.iter_mut().enumerate() {
+                for i in 0..per_qp {
+                    let id = u64::from(round * 1000 + i) * 10 + q as u64;
+                    qp.post_send(&SendWr::send(id, &s)).unwrap();
+                    posted[q].push((id, (qp.send_queue().cur_post() - 1) as u16));
+                }
+            }
+            for (j, &(q, i)) in order.iter().enumerate() {
+                let (_, idx) = posted[q][i as usize];
+                let mut c = cqe(0x0, 0, qps[q].qpn(), idx);
+                c[56] = 0x0a;
+                let slot = cq.consumer_index() + j as u32;
+                c[63] |= ((slot / cq.memory().entries) & 1) as u8;
+                put_cqe(&cq, slot % cq.memory().entries, c);
+            }
+            let mut got = 0;
+            let mut taken = [0u32; 3];
+            for stop in [1usize, 2, 5, 3, 7, 4].into_iter().cycle() {
+                if got == order.len() {
+                    break;
+                }
+                let ci = cq.consumer_index();
+                let mut k = 0;
+                for c in cq.start_poll().take(stop) {
+                    let (q, i) = order[got + k];
+                    assert!(c.is_ok(), "{:?}", c.wc());
+                    assert_eq!(
+                        (c.qp_num(), c.wr_id()),
+                        (qps[q].qpn(), posted[q][i as usize].0)
+                    );
+                    taken[q] += 1;
+                    k += 1;
+                }
+                assert_eq!(k, stop.min(order.len() - got));
+                got += k;
+                assert_eq!(cq.consumer_index(), ci + k as u32);
+                assert_eq!(cq.doorbell_ci(), ci + k as u32);
+                for (q, qp) in qps.iter_mut().enumerate() {
+                    assert_eq!(qp.send_queue().in_use(), per_qp - taken[q], "QP {q}");
+                }
+            }
+            assert_eq!(cq.start_poll().count(), 0);
+        }
+    }
+
     /// The lazy poll yields what the array poll would: requester
     /// completions of two QPs, an error by name and a responder completion;
     /// ending it publishes the consumer index and the freed SQ room.

@@ -7,9 +7,9 @@
 
 use prm_layouts::Cqe64;
 
-use super::poll::{decode_any, is_hot_req, RawCqe, OP_OWN, SET_CI};
-use super::ring::Ring;
-use super::track::PendingTail;
+use super::poll::{decode_any, is_hot_req, Poller, RawCqe, OP_OWN, SET_CI};
+use super::ring::{DbRec, Entry64, Ring};
+use super::track::{PollCache, QpTrack};
 use super::wc::{Wc, WcOpcode, WcStatus};
 use crate::cq::{Cq, CQE_SIZE};
 
@@ -17,51 +17,47 @@ use crate::cq::{Cq, CQE_SIZE};
 /// dropping it ends the poll, publishing the consumer index and the SQ room
 /// the completions freed. Holds the CQ exclusively, as polling must.
 pub struct Poll<'a> {
-    cq: &'a mut Cq,
     /// The CQ's ring and size, and the consumer counter, kept here while
     /// the poll runs (the counter goes back to the CQ when it ends).
     ring: Ring,
-    log: u32,
-    ci: u32,
-    start: u32,
-    /// The SQ tail the cached QP's completions so far retire up to.
-    pending: PendingTail,
+    /// The consumer counter as a byte offset (counter × CQE size, not
+    /// wrapped at the ring's end: the bit above the ring's size is the
+    /// lap's), so a completion costs one add.
+    off: usize,
+    /// The CQ's hot QP ([`Poller::hot`]), if alive when the poll began: its
+    /// successful requester completions are decoded in [`Poll::next`]
+    /// itself. The fields the hot path needs are few, so they stay in
+    /// the caller's registers; what only the general path uses is not
+    /// touched per completion.
+    hot: Option<&'a QpTrack>,
+    /// Every other entry goes through the cache, as [`Cq::poll`]'s general
+    /// path. Few fields in all: the more of them, the more of the caller's
+    /// own state the compiler keeps on the stack.
+    cache: &'a mut PollCache,
+    /// Where the consumer counter goes back to (its value when the poll
+    /// began until then), and the doorbell record.
+    cq_ci: &'a mut u32,
+    dbrec: DbRec,
 }
 
-/// One completion, read through its accessors (`ibv_wc_read_*`).
+/// One completion, read through its accessors (`ibv_wc_read_*`). A
+/// successful requester completion has just its few fields set; the others
+/// read as in [`Cq::poll`]'s (zero), and the compiler drops the ones a
+/// caller never reads.
 #[derive(Debug, Clone, Copy)]
 pub struct Completion {
-    kind: Kind,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Kind {
-    /// A successful requester completion: the few fields it has.
-    Req {
-        wr_id: u64,
-        opcode: WcOpcode,
-        qpn: u32,
-        byte_len: u32,
-    },
-    /// Anything else, decoded in full.
-    Decoded(Wc),
+    wc: Wc,
 }
 
 impl Completion {
     #[inline(always)]
     pub fn wr_id(&self) -> u64 {
-        match &self.kind {
-            Kind::Req { wr_id, .. } => *wr_id,
-            Kind::Decoded(w) => w.wr_id,
-        }
+        self.wc.wr_id
     }
 
     #[inline(always)]
     pub fn status(&self) -> WcStatus {
-        match &self.kind {
-            Kind::Req { .. } => WcStatus::Success,
-            Kind::Decoded(w) => w.status,
-        }
+        self.wc.status
     }
 
     #[inline(always)]
@@ -71,47 +67,42 @@ impl Completion {
 
     #[inline(always)]
     pub fn opcode(&self) -> WcOpcode {
-        match &self.kind {
-            Kind::Req { opcode, .. } => *opcode,
-            Kind::Decoded(w) => w.opcode,
-        }
+        self.wc.opcode
     }
 
     /// Bytes moved: received, read, or 8 for atomics.
     #[inline(always)]
     pub fn byte_len(&self) -> u32 {
-        match &self.kind {
-            Kind::Req { byte_len, .. } => *byte_len,
-            Kind::Decoded(w) => w.byte_len,
-        }
+        self.wc.byte_len
     }
 
     /// The local QP the completion belongs to.
     #[inline(always)]
     pub fn qp_num(&self) -> u32 {
-        match &self.kind {
-            Kind::Req { qpn, .. } => *qpn,
-            Kind::Decoded(w) => w.qp_num,
-        }
+        self.wc.qp_num
     }
 
     /// Every field, as [`Cq::poll`] would have written it.
+    #[inline(always)]
     pub fn wc(&self) -> Wc {
-        match &self.kind {
-            Kind::Req {
-                wr_id,
-                opcode,
-                qpn,
-                byte_len,
-            } => Wc {
-                wr_id: *wr_id,
-                opcode: *opcode,
-                byte_len: *byte_len,
-                qp_num: *qpn,
-                ..Wc::default()
-            },
-            Kind::Decoded(w) => *w,
-        }
+        self.wc
+    }
+}
+
+/// A successful requester completion's work completion.
+#[inline(always)]
+fn req_wc(wr_id: u64, opcode: WcOpcode, qpn: u32, cqe: &Cqe64) -> Wc {
+    // Read unconditionally, so the atomics' fixed 8 is a select.
+    let byte_len = match opcode {
+        WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+        _ => cqe.byte_cnt(),
+    };
+    Wc {
+        wr_id,
+        opcode,
+        byte_len,
+        qp_num: qpn,
+        ..Wc::default()
     }
 }
 
@@ -133,15 +124,98 @@ impl Cq {
     #[inline]
     pub fn start_poll(&mut self) -> Poll<'_> {
         let start = self.ci;
+        let ring = self.ring();
+        if self.dp.cache.switched() {
+            retarget(&mut self.dp);
+        }
+        let dp = &mut self.dp;
         Poll {
-            ring: self.ring(),
-            log: self.log_size,
-            ci: start,
-            cq: self,
-            start,
-            pending: None,
+            ring,
+            off: start as usize * CQE_SIZE,
+            hot: dp.hot.as_deref().filter(|t| t.is_alive()),
+            cache: &mut dp.cache,
+            cq_ci: &mut self.ci,
+            dbrec: dp.dbrec,
         }
     }
+}
+
+/// Makes the cache's QP the lazy polls' hot QP. Out of line: it changes
+/// only when completions of another QP came through the cache.
+#[cold]
+#[inline(never)]
+fn retarget(dp: &mut Poller) {
+    dp.hot = dp.cache.take_current().cloned();
+}
+
+/// What [`general`] made of the entry at the consumer counter.
+enum Taken {
+    /// Not software's: the CQ is empty.
+    Empty,
+    /// Consumed, with nothing to report (a resize marker).
+    Skip,
+    Took(Completion),
+}
+
+/// Takes the software-owned entry `e` (owner byte `op_own`, consumer
+/// counter `c` in `ring`) that the hot path left: a successful requester
+/// completion of another cached QP (moving the cache to it), else
+/// anything, decoded in full. Publishes the SQ tail of what it takes at
+/// once (the caller has published the hot QP's). Out of line and cold, so
+/// the hot path's state stays in the caller's registers; and with the C
+/// ABI, which cannot unwind (a panic here would abort; nothing here
+/// panics), so the caller's loop has no unwinding edge through it: on such
+/// an edge the poll would be dropped out of line, taking its address, and
+/// its state would live on the stack instead.
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)] // Called from Rust only, for the nounwind.
+extern "C" fn general(
+    cache: &mut PollCache,
+    hot_qpn: Option<u32>,
+    ring: Ring,
+    e: Entry64,
+    op_own: u8,
+    c: u32,
+) -> Taken {
+    let log = (ring.len() / CQE_SIZE).trailing_zeros();
+    if !RawCqe::is_sw_owned(op_own, c, log) {
+        return Taken::Empty;
+    }
+    let raw = RawCqe(e.read64b());
+    if is_hot_req(op_own, ((c >> log) & 1) as u8) && hot_qpn != Some(raw.qpn()) {
+        if let Some(wc) = other_req(cache, raw.cqe()) {
+            return Taken::Took(Completion { wc });
+        }
+    }
+    let mut tail = None;
+    let w = decode_any(&raw, cache, &mut tail);
+    cache.publish(tail);
+    match w {
+        Some(wc) => Taken::Took(Completion { wc }),
+        None => Taken::Skip,
+    }
+}
+
+/// A successful requester CQE of a cached QP other than the hot one,
+/// taken; `None` leaves it to the full decoder.
+#[inline(always)]
+fn other_req(cache: &mut PollCache, cqe: Cqe64) -> Option<Wc> {
+    let sop_drop_qpn = cqe.sop_drop_qpn();
+    let qpn = sop_drop_qpn & 0xff_ffff;
+    let opcode = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8)?;
+    let sq = match cache.hot_sq() {
+        Some(sq) if sq.qpn() == qpn => sq,
+        _ => {
+            if !cache.switch(qpn) {
+                return None;
+            }
+            cache.hot_sq()?
+        }
+    };
+    let (wr_id, tail) = sq.slot(cqe.wqe_counter())?;
+    sq.publish(Some(tail));
+    Some(req_wc(wr_id, opcode, qpn, &cqe))
 }
 
 impl Poll<'_> {
@@ -149,71 +223,94 @@ impl Poll<'_> {
     #[inline]
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<Completion> {
-        let (ring, log) = (self.ring, self.log);
         loop {
-            let c = self.ci;
-            let e = ring.entry64(c as usize * CQE_SIZE);
+            let off = self.off;
+            let e = self.ring.entry64(off);
             let op_own = e.load_acquire(OP_OWN);
-            if is_hot_req(op_own, ((c >> log) & 1) as u8) {
-                let cqe = Cqe64(e.read64b());
-                if let Some(kind) = self.hot(cqe) {
-                    self.ci = c.wrapping_add(1);
-                    return Some(Completion { kind });
+            if let Some(wc) = self.hot(e, op_own, off) {
+                self.off = off.wrapping_add(CQE_SIZE);
+                return Some(Completion { wc });
+            }
+            let c = (off / CQE_SIZE) as u32;
+            // The general path may decode a completion of the hot QP (an
+            // error, say): the hot QP's tail so far goes out first.
+            self.publish_hot();
+            let hot_qpn = self.hot.map(|t| t.qpn);
+            let taken = general(self.cache, hot_qpn, self.ring, e, op_own, c);
+            let next = off.wrapping_add(CQE_SIZE);
+            match taken {
+                Taken::Empty => return None,
+                Taken::Skip => self.off = next,
+                Taken::Took(t) => {
+                    self.off = next;
+                    return Some(t);
                 }
-            }
-            if !RawCqe::is_sw_owned(op_own, c, log) {
-                return None;
-            }
-            self.ci = c.wrapping_add(1);
-            // The general decoder may move the cache: what the cached QP's
-            // completions freed goes out first. Inlined rather than called:
-            // a call in the caller's loop clobbers the registers that carry
-            // the poll's counter and the caller's own state across
-            // completions, so the hot path would spill and reload them.
-            let cache = &mut self.cq.dp.cache;
-            cache.publish(self.pending.take());
-            let mut tail = None;
-            let w = decode_any(&RawCqe(e.read64b()), cache, &mut tail);
-            cache.publish(tail);
-            if let Some(w) = w {
-                return Some(Completion {
-                    kind: Kind::Decoded(w),
-                });
             }
         }
     }
 
-    /// A successful requester CQE of a cached QP, taken; `None` leaves it
-    /// to the general decoder.
+    /// The consumer counter.
     #[inline(always)]
-    fn hot(&mut self, cqe: Cqe64) -> Option<Kind> {
+    fn ci(&self) -> u32 {
+        (self.off / CQE_SIZE) as u32
+    }
+
+    /// A successful requester completion of the hot QP in entry `e` (owner
+    /// byte `op_own`, at byte offset `off`, see [`Poll::off`]); `None`
+    /// leaves it to [`general`].
+    #[inline(always)]
+    fn hot(&self, e: Entry64, op_own: u8, off: usize) -> Option<Wc> {
+        // The lap's owner bit: the ring's size in bytes is the bit above the
+        // offset, so no separate log2 is carried.
+        let lap = (off & self.ring.len() != 0) as u8;
+        if !is_hot_req(op_own, lap) {
+            return None;
+        }
+        let t = self.hot?;
+        // The entry is ours: only the fields used below are loaded.
+        let cqe = Cqe64(e.read64b());
         let sop_drop_qpn = cqe.sop_drop_qpn();
-        let qpn = sop_drop_qpn & 0xff_ffff;
         let opcode = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8)?;
-        let cache = &mut self.cq.dp.cache;
-        let sq = match cache.hot_sq() {
-            Some(sq) if sq.qpn() == qpn => sq,
-            _ => {
-                cache.publish(self.pending.take());
-                if !cache.switch(qpn) {
-                    return None;
-                }
-                cache.hot_sq()?
-            }
-        };
-        let counter = cqe.wqe_counter();
-        let (wr_id, tail) = sq.slot(counter)?;
-        self.pending = Some(tail);
-        let byte_len = match opcode {
-            WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-            _ => cqe.byte_cnt(),
-        };
-        Some(Kind::Req {
-            wr_id,
-            opcode,
-            qpn,
-            byte_len,
-        })
+        if sop_drop_qpn & 0xff_ffff != t.qpn {
+            return None;
+        }
+        let wr_id = t.sq_wr_id(cqe.wqe_counter())?;
+        Some(req_wc(wr_id, opcode, t.qpn, &cqe))
+    }
+
+    /// Publishes the SQ tail of the hot QP's completions so far, if the
+    /// entry last taken is one (still ours: the consumer index has not
+    /// moved past it). No other entry needs looking at: the tails of the
+    /// hot QP's completions before an entry the general path took went out
+    /// when it took it, and a later completion's tail covers the earlier
+    /// ones'.
+    #[inline(always)]
+    fn publish_hot(&self) {
+        if self.ci() != *self.cq_ci {
+            end_hot(self.hot, self.ring, self.ci());
+        }
+    }
+}
+
+/// [`Poll::publish_hot`]'s work, for consumer counter `ci`, past the entry
+/// last taken. Out of line, taking values, not the poll, and with the C
+/// ABI, for the reasons [`general`] gives.
+#[inline(never)]
+#[allow(improper_ctypes_definitions)] // Called from Rust only, for the nounwind.
+extern "C" fn end_hot(hot: Option<&QpTrack>, ring: Ring, ci: u32) {
+    let Some(t) = hot else {
+        return;
+    };
+    let c = ci.wrapping_sub(1);
+    let last = ring.entry64(c as usize * CQE_SIZE);
+    let lap = ((c as usize * CQE_SIZE) & ring.len() != 0) as u8;
+    let op_own = last.load_acquire(OP_OWN);
+    let cqe = Cqe64(last.read64b());
+    if !is_hot_req(op_own, lap) || cqe.sop_drop_qpn() & 0xff_ffff != t.qpn {
+        return;
+    }
+    if let Some((_, tail)) = t.sq_slot(cqe.wqe_counter()) {
+        t.set_sq_tail(tail);
     }
 }
 
@@ -227,14 +324,17 @@ impl Iterator for Poll<'_> {
 }
 
 impl Drop for Poll<'_> {
-    /// `ibv_end_poll`: the freed SQ room, then the consumer index. Always
-    /// inlined, so the poll's state can live in registers while it runs.
+    /// `ibv_end_poll`: the freed SQ room, then the consumer index. A check
+    /// and calls, so the compiler inlines it on every path: a drop left out
+    /// of line would take the poll's address, and its state would then live
+    /// on the stack, not in the caller's registers, while it runs.
     #[inline(always)]
     fn drop(&mut self) {
-        self.cq.dp.cache.publish(self.pending.take());
-        self.cq.ci = self.ci;
-        if self.ci != self.start {
-            self.cq.dp.dbrec.store(SET_CI, self.ci & 0xff_ffff);
+        let ci = self.ci();
+        if ci != *self.cq_ci {
+            end_hot(self.hot, self.ring, ci);
+            *self.cq_ci = ci;
+            self.dbrec.store(SET_CI, ci & 0xff_ffff);
         }
     }
 }

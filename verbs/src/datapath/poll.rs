@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::ring::{DbRec, Ring, Run64};
-use super::track::{HotSq, PendingTail, PollCache, Registry};
+use super::track::{HotSq, PendingTail, PollCache, QpTrack, Registry};
 use super::wc::{Wc, WcOpcode, WcStatus};
 use crate::cq::{Cq, CQE_SIZE};
 use prm_layouts::{Cqe64, CqeOpcode, ErrCqe};
@@ -199,7 +199,9 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
         if sop_drop_qpn & 0xff_ffff != qpn {
             return k;
         }
-        let Some((wr_id, _)) = sq.slot(c.wqe_counter()) else {
+        // The wr_id alone: the SQ tail is the run's last completion's,
+        // read once by the caller.
+        let Some(wr_id) = sq.wr_id(c.wqe_counter()) else {
             return k;
         };
         // Read unconditionally (the entry is ours), so the atomics' fixed 8
@@ -389,6 +391,11 @@ pub(super) fn decode_any(
 pub(crate) struct Poller {
     pub(super) cache: PollCache,
     pub(super) dbrec: DbRec,
+    /// The QP a lazy poll takes completions of without asking the cache:
+    /// the cache's, as of the last lazy poll that began after the cache
+    /// moved. Held apart from the cache, so a poll can keep its slot table
+    /// borrowed while the cache changes under the general path.
+    pub(super) hot: Option<Arc<QpTrack>>,
 }
 
 impl Poller {
@@ -399,6 +406,7 @@ impl Poller {
             // SAFETY: the CQ's 64-byte doorbell record UMEM, owned by the CQ
             // that owns this poller and never moved (resize keeps it).
             dbrec: unsafe { DbRec::new(dbr_addr) },
+            hot: None,
         }
     }
 }
@@ -491,8 +499,8 @@ impl Cq {
     /// SQ of the last completion's QP stays in registers; at another cached
     /// QP's completion the loop moves to that QP's. Moves the consumer
     /// counter and publishes, per run of one QP, the SQ tail it retires up
-    /// to. Out of line, so its loop has the registers to itself.
-    #[inline(never)]
+    /// to.
+    #[inline(always)]
     fn take_hot(&mut self, wc: &mut [Wc]) -> usize {
         let ring = self.ring();
         let log = self.log_size;

@@ -87,6 +87,13 @@ impl QpTrack {
         ))
     }
 
+    /// Consumer: the wr_id of the WQE at WQEBB index `wqe_counter` alone.
+    #[inline(always)]
+    pub(crate) fn sq_wr_id(&self, wqe_counter: u16) -> Option<u64> {
+        let slot = self.sq.get(usize::from(wqe_counter))?;
+        Some(slot.wr_id.load(Ordering::Relaxed))
+    }
+
     /// Consumer: publishes the SQ tail, freeing the WQEBBs before it.
     #[inline(always)]
     pub(crate) fn set_sq_tail(&self, tail: u32) {
@@ -228,6 +235,9 @@ pub(crate) struct PollCache {
     /// other is found by a scan of `qpns`. A power of two long.
     index: Box<[(u32, u32)]>,
     last: usize,
+    /// `last` moved (or the cache was refilled) since a lazy poll last
+    /// took the cached QP as its own (see [`PollCache::take_current`]).
+    switched: bool,
 }
 
 /// No QPN is all ones (QPNs have 24 bits): the empty index slot.
@@ -247,6 +257,15 @@ impl HotSq<'_> {
     #[inline(always)]
     pub(crate) fn qpn(&self) -> u32 {
         self.qpn
+    }
+
+    /// The wr_id of the WQE at WQEBB index `wqe_counter`, without the SQ
+    /// counter past it: one load per completion where only a run's last
+    /// completion's counter is needed.
+    #[inline(always)]
+    pub(crate) fn wr_id(&self, wqe_counter: u16) -> Option<u64> {
+        let slot = self.slots.get(usize::from(wqe_counter))?;
+        Some(slot.wr_id.load(Ordering::Relaxed))
     }
 
     /// The wr_id of the WQE at WQEBB index `wqe_counter` and the SQ counter
@@ -283,6 +302,7 @@ impl PollCache {
             qpns: Vec::new(),
             index: Box::new([(NO_QPN, 0)]),
             last: 0,
+            switched: false,
         }
     }
 
@@ -335,8 +355,21 @@ impl PollCache {
         self.qps.get(self.last).and_then(|t| Self::sq_of(t))
     }
 
+    /// Whether `last` moved (or the cache was refilled) since
+    /// [`PollCache::take_current`] last cleared this.
     #[inline(always)]
-    fn sq_of(t: &QpTrack) -> Option<HotSq<'_>> {
+    pub(crate) fn switched(&self) -> bool {
+        self.switched
+    }
+
+    /// The cached QP's track, if alive; clears [`PollCache::switched`].
+    pub(crate) fn take_current(&mut self) -> Option<&Arc<QpTrack>> {
+        self.switched = false;
+        self.qps.get(self.last).filter(|t| t.is_alive())
+    }
+
+    #[inline(always)]
+    pub(crate) fn sq_of(t: &QpTrack) -> Option<HotSq<'_>> {
         t.is_alive().then_some(HotSq {
             qpn: t.qpn,
             slots: &t.sq,
@@ -390,6 +423,7 @@ impl PollCache {
         let found = self.position(qpn);
         match found.and_then(|i| Some(i).zip(self.qps.get(i))) {
             Some((i, t)) if t.is_alive() => {
+                self.switched |= self.last != i;
                 self.last = i;
                 true
             }
@@ -408,6 +442,7 @@ impl PollCache {
             self.qps.push(t);
             self.reindex();
             self.last = self.qps.len() - 1;
+            self.switched = true;
         }
         Some(())
     }

@@ -163,21 +163,24 @@ impl WcOpcode {
     }
 }
 
-/// One work completion. 32 bytes, so a poll writes each in two stores.
+/// One work completion. 32 bytes, laid out so that a successful requester
+/// completion (wr_id, length and QPN, the rest zero) is written in few
+/// stores: the fields it sets first, the ones it leaves zero together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C)]
 pub struct Wc {
     pub wr_id: u64,
     /// Bytes received (responder), read (RDMA READ) or 8 (atomics).
     pub byte_len: u32,
+    /// The local QP this completion belongs to.
+    pub qp_num: u32,
     /// The immediate of SEND_WITH_IMM / RDMA_WRITE_WITH_IMM, host order;
     /// meaningful only with `has_imm` (see [`Wc::imm`]), 0 otherwise.
     pub imm_data: u32,
     /// Responder: the sender's QPN (meaningful for UD).
     pub src_qp: u32,
-    /// The local QP this completion belongs to.
-    pub qp_num: u32,
-    pub status: WcStatus,
     pub opcode: WcOpcode,
+    pub status: WcStatus,
     /// The device's vendor syndrome of an error completion.
     pub vendor_err: u8,
     /// The hardware syndrome of an error completion (`hw_err_synd`).

@@ -32,6 +32,38 @@ pub(crate) struct Cache {
     qps: Vec<QpView>,
     /// `None`: the key does not resolve (a [`KeyFault::BadKey`]).
     keys: Vec<(u32, Option<KeyInfo>)>,
+    /// The last access that passed: its key, PD and need, and the key's
+    /// range. A WQE after WQE names the same key from the same QP, so the
+    /// next access then needs only its bounds checked.
+    last: Option<Passed>,
+}
+
+/// An access [`Cache::resolve`] let through, for [`Cache::last`].
+#[derive(Debug, Clone, Copy)]
+struct Passed {
+    key: u32,
+    pd: u32,
+    need: Need,
+    start_addr: u64,
+    len: u64,
+    span: Span,
+}
+
+impl Passed {
+    /// `[addr, addr + len)` of the key's range, as [`Cache::resolve`]'s
+    /// bounds check gives it.
+    #[inline(always)]
+    fn range(&self, addr: u64, len: u64) -> Result<Span, KeyFault> {
+        let off = addr.checked_sub(self.start_addr).ok_or(KeyFault::Bounds)?;
+        let end = off.checked_add(len).ok_or(KeyFault::Bounds)?;
+        if end > self.len {
+            return Err(KeyFault::Bounds);
+        }
+        // Inside the key's range, which lies inside its UMEM.
+        let off = usize::try_from(off).map_err(|_| KeyFault::Bounds)?;
+        let len = usize::try_from(len).map_err(|_| KeyFault::Bounds)?;
+        self.span.sub(off, len).ok_or(KeyFault::Bounds)
+    }
 }
 
 impl Cache {
@@ -40,6 +72,7 @@ impl Cache {
         if self.epoch != Some(st.epoch) {
             self.qps.clear();
             self.keys.clear();
+            self.last = None;
             self.epoch = Some(st.epoch);
         }
     }
@@ -64,8 +97,32 @@ impl Cache {
     }
 
     /// [`keys::resolve`] with the key's lookup and UMEM resolution cached;
-    /// the PD, access and bounds checks run on every call.
+    /// the PD, access and bounds checks run on every call (the first two
+    /// once for a run of accesses with the same key, PD and need). Inlined
+    /// up to that repeat, which most accesses are.
+    #[inline]
     pub(crate) fn resolve(
+        &mut self,
+        st: &State,
+        key: u32,
+        addr: u64,
+        len: u64,
+        pd: u32,
+        need: Need,
+    ) -> Result<Span, KeyFault> {
+        if self.epoch == Some(st.epoch) {
+            if let Some(p) = &self.last {
+                if (p.key, p.pd, p.need) == (key, pd, need) {
+                    return p.range(addr, len);
+                }
+            }
+        }
+        self.resolve_new(st, key, addr, len, pd, need)
+    }
+
+    /// [`Cache::resolve`] for an access unlike the last one.
+    #[inline(never)]
+    fn resolve_new(
         &mut self,
         st: &State,
         key: u32,
@@ -96,15 +153,16 @@ impl Cache {
         if !keys::granted(m.access, need) {
             return Err(KeyFault::Access);
         }
-        let off = addr.checked_sub(m.start_addr).ok_or(KeyFault::Bounds)?;
-        let end = off.checked_add(len).ok_or(KeyFault::Bounds)?;
-        if end > m.len {
-            return Err(KeyFault::Bounds);
-        }
-        // Inside the key's range, which lies inside its UMEM.
-        let off = usize::try_from(off).map_err(|_| KeyFault::Bounds)?;
-        let len = usize::try_from(len).map_err(|_| KeyFault::Bounds)?;
-        span.sub(off, len).ok_or(KeyFault::Bounds)
+        let passed = Passed {
+            key,
+            pd,
+            need,
+            start_addr: m.start_addr,
+            len: m.len,
+            span,
+        };
+        self.last = Some(passed);
+        passed.range(addr, len)
     }
 }
 

@@ -29,11 +29,13 @@ impl Span {
         })
     }
 
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
 
     /// The sub-range `[at, at + len)`, when it lies inside this span.
+    #[inline]
     pub(crate) fn sub(&self, at: usize, len: usize) -> Option<Span> {
         let end = at.checked_add(len)?;
         (end <= self.len).then_some(Span {
@@ -44,6 +46,7 @@ impl Span {
 
     /// Copies `out.len()` bytes from offset `at`; false (and nothing read)
     /// when the range leaves the span.
+    #[inline]
     pub(crate) fn read(&self, at: usize, out: &mut [u8]) -> bool {
         let Some(s) = self.sub(at, out.len()) else {
             return false;
@@ -76,6 +79,7 @@ impl Span {
 
     /// Copies `data` to offset `at`; false (and nothing written) when the
     /// range leaves the span.
+    #[inline]
     pub(crate) fn write(&self, at: usize, data: &[u8]) -> bool {
         let Some(s) = self.sub(at, data.len()) else {
             return false;
@@ -88,8 +92,25 @@ impl Span {
         true
     }
 
+    /// Copies this whole span to `dst`, of the same length; false (and
+    /// nothing copied) when the lengths differ. The two may be the same
+    /// memory registered twice, so the copy allows overlap.
+    pub(crate) fn copy_to(&self, dst: &Span) -> bool {
+        if self.len != dst.len {
+            return false;
+        }
+        // SAFETY: both spans lie inside registered UMEM ranges (see `Span`);
+        // the source was checked for read rights (a local key's) and the
+        // destination for write rights (a remote write key's) before they
+        // were made, and both devices' locks are held, so neither UMEM is
+        // deregistered meanwhile. `copy` allows the ranges to overlap.
+        unsafe { ptr::copy(self.base as *const u8, dst.base as *mut u8, self.len) };
+        true
+    }
+
     /// A doorbell record word: be32 at `at`, read once, then an acquire
     /// fence so the queue entries software wrote before it are seen.
+    #[inline]
     pub(crate) fn read_be32(&self, at: usize) -> Option<u32> {
         let s = self.sub(at, 4)?;
         let mut b = [0u8; 4];

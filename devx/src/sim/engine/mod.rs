@@ -8,8 +8,12 @@
 //! * Messages to a QP of this device are delivered under the same lock.
 //!   Messages to another emulated device (found by the destination GID in
 //!   the peers' GID tables) are carried across with this device's lock
-//!   released, so no thread holds two device locks at once; consecutive
-//!   WQEs of a QP travel as one batch, delivered under one peer lock.
+//!   released; consecutive WQEs of a QP travel as one batch, delivered
+//!   under one peer lock. The one exception, RC RDMA WRITEs copied
+//!   straight from memory to memory, takes the peer's locks only if they
+//!   are free at once, never waiting while it holds this device's
+//!   ([`Engine::try_locked`]); so no thread ever waits for a device lock
+//!   while holding another.
 //! * RNR waits are retried by a timer thread per device (and by any later
 //!   doorbell for the QP); see [`requester`].
 //! * All raw memory access is in [`dma`]; every range is checked against an
@@ -34,6 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
+use super::fw::state::State;
 use super::fw::Firmware;
 use msg::Reply;
 use requester::{Batch, Entry, Step};
@@ -296,6 +301,24 @@ impl Engine {
         self.fw.with_mut(|st| {
             let mut inner = self.lock_inner();
             batch.replies.clear();
+            let mut view = None;
+            for i in 0..batch.writes.len() {
+                let w = batch.writes[i];
+                let data = responder::Payload::Bytes(batch.write_data(i));
+                let reply = responder::deliver_write(
+                    st,
+                    &mut inner,
+                    &mut view,
+                    batch.write_qpn,
+                    w.raddr,
+                    w.rkey,
+                    data,
+                );
+                batch.replies.push(reply);
+                if reply != Reply::Ack {
+                    break;
+                }
+            }
             for msg in &mut batch.msgs {
                 let reply = responder::deliver(st, &mut inner, msg);
                 batch.replies.push(reply);
@@ -305,6 +328,24 @@ impl Engine {
             }
         });
         self.arrived();
+    }
+
+    /// Runs `f` with this device's state and engine bookkeeping if both are
+    /// free now; `None` if another thread holds either. For a thread that
+    /// holds another device's locks (see [`Firmware::try_with_mut`]).
+    ///
+    /// [`Firmware::try_with_mut`]: crate::sim::fw::Firmware::try_with_mut
+    pub(crate) fn try_locked<R>(&self, f: impl FnOnce(&mut State, &mut Inner) -> R) -> Option<R> {
+        self.fw
+            .try_with_mut(|st| {
+                let mut inner = match self.inner.try_lock() {
+                    Ok(g) => g,
+                    Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                    Err(std::sync::TryLockError::WouldBlock) => return None,
+                };
+                Some(f(st, &mut inner))
+            })
+            .flatten()
     }
 
     /// Starts the RNR retry timer thread unless it runs already.

@@ -102,6 +102,7 @@ impl QpView {
     /// Reads the send WQE starting at WQEBB counter `ci` into `out`,
     /// following the ring's wrap to BB 0. Returns the bytes read (ds * 16,
     /// at least the control segment).
+    #[inline]
     pub(crate) fn read_send_wqe(&self, ci: u16, out: &mut [u8; MAX_SQ_WQE]) -> Option<usize> {
         let sq = self.sq?;
         let mask = self.sq_bbs - 1;

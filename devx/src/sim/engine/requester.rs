@@ -5,7 +5,10 @@
 //! lock. WQEs to another emulated device leave as a [`Batch`]: the caller
 //! drops this device's lock, delivers the batch in order under one
 //! acquisition of the peer's lock, and comes back with the replies, so no
-//! thread ever holds two device locks. RC WQEs to a device on the network
+//! thread waits for a device lock while it holds another. RC RDMA WRITEs
+//! of one data segment go faster where the peer's locks are free at once
+//! ([`direct_writes`]): copied straight across and settled, with both
+//! devices locked but no waiting. RC WQEs to a device on the network
 //! go out while earlier ones await their answers, as far as the
 //! transport's window allows, and complete in order as the answers come
 //! ([`super::net`]). A per-QP busy mark keeps a second
@@ -61,6 +64,36 @@ pub(crate) struct Batch {
     /// The WQEs' bytes back to back; WQE `i` ends at `ends[i]`.
     wqes: Vec<u8>,
     ends: Vec<usize>,
+    /// Or, instead of `msgs`, a run of plain RDMA WRITEs (see
+    /// [`write_run`]): their payloads back to back in `payload`, to QP
+    /// `write_qpn` of the peer; `replies[i]` answers `writes[i]`.
+    pub(crate) writes: Vec<Write>,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) write_qpn: u32,
+}
+
+/// One RDMA WRITE (no immediate) of a [`Batch`]'s run: what the responder
+/// needs (its RETH and the end of its payload in [`Batch::payload`]), and
+/// what settling it needs (its control segment and size in WQEBBs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Write {
+    pub(crate) raddr: u64,
+    pub(crate) rkey: u32,
+    pub(crate) end: usize,
+    ctrl: [u8; WqeCtrlSeg::SIZE_BYTES],
+    bbs: u16,
+}
+
+impl Batch {
+    /// The payload of write `i`.
+    pub(crate) fn write_data(&self, i: usize) -> &[u8] {
+        let start = match i {
+            0 => 0,
+            _ => self.writes.get(i - 1).map_or(0, |w| w.end),
+        };
+        let end = self.writes.get(i).map_or(start, |w| w.end);
+        self.payload.get(start..end).unwrap_or(&[])
+    }
 }
 
 impl Batch {
@@ -83,6 +116,8 @@ impl Batch {
         self.replies.clear();
         self.wqes.clear();
         self.ends.clear();
+        self.writes.clear();
+        self.payload.clear();
     }
 }
 
@@ -197,6 +232,25 @@ fn drive_with(
     };
     let mut ci = v.sq_ci;
     match resume {
+        Some(mut b) if !b.writes.is_empty() => {
+            let mut posted = true;
+            for (i, (w, reply)) in b.writes.iter().zip(&b.replies).enumerate() {
+                let out = match *reply {
+                    Reply::Ack => success(&v, &w.ctrl, b.write_data(i).len() as u32),
+                    Reply::Nak(s) => Outcome::Error(s),
+                    Reply::Rnr(d) => Outcome::Rnr(d),
+                };
+                if !settle(eng, st, inner, &v, &w.ctrl, w.bbs, out, entry, &mut ci) {
+                    posted = false;
+                    break;
+                }
+            }
+            b.recycle(inner);
+            inner.batch = Some(b);
+            if !posted {
+                return park(st, inner, qpn, ci);
+            }
+        }
         Some(mut b) => {
             let mut posted = true;
             for (i, reply) in b.replies.iter().enumerate() {
@@ -206,7 +260,8 @@ fn drive_with(
                     Reply::Nak(s) => Outcome::Error(s),
                     Reply::Rnr(d) => Outcome::Rnr(d),
                 };
-                if !settle(eng, st, inner, &v, w, out, entry, &mut ci) {
+                let bbs = queue::wqebbs(w.len());
+                if !settle(eng, st, inner, &v, w, bbs, out, entry, &mut ci) {
                     posted = false;
                     break;
                 }
@@ -267,7 +322,15 @@ fn drive_with(
         }
         let out = match network_answer(st, inner, &v, &wqe[..len], ci) {
             Some(out) => out,
-            None => execute(eng, st, inner, &v, &wqe[..len], ci),
+            None => {
+                if direct_writes(eng, st, inner, &v, len, &mut ci, pi, wqe, entry) {
+                    continue;
+                }
+                if let Some(step) = write_run(eng, st, inner, &v, len, ci, pi, wqe) {
+                    return step;
+                }
+                execute(eng, st, inner, &v, &wqe[..len], ci)
+            }
         };
         if let Outcome::Pending = out {
             issue_ahead(eng, st, inner, &v, pi, wqe, entry.page.is_none());
@@ -287,7 +350,8 @@ fn drive_with(
             queue::save_sq(st, qpn, ci);
             return Step::Remote(peer, b);
         }
-        if !settle(eng, st, inner, &v, &wqe[..len], out, entry, &mut ci) {
+        let bbs = queue::wqebbs(len);
+        if !settle(eng, st, inner, &v, &wqe[..len], bbs, out, entry, &mut ci) {
             return park(st, inner, qpn, ci);
         }
     }
@@ -371,6 +435,215 @@ fn issue_ahead(
     super::net::pump(eng, inner, v.qpn, eager);
 }
 
+/// The in-process link's fastest path: RC RDMA WRITEs without immediate
+/// of one data segment, from the WQE at `*ci` (`len` bytes in `wqe`,
+/// posted whole) on, while the peer device's locks can be had without
+/// waiting (this thread holds this device's; trying, never waiting, keeps
+/// two threads from waiting for each other). Each WRITE's payload is copied
+/// straight from this device's registered memory into the peer's, after
+/// the local checks [`execute`] makes and the peer's [`deliver`] would
+/// make ([`responder::deliver_write`]), and settles at once: the CQE if
+/// signaled, or the error CQE and ERR on a NAK (which ends the run). False
+/// when it took nothing: the WQE is not such a WRITE, fails locally, is not
+/// for another device of this process, or the peer is busy; [`write_run`]
+/// or [`execute`] take it then.
+///
+/// [`deliver`]: responder::deliver
+#[allow(clippy::too_many_arguments)]
+fn direct_writes(
+    eng: &Engine,
+    st: &mut State,
+    inner: &mut Inner,
+    v: &QpView,
+    len: usize,
+    ci: &mut u16,
+    pi: u16,
+    wqe: &mut [u8; MAX_SQ_WQE],
+    entry: Entry,
+) -> bool {
+    if v.service != st::RC || send_opcode(&wqe[..len]) != Some(SendOpcode::RdmaWrite) {
+        return false;
+    }
+    let Some(Peer::Remote(at)) = eng.peer(inner, &v.rgid) else {
+        return false;
+    };
+    let Some(peer) = inner.remote(at).cloned() else {
+        return false;
+    };
+    let took = peer.try_locked(|pst, pinner| {
+        let mut view = None;
+        let mut len = len;
+        let mut took = false;
+        // Each pass settles a WQE, moving `ci` towards `pi`.
+        for _ in 0..v.sq_bbs {
+            let w = &wqe[..len];
+            let Some((src, r)) = one_sge_write(st, &mut inner.cache, v, w) else {
+                break;
+            };
+            let data = responder::Payload::Span(src);
+            let reply = responder::deliver_write(
+                pst,
+                pinner,
+                &mut view,
+                v.remote_qpn,
+                r.raddr(),
+                r.rkey(),
+                data,
+            );
+            took = true;
+            let bbs = queue::wqebbs(len);
+            if reply == Reply::Ack && ctrl(w).fm_ce_se() & CE_CQE == 0 && inner.rnr.is_empty() {
+                // All that `settle` does for a WQE that completed without
+                // asking for a CQE, on a QP with no RNR wait to end.
+                *ci = ci.wrapping_add(bbs);
+            } else {
+                let out = match reply {
+                    Reply::Ack => success(v, w, src.len() as u32),
+                    Reply::Nak(s) => Outcome::Error(s),
+                    Reply::Rnr(d) => Outcome::Rnr(d),
+                };
+                if !settle(eng, st, inner, v, w, bbs, out, entry, ci) || reply != Reply::Ack {
+                    break;
+                }
+            }
+            if *ci == pi {
+                break;
+            }
+            match v.read_send_wqe(*ci, wqe) {
+                Some(l) if queue::posted_whole(pi, *ci, queue::wqebbs(l)) => len = l,
+                _ => break,
+            }
+            if send_opcode(&wqe[..len]) != Some(SendOpcode::RdmaWrite) {
+                break;
+            }
+        }
+        took
+    });
+    let took = took.unwrap_or(false);
+    if took {
+        peer.arrived();
+    }
+    took
+}
+
+/// An RDMA WRITE WQE of an RC QP with one data segment (not inline, not
+/// empty) that passes the local checks [`execute`] makes: the source span
+/// and the remote address segment. `None` otherwise, for the other paths
+/// to take it.
+fn one_sge_write(
+    st: &State,
+    cache: &mut Cache,
+    v: &QpView,
+    wqe: &[u8],
+) -> Option<(super::dma::Span, WqeRaddrSeg)> {
+    let (Op::Write, data_off) = layout(v.service, send_opcode(wqe))? else {
+        return None;
+    };
+    let seg = WqeDataSeg::from_slice(wqe.get(data_off..)?)?;
+    if wqe.len() != data_off + DS {
+        return None;
+    }
+    let bc = seg.byte_count();
+    if bc == 0 || bc & INLINE != 0 || u64::from(bc) > v.max_msg() {
+        return None;
+    }
+    let src = cache
+        .resolve(
+            st,
+            seg.lkey(),
+            seg.addr(),
+            u64::from(bc),
+            v.pd,
+            Need::LocalRead,
+        )
+        .ok()?;
+    Some((src, raddr(wqe)))
+}
+
+/// The in-process link's fast path for RC RDMA WRITEs without immediate:
+/// from the WQE at `ci` (`len` bytes in `wqe`, posted whole), every such
+/// WQE up to the SND counter `pi` (at most [`MAX_BATCH`]) that passes the
+/// local checks [`execute`] makes has its payload gathered into one batch
+/// buffer, beside its remote address and key; no message, no copy of the
+/// WQE. The peer then checks and places each as [`responder::deliver`]
+/// would ([`responder::deliver_write`]), and the replies settle in order as
+/// any batch's. `None` when the WQE at `ci` is not such a WRITE, fails
+/// locally or is not for another device of this process: [`execute`]
+/// takes it. A later WQE that does not qualify ends the run and waits for
+/// the main loop, as in [`gather_batch`].
+#[allow(clippy::too_many_arguments)]
+fn write_run(
+    eng: &Engine,
+    st: &mut State,
+    inner: &mut Inner,
+    v: &QpView,
+    len: usize,
+    ci: u16,
+    pi: u16,
+    wqe: &mut [u8; MAX_SQ_WQE],
+) -> Option<Step> {
+    if v.service != st::RC || send_opcode(&wqe[..len]) != Some(SendOpcode::RdmaWrite) {
+        return None;
+    }
+    let Some(Peer::Remote(at)) = eng.peer(inner, &v.rgid) else {
+        return None;
+    };
+    let peer = inner.remote(at)?.clone();
+    let mut b = inner.batch.take().unwrap_or_default();
+    b.recycle(inner);
+    b.write_qpn = v.remote_qpn;
+    let (mut next, mut len) = (ci, len);
+    while let Some(w) = plain_write(st, &mut inner.cache, v, &wqe[..len], &mut b.payload) {
+        b.writes.push(w);
+        next = next.wrapping_add(queue::wqebbs(len));
+        if b.writes.len() == MAX_BATCH || next == pi {
+            break;
+        }
+        match v.read_send_wqe(next, wqe) {
+            Some(l) if queue::posted_whole(pi, next, queue::wqebbs(l)) => len = l,
+            _ => break,
+        }
+        if send_opcode(&wqe[..len]) != Some(SendOpcode::RdmaWrite) {
+            break;
+        }
+    }
+    if b.writes.is_empty() {
+        inner.batch = Some(b);
+        return None;
+    }
+    queue::save_sq(st, v.qpn, ci);
+    Some(Step::Remote(peer, b))
+}
+
+/// An RDMA WRITE WQE of an RC QP, checked and gathered as [`execute`]
+/// does, its payload appended to `payload`; `None` (and `payload` as it
+/// was) when it fails a check, for [`execute`] to fail it in its turn.
+fn plain_write(
+    st: &State,
+    cache: &mut Cache,
+    v: &QpView,
+    wqe: &[u8],
+    payload: &mut Vec<u8>,
+) -> Option<Write> {
+    let (Op::Write, data_off) = layout(v.service, send_opcode(wqe))? else {
+        return None;
+    };
+    let segs = wqe.get(data_off..)?;
+    let start = payload.len();
+    if gather_into(st, cache, v, segs, payload, start).is_err() {
+        payload.truncate(start);
+        return None;
+    }
+    let r = raddr(wqe);
+    Some(Write {
+        raddr: r.raddr(),
+        rkey: r.rkey(),
+        end: payload.len(),
+        ctrl: ctrl(wqe).0,
+        bbs: queue::wqebbs(wqe.len()),
+    })
+}
+
 /// Adds the WQEs after the one at `ci` (already in `b`) that go to `peer`
 /// too, up to the SND counter `pi`. Their messages are only built here:
 /// nothing is delivered or completed until the batch's replies are settled
@@ -429,7 +702,8 @@ fn park(st: &mut State, inner: &mut Inner, qpn: u32, ci: u16) -> Step {
     Step::Idle
 }
 
-/// Applies one WQE's outcome: CQE, counter, error state, RNR wait.
+/// Applies one WQE's outcome: CQE, counter, error state, RNR wait. `wqe`
+/// is the WQE (its control segment at least), `bbs` the WQEBBs it takes.
 /// Returns false when the WQE stays posted (RNR wait).
 #[allow(clippy::too_many_arguments)]
 fn settle(
@@ -438,11 +712,11 @@ fn settle(
     inner: &mut Inner,
     v: &QpView,
     wqe: &[u8],
+    bbs: u16,
     out: Outcome,
     entry: Entry,
     ci: &mut u16,
 ) -> bool {
-    let bbs = queue::wqebbs(wqe.len());
     if let Outcome::Pending = out {
         return false;
     }
@@ -572,6 +846,18 @@ fn gather(
     out: &mut Vec<u8>,
 ) -> Result<(), CqeSyndrome> {
     out.clear();
+    gather_into(st, cache, v, segs, out, 0)
+}
+
+/// [`gather`], appending to `out`, whose message starts at `base`.
+fn gather_into(
+    st: &State,
+    cache: &mut Cache,
+    v: &QpView,
+    segs: &[u8],
+    out: &mut Vec<u8>,
+    base: usize,
+) -> Result<(), CqeSyndrome> {
     let mut at = 0;
     let byte_count = |at: usize| {
         segs.get(at..)
@@ -598,7 +884,7 @@ fn gather(
         if bc == 0 {
             continue;
         }
-        if out.len() as u64 + u64::from(bc) > v.max_msg() {
+        if (out.len() - base) as u64 + u64::from(bc) > v.max_msg() {
             return Err(CqeSyndrome::LocalLengthErr);
         }
         let span = cache

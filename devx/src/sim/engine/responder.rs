@@ -79,6 +79,65 @@ pub(crate) fn deliver(st: &mut State, inner: &mut Inner, msg: &mut Msg) -> Reply
     }
 }
 
+/// Where a WRITE's payload comes from on the in-process link's fast path.
+#[derive(Clone, Copy)]
+pub(crate) enum Payload<'a> {
+    /// Gathered into a buffer while the requester's device was locked.
+    Bytes(&'a [u8]),
+    /// Still in the requester's registered memory, checked for its local
+    /// key, with the requester's device locked as well as this one.
+    Span(super::dma::Span),
+}
+
+impl Payload<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Payload::Bytes(d) => d.len(),
+            Payload::Span(s) => s.len(),
+        }
+    }
+}
+
+/// An RC RDMA WRITE without immediate of `data` to `raddr` under `rkey`,
+/// for QP `qpn` as `view` (resolved by the first WRITE of a run, then kept:
+/// such a WRITE changes nothing in the QP unless it fails, and the run
+/// stops at the first that fails). The checks and the outcome are
+/// [`deliver`]'s for the same message, without building one.
+pub(crate) fn deliver_write(
+    st: &mut State,
+    inner: &mut Inner,
+    view: &mut Option<QpView>,
+    qpn: u32,
+    raddr: u64,
+    rkey: u32,
+    data: Payload<'_>,
+) -> Reply {
+    let lost = Reply::Nak(CqeSyndrome::TransportRetryExcErr);
+    if view.is_none() {
+        *view = inner.cache.qp_view(st, qpn);
+    }
+    let Some(v) = view.as_ref() else {
+        return lost;
+    };
+    if v.service != st::RC || !matches!(v.state, state::RTR | state::RTS) {
+        return lost;
+    }
+    let len = data.len() as u64;
+    if len > v.max_msg() {
+        return fail(st, inner, v, None, CqeSyndrome::RemoteInvalReqErr, true);
+    }
+    let Some(span) = remote_range(st, &mut inner.cache, v, rkey, raddr, len, Need::RemoteWrite)
+    else {
+        return fail(st, inner, v, None, CqeSyndrome::RemoteAccessErr, true);
+    };
+    // The span was resolved for the payload's length: both copies fit.
+    match data {
+        Payload::Bytes(d) => span.write(0, d),
+        Payload::Span(s) => s.copy_to(&span),
+    };
+    Reply::Ack
+}
+
 /// A responder-side error: the receive WQE (if one was consumed) completes
 /// with its syndrome and the QP enters ERR; the requester hears `remote` on a
 /// reliable transport and nothing otherwise.
@@ -121,6 +180,19 @@ fn remote_span(
     len: u64,
     need: Need,
 ) -> Option<super::dma::Span> {
+    remote_range(st, cache, v, msg.rkey, msg.raddr, len, need)
+}
+
+/// [`remote_span`] for a key and address given apart from a message.
+fn remote_range(
+    st: &State,
+    cache: &mut Cache,
+    v: &QpView,
+    rkey: u32,
+    raddr: u64,
+    len: u64,
+    need: Need,
+) -> Option<super::dma::Span> {
     let qp_allows = match need {
         Need::RemoteRead => v.rre,
         Need::RemoteWrite => v.rwe,
@@ -130,7 +202,7 @@ fn remote_span(
     if !qp_allows {
         return None;
     }
-    cache.resolve(st, msg.rkey, msg.raddr, len, v.pd, need).ok()
+    cache.resolve(st, rkey, raddr, len, v.pd, need).ok()
 }
 
 fn rnr(v: &QpView, reliable: bool) -> Reply {

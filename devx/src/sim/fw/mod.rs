@@ -169,6 +169,19 @@ impl Firmware {
         f(&mut self.lock_state())
     }
 
+    /// [`Firmware::with_mut`] if the state is free now; `None` (and `f` not
+    /// run) if another thread holds it. For a thread that holds another
+    /// device's state: it may try, never wait, so no two threads can wait
+    /// for each other.
+    pub(crate) fn try_with_mut<R>(&self, f: impl FnOnce(&mut State) -> R) -> Option<R> {
+        let mut st = match self.state.try_lock() {
+            Ok(st) => st,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        Some(f(&mut st))
+    }
+
     /// Commands executed since the device started.
     pub(crate) fn commands_executed(&self) -> u64 {
         self.commands.load(Ordering::Relaxed)
