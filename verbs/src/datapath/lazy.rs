@@ -8,7 +8,7 @@
 use prm_layouts::Cqe64;
 
 use super::poll::{decode_any, is_hot_req, Poller, RawCqe, OP_OWN, SET_CI};
-use super::ring::{DbRec, Entry64, Ring};
+use super::ring::{DbRec, Entry64, Ring64};
 use super::track::{PollCache, QpTrack};
 use super::wc::{Wc, WcOpcode, WcStatus};
 use crate::cq::{Cq, CQE_SIZE};
@@ -19,7 +19,7 @@ use crate::cq::{Cq, CQE_SIZE};
 pub struct Poll<'a> {
     /// The CQ's ring and size, and the consumer counter, kept here while
     /// the poll runs (the counter goes back to the CQ when it ends).
-    ring: Ring,
+    ring: Ring64,
     /// The consumer counter as a byte offset (counter × CQE size, not
     /// wrapped at the ring's end: the bit above the ring's size is the
     /// lap's), so a completion costs one add.
@@ -173,7 +173,7 @@ enum Taken {
 extern "C" fn general(
     cache: &mut PollCache,
     hot_qpn: Option<u32>,
-    ring: Ring,
+    ring: Ring64,
     e: Entry64,
     op_own: u8,
     c: u32,
@@ -297,7 +297,7 @@ impl Poll<'_> {
 /// ABI, for the reasons [`general`] gives.
 #[inline(never)]
 #[allow(improper_ctypes_definitions)] // Called from Rust only, for the nounwind.
-extern "C" fn end_hot(hot: Option<&QpTrack>, ring: Ring, ci: u32) {
+extern "C" fn end_hot(hot: Option<&QpTrack>, ring: Ring64, ci: u32) {
     let Some(t) = hot else {
         return;
     };

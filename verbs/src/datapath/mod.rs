@@ -48,7 +48,7 @@ pub(crate) use track::{Registry, SrqTrack};
 
 use crate::qp::{QpCap, QpInit, Queue};
 use ready::PostState;
-use ring::{DbRec, Ring};
+use ring::{DbRec, Ring, Ring64};
 use track::QpTrack;
 use wqe::SqShape;
 
@@ -86,7 +86,7 @@ impl QpDataPath {
         // SAFETY: the QP buffer and doorbell record are registered, page
         // aligned mappings the QP owns for as long as it owns this value; the
         // SQ is a power of two of 64-byte blocks at a 64-aligned offset.
-        let ring = unsafe { Ring::new(l.buf_addr + l.sq.offset, l.sq.bytes()) };
+        let ring = unsafe { Ring64::new(l.buf_addr + l.sq.offset, l.sq.bytes()) };
         // SAFETY: as above, the QP's 64-byte doorbell record.
         let dbrec = unsafe { DbRec::new(l.dbr_addr) };
         let rq_ring = (l.rq.wqe_cnt > 0).then(|| {

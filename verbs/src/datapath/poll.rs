@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::ring::{DbRec, Ring, Run64};
+use super::ring::{DbRec, Ring64, Run64};
 use super::track::{HotSq, PendingTail, PollCache, QpTrack, Registry};
 use super::wc::{Wc, WcOpcode, WcStatus};
 use crate::cq::{Cq, CQE_SIZE};
@@ -479,11 +479,11 @@ impl Cq {
 
     /// The CQE ring.
     #[inline(always)]
-    pub(super) fn ring(&self) -> Ring {
+    pub(super) fn ring(&self) -> Ring64 {
         // SAFETY: `ring_addr` is this CQ's current ring of `2^log_size`
         // 64-byte entries, kept mapped by the CQ; `resize` (which moves it)
         // needs `&mut self`, so it cannot run while a poll uses the copy.
-        unsafe { Ring::new(self.ring_addr, CQE_SIZE << self.log_size) }
+        unsafe { Ring64::new(self.ring_addr, CQE_SIZE << self.log_size) }
     }
 
     /// Whether the entry at the consumer counter is software's.

@@ -105,21 +105,44 @@ impl Ring {
 
 /// One 64-byte entry of a [`Ring`] (a CQE, or a WQE basic block), located
 /// once so its fields are read or written without wrapping each offset again.
-/// Made only by [`Ring::entry64`] and [`Run64::get`], so it always lies
+/// Made only by [`Ring64::entry64`] and [`Run64::get`], so it always lies
 /// inside its ring, a multiple of 64 bytes from the (16-aligned) start.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Entry64 {
     addr: usize,
 }
 
-impl Ring {
+/// A [`Ring`] of whole 64-byte entries (a send queue or a CQ): at least 64
+/// bytes long, so an entry found by masking an offset always lies inside it.
+/// The only ring [`Ring64::entry64`] and [`Ring64::run64`] are defined on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ring64(Ring);
+
+impl Ring64 {
+    /// # Safety
+    /// As for [`Ring::new`], with `len` a power of two ≥ 64.
+    pub(crate) unsafe fn new(addr: usize, len: usize) -> Ring64 {
+        assert!(len >= 64, "a ring of 64-byte entries holds at least one");
+        // SAFETY: the caller vouches for the mapping as `Ring::new` asks.
+        Ring64(unsafe { Ring::new(addr, len) })
+    }
+
     /// The 64-byte entry holding offset `off` (a multiple of 64, wrapped).
     #[inline(always)]
     pub(crate) fn entry64(&self, off: usize) -> Entry64 {
-        debug_assert!(off.is_multiple_of(64) && self.len() >= 64);
+        debug_assert!(off.is_multiple_of(64));
         Entry64 {
-            addr: self.at(off & !63) as usize,
+            addr: self.0.at(off & !63) as usize,
         }
+    }
+}
+
+impl std::ops::Deref for Ring64 {
+    type Target = Ring;
+
+    #[inline(always)]
+    fn deref(&self) -> &Ring {
+        &self.0
     }
 }
 
@@ -131,15 +154,15 @@ pub(crate) struct Run64 {
     len: usize,
 }
 
-impl Ring {
+impl Ring64 {
     /// Up to `max` entries from offset `off` (a multiple of 64, wrapped) on,
     /// stopping at the ring's end.
     #[inline(always)]
     pub(crate) fn run64(&self, off: usize, max: usize) -> Run64 {
         let first = self.entry64(off);
-        // Whole entries from the first to the end; `entry64` wants a ring
-        // of ≥ 64 bytes, so this is at least 1.
-        let to_end = (self.len() - (off & self.mask & !63)) / 64;
+        // Whole entries from the first to the end: a `Ring64` holds at
+        // least one, so this is at least 1.
+        let to_end = (self.len() - (off & self.0.mask & !63)) / 64;
         Run64 {
             addr: first.addr,
             len: to_end.min(max),

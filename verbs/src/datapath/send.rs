@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::doorbell::Doorbell;
 use super::ready::{send_refused, sends_allowed, PostState};
-use super::ring::Ring;
+use super::ring::Ring64;
 use super::track::{QpTrack, SqView};
 use super::wqe::{self, SqShape};
 use super::wr::{SendWr, Sge};
@@ -15,7 +15,7 @@ use crate::qp::Qp;
 /// writes WQEs; posting allocates nothing, takes no lock and makes no system
 /// call.
 pub struct SendQueue {
-    pub(crate) ring: Ring,
+    pub(crate) ring: Ring64,
     /// Next free WQEBB (free running).
     pub(crate) cur_post: u32,
     /// The SQ tail as last read. The tail only moves forward, so room this
@@ -177,7 +177,7 @@ struct Home<'a> {
 /// the queue after every store into the ring (which it must assume could
 /// alias the queue). The counters go back to the queue at the doorbell.
 pub struct SendBatch<'a> {
-    ring: Ring,
+    ring: Ring64,
     shape: SqShape,
     bbs: u32,
     cur_post: u32,

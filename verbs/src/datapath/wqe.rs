@@ -4,7 +4,7 @@
 use prm_layouts::words::Words;
 use prm_layouts::{fields, SendOpcode, WqeCtrlSeg, WqeInlDataSeg};
 
-use super::ring::{Entry64, Ring};
+use super::ring::{Entry64, Ring64};
 use super::wr::{SendOp, SendWr, Sge};
 use crate::error::Error;
 use crate::qp::QpType;
@@ -210,7 +210,7 @@ pub(crate) fn plan(shape: &SqShape, wr: &SendWr<'_>) -> std::result::Result<Plan
 /// is fixed the compiler sees each segment's place in its block, so the
 /// stores of a one-block WQE all go to one computed address.
 struct Segs<'r> {
-    ring: &'r Ring,
+    ring: &'r Ring64,
     /// Ring offset of the next segment.
     off: usize,
     block: Entry64,
@@ -242,7 +242,13 @@ impl Segs<'_> {
 /// Stores the WQE for `wr` at SQ counter `cur_post`; returns the doorbell
 /// value. `plan` must come from [`plan`] for the same request.
 #[inline(always)]
-pub(crate) fn write(ring: &Ring, cur_post: u32, shape: &SqShape, wr: &SendWr<'_>, p: Plan) -> u64 {
+pub(crate) fn write(
+    ring: &Ring64,
+    cur_post: u32,
+    shape: &SqShape,
+    wr: &SendWr<'_>,
+    p: Plan,
+) -> u64 {
     let base = (cur_post as usize) * WQEBB as usize;
     let first = ring.entry64(base);
     let mut segs = Segs {
