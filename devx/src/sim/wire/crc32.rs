@@ -334,6 +334,7 @@ mod tests {
             for crc in [u32::MAX, 0, 0x1234_5678] {
                 // SAFETY: the CPU has both instruction sets (checked above).
                 let (a, ra) = unsafe { super::clmul::fold_wide(crc, &data[..len]) };
+                // SAFETY: as above.
                 let (b, rb) = unsafe { super::clmul::fold(crc, &data[..len]) };
                 assert_eq!((a, ra), (b, rb), "{len} bytes from {crc:#x}");
             }
