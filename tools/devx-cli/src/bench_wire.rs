@@ -157,27 +157,30 @@ fn connect(me: &End, line: &str) -> Result<(u64, u32), String> {
 /// Waits for `n` completions, all successful; returns them counted by
 /// whether they were receives.
 fn drain(cq: &mut Cq, n: usize, wcs: &mut Vec<Wc>) -> Result<(), String> {
+    // Polled straight into `wcs`: only the `n` entries asked for are
+    // cleared (a message at a time, one).
     wcs.clear();
-    let mut buf = [Wc::default(); 32];
+    wcs.resize(n, Wc::default());
+    let mut got = 0;
     // Read the clock only while waiting.
     let mut deadline = None;
-    while wcs.len() < n {
-        let k = cq.poll(&mut buf[..(n - wcs.len()).min(32)]);
+    while got < n {
+        let k = cq.poll(&mut wcs[got..n.min(got + 32)]);
         if k == 0 {
             let now = Instant::now();
             if now > *deadline.get_or_insert(now + WAIT) {
-                return Err(format!("bench wire: {} of {n} completions", wcs.len()));
+                return Err(format!("bench wire: {got} of {n} completions"));
             }
             // Two busy processes and their receive threads share the cores.
             std::thread::yield_now();
             continue;
         }
-        for w in &buf[..k] {
+        for w in &wcs[got..got + k] {
             if !w.is_ok() {
                 return Err(format!("bench wire: {w}"));
             }
         }
-        wcs.extend_from_slice(&buf[..k]);
+        got += k;
     }
     Ok(())
 }
