@@ -32,7 +32,7 @@ pub(crate) struct Metric {
     pub(crate) unit: &'static str,
 }
 
-pub fn run(kind: BenchKind, json: bool, iterations: Option<u64>) -> CliResult {
+pub fn run(kind: BenchKind, json: bool, iterations: Option<u64>, depth: Option<u32>) -> CliResult {
     let (bench, metrics) = match kind {
         BenchKind::Mailbox => ("mailbox", mailbox(iterations.unwrap_or(5_000_000))),
         BenchKind::Cmd => ("cmd", crate::bench_cmd::cmd(iterations.unwrap_or(200_000))?),
@@ -53,7 +53,7 @@ pub fn run(kind: BenchKind, json: bool, iterations: Option<u64>) -> CliResult {
         // opening) is a small part of what is timed.
         BenchKind::Wire => (
             "wire",
-            crate::bench_wire::wire(iterations.unwrap_or(200_000))?,
+            crate::bench_wire::wire(iterations.unwrap_or(200_000), depth)?,
         ),
     };
     if json {

@@ -3,10 +3,11 @@
 //! starts itself again as the responder (`DEVX_BENCH_WIRE_ROLE`), and the
 //! two swap QPN, GID, MAC and buffer over the child's stdin and stdout.
 //! Measured: 64-byte RDMA WRITEs per second, 1 MiB WRITEs in Gbit/s at
-//! MTU 4096, and the round trip of a 64-byte SEND ping-pong. Each process
-//! runs on one core of its own (the first two this process may use, when
-//! it may use two): its application thread and its device's receive
-//! thread share that core, and neither process takes the other's.
+//! MTU 4096 (`--depth` of them in flight), and the round trip of a 64-byte
+//! SEND ping-pong. Each process runs on one core of its own (the first two
+//! this process may use, when it may use two): its application thread and
+//! its device's receive thread share that core, and neither process takes
+//! the other's.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::Ipv4Addr;
@@ -18,6 +19,8 @@ use verbs::{
     RtrAttr, RtsAttr, SendWr, Sge, Wc,
 };
 
+use devx::sim::wire::Counter;
+
 use crate::bench::Metric;
 
 const ROLE: &str = "DEVX_BENCH_WIRE_ROLE";
@@ -28,6 +31,7 @@ const DEV: &str = "sim77";
 /// GID table index of the RoCE v2 IPv4-mapped entry.
 const GID_INDEX: u8 = 3;
 const BIG: usize = 1 << 20;
+const MTU: Mtu = Mtu::Mtu4096;
 const SMALL: usize = 64;
 const WRS: u32 = 256;
 /// SEND immediate telling the responder to stop.
@@ -65,6 +69,7 @@ fn e<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
 }
 
 struct End {
+    sim: std::sync::Arc<devx::sim::SimDevice>,
     _ctx: Context,
     cq: Cq,
     qp: Qp,
@@ -108,6 +113,7 @@ fn end(addr: Ipv4Addr) -> Result<End, String> {
         mr.rkey()
     );
     Ok(End {
+        sim,
         _ctx: ctx,
         cq,
         qp,
@@ -137,7 +143,7 @@ fn connect(me: &End, line: &str) -> Result<(u64, u32), String> {
         .to_init(&InitAttr::new(1).access(AccessFlags::REMOTE_WRITE))
         .map_err(e("to_init"))?;
     me.qp
-        .to_rtr(&RtrAttr::new(Mtu::Mtu4096, qpn, 0, path).min_rnr_timer(1))
+        .to_rtr(&RtrAttr::new(MTU, qpn, 0, path).min_rnr_timer(1))
         .map_err(e("to_rtr"))?;
     me.qp
         .to_rts(&RtsAttr::new(0).timeout(14).retry_cnt(7).rnr_retry(7))
@@ -151,27 +157,30 @@ fn connect(me: &End, line: &str) -> Result<(u64, u32), String> {
 /// Waits for `n` completions, all successful; returns them counted by
 /// whether they were receives.
 fn drain(cq: &mut Cq, n: usize, wcs: &mut Vec<Wc>) -> Result<(), String> {
+    // Polled straight into `wcs`: only the `n` entries asked for are
+    // cleared (a message at a time, one).
     wcs.clear();
-    let mut buf = [Wc::default(); 32];
+    wcs.resize(n, Wc::default());
+    let mut got = 0;
     // Read the clock only while waiting.
     let mut deadline = None;
-    while wcs.len() < n {
-        let k = cq.poll(&mut buf[..(n - wcs.len()).min(32)]);
+    while got < n {
+        let k = cq.poll(&mut wcs[got..n.min(got + 32)]);
         if k == 0 {
             let now = Instant::now();
             if now > *deadline.get_or_insert(now + WAIT) {
-                return Err(format!("bench wire: {} of {n} completions", wcs.len()));
+                return Err(format!("bench wire: {got} of {n} completions"));
             }
             // Two busy processes and their receive threads share the cores.
             std::thread::yield_now();
             continue;
         }
-        for w in &buf[..k] {
+        for w in &wcs[got..got + k] {
             if !w.is_ok() {
                 return Err(format!("bench wire: {w}"));
             }
         }
-        wcs.extend_from_slice(&buf[..k]);
+        got += k;
     }
     Ok(())
 }
@@ -234,7 +243,7 @@ fn spawn(addr: Ipv4Addr, core: Option<usize>) -> Result<Child, String> {
 }
 
 /// The requester's side: every measurement.
-pub fn wire(iterations: u64) -> Result<Vec<Metric>, String> {
+pub fn wire(iterations: u64, depth: Option<u32>) -> Result<Vec<Metric>, String> {
     let pid = std::process::id();
     let net = |n| {
         Ipv4Addr::new(
@@ -249,7 +258,7 @@ pub fn wire(iterations: u64) -> Result<Vec<Metric>, String> {
     if let Some([mine, _]) = cores {
         pin(mine);
     }
-    let result = measure(&mut child, net(0), iterations);
+    let result = measure(&mut child, net(0), iterations, depth);
     if result.is_err() {
         let _ = child.kill();
     }
@@ -257,7 +266,12 @@ pub fn wire(iterations: u64) -> Result<Vec<Metric>, String> {
     result
 }
 
-fn measure(child: &mut Child, addr: Ipv4Addr, iterations: u64) -> Result<Vec<Metric>, String> {
+fn measure(
+    child: &mut Child,
+    addr: Ipv4Addr,
+    iterations: u64,
+    depth: Option<u32>,
+) -> Result<Vec<Metric>, String> {
     let mut out = BufReader::new(
         child
             .stdout
@@ -301,17 +315,37 @@ fn measure(child: &mut Child, addr: Ipv4Addr, iterations: u64) -> Result<Vec<Met
     }
     let write64 = n as f64 / start.elapsed().as_secs_f64();
 
-    // 1 MiB WRITEs at MTU 4096.
+    // 1 MiB WRITEs at MTU 4096, `depth` in flight (default: all at once).
     let big = [Sge::from_mr(&me.mr, 0, BIG as u32)];
     let m = (n / 1000).clamp(4, 64);
+    let depth = depth.map_or(m, u64::from).min(u64::from(WRS));
+    let m = m.max(depth);
+    // Packets sent beyond one per MTU of each message (retransmissions),
+    // and time this process was ready but another ran: why a run is slow.
+    let sent0 = me.sim.net_counters().map(|c| c.get(Counter::TxPackets));
+    let waited0 = runqueue_wait();
     let start = Instant::now();
-    for _ in 0..m {
-        me.qp
-            .post_send(&SendWr::rdma_write(3, &big, raddr, rkey))
-            .map_err(e("post_send"))?;
+    let (mut posted, mut done) = (0u64, 0u64);
+    while done < m {
+        while posted < m && posted - done < depth {
+            me.qp
+                .post_send(&SendWr::rdma_write(3, &big, raddr, rkey))
+                .map_err(e("post_send"))?;
+            posted += 1;
+        }
+        drain(&mut me.cq, 1, &mut wcs)?;
+        done += 1;
     }
-    drain(&mut me.cq, m as usize, &mut wcs)?;
-    let gbit = (m as f64 * BIG as f64 * 8.0) / start.elapsed().as_secs_f64() / 1e9;
+    let took = start.elapsed();
+    let gbit = (m as f64 * BIG as f64 * 8.0) / took.as_secs_f64() / 1e9;
+    let waited = runqueue_wait()
+        .zip(waited0)
+        .map(|(b, a)| b.saturating_sub(a));
+    let sent = me.sim.net_counters().map(|c| c.get(Counter::TxPackets));
+    let resent = sent.zip(sent0).map(|(b, a)| {
+        b.saturating_sub(a)
+            .saturating_sub(m * BIG.div_ceil(MTU.bytes() as usize) as u64)
+    });
 
     // SEND ping-pong: a round trip per iteration.
     let rounds = (n / 10).clamp(10, 10_000);
@@ -330,7 +364,7 @@ fn measure(child: &mut Child, addr: Ipv4Addr, iterations: u64) -> Result<Vec<Met
         .post_send(&SendWr::send(5, &small).imm(STOP))
         .map_err(e("post_send"))?;
     drain(&mut me.cq, 1, &mut wcs)?;
-    Ok(vec![
+    let mut metrics = vec![
         Metric {
             name: "wire_rc_write_64b_msgs_per_s".into(),
             value: write64,
@@ -346,7 +380,36 @@ fn measure(child: &mut Child, addr: Ipv4Addr, iterations: u64) -> Result<Vec<Met
             value: rtt_us,
             unit: "us",
         },
-    ])
+    ];
+    if let Some(r) = resent {
+        metrics.push(Metric {
+            name: "wire_rc_write_1mib_resent_packets".into(),
+            value: r as f64,
+            unit: "packets",
+        });
+    }
+    if let Some(w) = waited {
+        metrics.push(Metric {
+            name: "wire_rc_write_1mib_runqueue_wait_pct".into(),
+            value: w.as_secs_f64() * 100.0 / took.as_secs_f64(),
+            unit: "%",
+        });
+    }
+    Ok(metrics)
+}
+
+/// How long this process's threads waited, runnable, for a core (Linux
+/// schedstat); `None` where the kernel does not say.
+fn runqueue_wait() -> Option<Duration> {
+    let mut ns = 0u64;
+    for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) else {
+            continue;
+        };
+        // On the CPU, waiting, time slices: nanoseconds, nanoseconds, count.
+        ns += s.split_whitespace().nth(1)?.parse::<u64>().ok()?;
+    }
+    Some(Duration::from_nanos(ns))
 }
 
 /// Whether this process is the responder of a `bench wire` run.

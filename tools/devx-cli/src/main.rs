@@ -198,6 +198,10 @@ Example:
         /// Runs of each side for `--compare-c`.
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
         runs: u32,
+        /// `wire` only: 1 MiB WRITEs kept in flight, 1 to 256 (default: all
+        /// of them, 64 with the default iterations, posted at once).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
+        depth: Option<u32>,
     },
 }
 
@@ -327,16 +331,25 @@ fn dispatch(command: Command) -> CliResult {
             iterations,
             compare_c: true,
             runs,
+            ..
         } => bench_datapath::compare_c(iterations.unwrap_or(1_000_000), runs, json),
         Command::Bench {
             compare_c: true, ..
         } => Err("--compare-c is for `bench datapath` (the C twins are data-path loops)".into()),
         Command::Bench {
             what,
+            depth: Some(_),
+            ..
+        } if !matches!(what, bench::BenchKind::Wire) => {
+            Err("--depth is for `bench wire` (1 MiB WRITEs in flight)".into())
+        }
+        Command::Bench {
+            what,
             json,
             iterations,
+            depth,
             ..
-        } => bench::run(what, json, iterations),
+        } => bench::run(what, json, iterations, depth),
         Command::Obj(args) => obj_cmd::run(args),
         Command::Shell => session::shell(),
         Command::Script { file } => session::script(&file),

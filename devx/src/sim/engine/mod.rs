@@ -237,15 +237,16 @@ impl Engine {
                 return Some(Peer::Remote(i));
             }
         }
-        if *gid == [0; 16] || self.gids.contains(gid) {
-            return Some(Peer::Local);
-        }
-        // A network peer stays one until a device is added to the process.
+        // A network peer stays one until a device is added to the process
+        // (it is none of ours: those never change).
         let generation = super::registry_generation();
         if let Some((g, at, ip)) = inner.last_net {
             if g == *gid && at == generation {
                 return Some(Peer::Net(ip));
             }
+        }
+        if *gid == [0; 16] || self.gids.contains(gid) {
+            return Some(Peer::Local);
         }
         if let Some(i) = inner.peers.iter().position(|(g, _)| g == gid) {
             inner.last_peer = Some((*gid, i));

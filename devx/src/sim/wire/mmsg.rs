@@ -7,6 +7,7 @@
 //! allocated per packet.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
 
@@ -38,10 +39,14 @@ pub(crate) struct Sent {
     pub(crate) gso_refused: bool,
 }
 
+/// Room for a C socket address, IPv4 or IPv6: the larger of the two (a
+/// `sockaddr_storage` is four times that, all zeroed per datagram).
+type CAddr = libc::sockaddr_in6;
+
 /// `a` as a C socket address.
-fn to_c(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: sockaddr_storage is plain data, valid all-zero.
-    let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+fn to_c(a: SocketAddr) -> (CAddr, libc::socklen_t) {
+    // SAFETY: sockaddr_in6 is plain integers, valid all-zero.
+    let mut s: CAddr = unsafe { std::mem::zeroed() };
     let len = match a {
         SocketAddr::V4(v4) => {
             let sin = libc::sockaddr_in {
@@ -52,13 +57,13 @@ fn to_c(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
                 },
                 sin_zero: [0; 8],
             };
-            // SAFETY: sockaddr_storage is larger than and aligned for
-            // every sockaddr type.
-            unsafe { std::ptr::write((&mut s as *mut libc::sockaddr_storage).cast(), sin) };
+            // SAFETY: sockaddr_in6 is larger than sockaddr_in and as
+            // aligned.
+            unsafe { std::ptr::write((&mut s as *mut CAddr).cast(), sin) };
             std::mem::size_of::<libc::sockaddr_in>()
         }
         SocketAddr::V6(v6) => {
-            let sin6 = libc::sockaddr_in6 {
+            s = libc::sockaddr_in6 {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: v6.port().to_be(),
                 sin6_flowinfo: v6.flowinfo().to_be(),
@@ -67,37 +72,33 @@ fn to_c(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
                 },
                 sin6_scope_id: v6.scope_id(),
             };
-            // SAFETY: as above.
-            unsafe { std::ptr::write((&mut s as *mut libc::sockaddr_storage).cast(), sin6) };
             std::mem::size_of::<libc::sockaddr_in6>()
         }
     };
     (s, len as libc::socklen_t)
 }
 
-/// A C socket address the kernel filled in.
-fn from_c(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    match i32::from(s.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the family says the storage holds a sockaddr_in.
-            let sin: libc::sockaddr_in =
-                unsafe { std::ptr::read((s as *const libc::sockaddr_storage).cast()) };
+/// A C socket address the kernel filled in, `len` bytes of it.
+fn from_c(s: &CAddr, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match i32::from(s.sin6_family) {
+        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the room holds a sockaddr_in, which
+            // is smaller than it and as aligned.
+            let sin: libc::sockaddr_in = unsafe { std::ptr::read((s as *const CAddr).cast()) };
             let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
             Some(SocketAddr::V4(SocketAddrV4::new(
                 ip,
                 u16::from_be(sin.sin_port),
             )))
         }
-        libc::AF_INET6 => {
-            // SAFETY: the family says the storage holds a sockaddr_in6.
-            let sin6: libc::sockaddr_in6 =
-                unsafe { std::ptr::read((s as *const libc::sockaddr_storage).cast()) };
-            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            let ip = Ipv6Addr::from(s.sin6_addr.s6_addr);
             Some(SocketAddr::V6(SocketAddrV6::new(
                 ip,
-                u16::from_be(sin6.sin6_port),
-                u32::from_be(sin6.sin6_flowinfo),
-                sin6.sin6_scope_id,
+                u16::from_be(s.sin6_port),
+                u32::from_be(s.sin6_flowinfo),
+                s.sin6_scope_id,
             )))
         }
         _ => None,
@@ -115,13 +116,13 @@ pub(crate) fn send_batch(
     gso: bool,
 ) -> Sent {
     let n = lens.len().min(dsts.len()).min(BATCH);
-    // SAFETY: sockaddr_storage is plain integers, valid all-zero.
-    let mut addrs: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
-    // SAFETY: an iovec is a pointer and a length; null and 0 are valid.
-    let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
-    // SAFETY: an mmsghdr is pointers, lengths, flags and a count; all-zero is valid.
-    let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-    let mut cmsgs = [Cmsg([0; 32]); BATCH];
+    // Only the entries of the packets and sends there are get written
+    // (a batch of small packets is often one send): nothing is cleared
+    // for the rest.
+    let mut addrs = [const { MaybeUninit::<CAddr>::uninit() }; BATCH];
+    let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; BATCH];
+    let mut hdrs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; BATCH];
+    let mut cmsgs = [const { MaybeUninit::<Cmsg>::uninit() }; BATCH];
     // `firsts[g]`: the first packet of send `g`.
     let mut firsts = [0usize; BATCH + 1];
     let mut groups = 0;
@@ -133,10 +134,10 @@ pub(crate) fn send_batch(
                 gso_refused: false,
             };
         };
-        iovs[i] = libc::iovec {
+        iovs[i].write(libc::iovec {
             iov_base: data.as_ptr() as *mut libc::c_void,
             iov_len: data.len(),
-        };
+        });
         // Extend the run while the packets fit one segmented send.
         let mut j = i + 1;
         let mut bytes = lens[i];
@@ -151,23 +152,27 @@ pub(crate) fn send_batch(
             let Some(d) = bufs.get(j * SLOT..j * SLOT + lens[j]) else {
                 break;
             };
-            iovs[j] = libc::iovec {
+            iovs[j].write(libc::iovec {
                 iov_base: d.as_ptr() as *mut libc::c_void,
                 iov_len: d.len(),
-            };
+            });
             bytes += lens[j];
             j += 1;
         }
         let g = groups;
         let (a, alen) = to_c(dsts[i]);
-        addrs[g] = a;
-        hdrs[g].msg_hdr.msg_name = (&mut addrs[g] as *mut libc::sockaddr_storage).cast();
-        hdrs[g].msg_hdr.msg_namelen = alen;
-        hdrs[g].msg_hdr.msg_iov = &mut iovs[i];
-        hdrs[g].msg_hdr.msg_iovlen = j - i;
+        // SAFETY: an mmsghdr is pointers, lengths, flags and a count;
+        // all-zero is valid.
+        let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        h.msg_hdr.msg_name = addrs[g].write(a) as *mut CAddr as *mut libc::c_void;
+        h.msg_hdr.msg_namelen = alen;
+        // iovs[i..j] were written above.
+        h.msg_hdr.msg_iov = iovs[i].as_mut_ptr();
+        h.msg_hdr.msg_iovlen = j - i;
         if j - i > 1 {
-            segment_size(&mut hdrs[g].msg_hdr, &mut cmsgs[g], lens[i]);
+            segment_size(&mut h.msg_hdr, cmsgs[g].write(Cmsg([0; 32])), lens[i]);
         }
+        hdrs[g].write(h);
         firsts[g] = i;
         groups += 1;
         i = j;
@@ -175,13 +180,13 @@ pub(crate) fn send_batch(
     firsts[groups] = n;
     let mut sent = 0;
     while sent < groups {
-        // SAFETY: hdrs[sent..groups] point at live buffers, addresses,
-        // iovecs and control messages on this stack frame; the kernel only
-        // reads them.
+        // SAFETY: hdrs[sent..groups] were written above and point at live
+        // buffers, and at addresses, iovecs and control messages written on
+        // this stack frame; the kernel only reads them.
         let r = unsafe {
             libc::sendmmsg(
                 sock.as_raw_fd(),
-                hdrs[sent..].as_mut_ptr(),
+                hdrs[sent..].as_mut_ptr().cast::<libc::mmsghdr>(),
                 (groups - sent) as libc::c_uint,
                 0,
             )
@@ -248,25 +253,25 @@ pub(crate) fn recv_batch(
     wait: bool,
 ) -> io::Result<usize> {
     let slots = (bufs.len() / RX_SLOT).min(BATCH);
-    // SAFETY: sockaddr_storage is plain integers, valid all-zero.
-    let mut addrs: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
+    // SAFETY: sockaddr_in6 is plain integers, valid all-zero.
+    let mut addrs: [CAddr; BATCH] = unsafe { std::mem::zeroed() };
     // SAFETY: an iovec is a pointer and a length; null and 0 are valid.
     let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
     // SAFETY: an mmsghdr is pointers, lengths, flags and a count; all-zero is valid.
     let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-    let mut cmsgs = [Cmsg([0; 32]); BATCH];
+    // Only the part the kernel fills (msg_controllen, on return) is read.
+    let mut cmsgs = [const { MaybeUninit::<Cmsg>::uninit() }; BATCH];
     for (i, slot) in bufs.chunks_exact_mut(RX_SLOT).take(slots).enumerate() {
         iovs[i] = libc::iovec {
             iov_base: slot.as_mut_ptr().cast(),
             iov_len: RX_SLOT,
         };
-        hdrs[i].msg_hdr.msg_name = (&mut addrs[i] as *mut libc::sockaddr_storage).cast();
-        hdrs[i].msg_hdr.msg_namelen =
-            std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        hdrs[i].msg_hdr.msg_name = (&mut addrs[i] as *mut CAddr).cast();
+        hdrs[i].msg_hdr.msg_namelen = std::mem::size_of::<CAddr>() as libc::socklen_t;
         hdrs[i].msg_hdr.msg_iov = &mut iovs[i];
         hdrs[i].msg_hdr.msg_iovlen = 1;
-        hdrs[i].msg_hdr.msg_control = cmsgs[i].0.as_mut_ptr().cast();
-        hdrs[i].msg_hdr.msg_controllen = cmsgs[i].0.len() as _;
+        hdrs[i].msg_hdr.msg_control = cmsgs[i].as_mut_ptr().cast();
+        hdrs[i].msg_hdr.msg_controllen = std::mem::size_of::<Cmsg>() as _;
     }
     // SAFETY: every header points at a distinct slot of `bufs`, an
     // address and a control buffer on this frame, all live for the call.
@@ -291,7 +296,7 @@ pub(crate) fn recv_batch(
         out[i] = Received {
             len: (hdrs[i].msg_len as usize).min(RX_SLOT),
             truncated: hdrs[i].msg_hdr.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0,
-            from: from_c(&addrs[i]),
+            from: from_c(&addrs[i], hdrs[i].msg_hdr.msg_namelen),
             segment: gro_segment(&hdrs[i].msg_hdr),
         };
     }
