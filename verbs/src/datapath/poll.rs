@@ -201,9 +201,7 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
         }
         // The wr_id alone: the SQ tail is the run's last completion's,
         // read once by the caller.
-        let Some(wr_id) = sq.wr_id(c.wqe_counter()) else {
-            return k;
-        };
+        let wr_id = sq.wr_id(c.wqe_counter());
         // Read unconditionally (the entry is ours), so the atomics' fixed 8
         // is a select rather than a branch.
         let byte_len = match opcode {
@@ -265,9 +263,7 @@ fn take_run<'c>(
                 sq.publish(tail.take());
                 sq = next;
             }
-            let Some((wr_id, t)) = sq.slot(c.wqe_counter()) else {
-                break 'run k;
-            };
+            let (wr_id, t) = sq.slot(c.wqe_counter());
             tail = Some(t);
             // Read unconditionally (the entry is ours), so the atomics'
             // fixed 8 is a select rather than a branch.
@@ -465,7 +461,7 @@ impl Cq {
         if qpn != sq.qpn() {
             return None;
         }
-        let (wr_id, tail) = sq.slot(c.wqe_counter())?;
+        let (wr_id, tail) = sq.slot(c.wqe_counter());
         let byte_len = match opcode {
             WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
             _ => c.byte_cnt(),
@@ -584,9 +580,7 @@ impl Cq {
                     // here rather than carried through the loop. The entry
                     // stays ours until `set_ci` moves past it.
                     let last = ring.entry64((c as usize + k - 1) * CQE_SIZE);
-                    pending = hot
-                        .slot(Cqe64(last.read64b()).wqe_counter())
-                        .map(|(_, t)| t);
+                    pending = Some(hot.slot(Cqe64(last.read64b()).wqe_counter()).1);
                 }
                 k
             };

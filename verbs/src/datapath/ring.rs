@@ -266,6 +266,16 @@ impl<T: Default> Pow2Table<T> {
 }
 
 impl<T> Pow2Table<T> {
+    /// A table of `items`; `None` unless their count is a power of two.
+    pub(crate) fn from_items(items: Vec<T>) -> Option<Pow2Table<T>> {
+        let n = items.len();
+        n.is_power_of_two().then(|| Pow2Table {
+            items: items.into_boxed_slice(),
+            mask: n - 1,
+            len: n,
+        })
+    }
+
     /// The entry counter `i` falls on (its low bits).
     #[inline(always)]
     pub(crate) fn at(&self, i: usize) -> &T {
@@ -283,6 +293,12 @@ impl<T> Pow2Table<T> {
             items: &self.items,
             mask: self.mask,
         }
+    }
+
+    /// Whether the table was made for no entries.
+    #[inline(always)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// The entry counter `i` falls on, if the table was made for any.
