@@ -232,8 +232,9 @@ pub(crate) struct PollCache {
     qpns: Vec<u32>,
     /// Direct-mapped index by the QPN's low bits: a QP's track and its
     /// place in `qps`, so moving to a cached QP reads its slot and its
-    /// track, nothing else. Where two QPNs share a slot the later one has
-    /// it and the other is found by a scan of `qpns`.
+    /// track, nothing else. Only QPs with an SQ are indexed. Where two
+    /// QPNs share a slot the later one has it; the other, and a QP without
+    /// an SQ, is found by a scan of `qpns`.
     index: Pow2Table<IndexSlot>,
     last: usize,
     /// `last` moved (or the cache was refilled) since a lazy poll last
@@ -334,7 +335,12 @@ impl PollCache {
         // Four slots per QP keep collisions of consecutive QPNs away.
         let len = (self.qps.len() * 4).next_power_of_two().max(16);
         let mut index: Vec<IndexSlot> = (0..len).map(|_| IndexSlot::default()).collect();
-        for (i, t) in self.qps.iter().enumerate() {
+        for (i, t) in self
+            .qps
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| !t.sq.is_empty())
+        {
             index[t.qpn as usize & (len - 1)] = IndexSlot {
                 track: Some(t.clone()),
                 pos: i as u32,
@@ -398,11 +404,15 @@ impl PollCache {
     /// stays pointed where it was.
     #[inline]
     pub(crate) fn find_sq(&self, qpn: u32) -> Option<HotSq<'_>> {
-        let t = match self.indexed(qpn) {
-            Some(slot) => slot.track.as_deref()?,
-            None => self.qps.get(self.qpns.iter().position(|&q| q == qpn)?)?,
-        };
-        Self::sq_of(t)
+        match self.indexed(qpn).and_then(|slot| slot.track.as_deref()) {
+            // Indexed: it has an SQ.
+            Some(t) => t.is_alive().then_some(HotSq {
+                qpn: t.qpn,
+                slots: &t.sq,
+                tail: &t.sq_tail,
+            }),
+            None => Self::sq_of(self.qps.get(self.qpns.iter().position(|&q| q == qpn)?)?),
+        }
     }
 
     /// Points the cache at `qpn` (cached) after the fast path moved to it.
