@@ -213,7 +213,7 @@ fn other_req(cache: &mut PollCache, cqe: Cqe64) -> Option<Wc> {
             cache.hot_sq()?
         }
     };
-    let (wr_id, tail) = sq.slot(cqe.wqe_counter())?;
+    let (wr_id, tail) = sq.slot(cqe.wqe_counter());
     sq.publish(Some(tail));
     Some(req_wc(wr_id, opcode, qpn, &cqe))
 }

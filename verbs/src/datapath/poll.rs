@@ -201,9 +201,7 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
         }
         // The wr_id alone: the SQ tail is the run's last completion's,
         // read once by the caller.
-        let Some(wr_id) = sq.wr_id(c.wqe_counter()) else {
-            return k;
-        };
+        let wr_id = sq.wr_id(c.wqe_counter());
         // Read unconditionally (the entry is ours), so the atomics' fixed 8
         // is a select rather than a branch.
         let byte_len = match opcode {
@@ -265,9 +263,7 @@ fn take_run<'c>(
                 sq.publish(tail.take());
                 sq = next;
             }
-            let Some((wr_id, t)) = sq.slot(c.wqe_counter()) else {
-                break 'run k;
-            };
+            let (wr_id, t) = sq.slot(c.wqe_counter());
             tail = Some(t);
             // Read unconditionally (the entry is ours), so the atomics'
             // fixed 8 is a select rather than a branch.
@@ -421,12 +417,66 @@ impl Cq {
     /// emulated device receives what arrived at its network port) and
     /// looks again if it did any, so a busy-polling program needs no
     /// other thread to make progress.
+    ///
+    /// A poll for one completion that finds the cached QP's successful
+    /// requester completion takes it inline, with no loop set up; anything
+    /// else goes the general way.
+    #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
+        if let [w] = wc {
+            if let Some(one) = self.take_one() {
+                *w = one;
+                return 1;
+            }
+        }
+        self.poll_many(wc)
+    }
+
+    #[inline(never)]
+    fn poll_many(&mut self, wc: &mut [Wc]) -> usize {
         let got = self.poll_ring(wc);
         if got == 0 && !wc.is_empty() {
             return self.poll_after_progress(wc);
         }
         got
+    }
+
+    /// The entry at the consumer counter if it is a successful requester
+    /// completion of the cached QP: taken, its SQ room and the consumer
+    /// index published. Anything else is left for the general path, which
+    /// looks at it afresh.
+    #[inline(always)]
+    fn take_one(&mut self) -> Option<Wc> {
+        let ci = self.ci;
+        let e = self.ring().entry64(ci as usize * CQE_SIZE);
+        let lap = ((ci >> self.log_size) & 1) as u8;
+        if !is_hot_req(e.load_acquire(OP_OWN), lap) {
+            return None;
+        }
+        let c = Cqe64(e.read64b());
+        let sop_drop_qpn = c.sop_drop_qpn();
+        let opcode = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8)?;
+        let sq = self.dp.cache.hot_sq()?;
+        let qpn = sop_drop_qpn & 0xff_ffff;
+        if qpn != sq.qpn() {
+            return None;
+        }
+        let (wr_id, tail) = sq.slot(c.wqe_counter());
+        let byte_len = match opcode {
+            WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+            _ => c.byte_cnt(),
+        };
+        // SQ room first, then the CQ's.
+        sq.publish(Some(tail));
+        self.ci = ci.wrapping_add(1);
+        self.dp.dbrec.store(SET_CI, self.ci & 0xff_ffff);
+        Some(Wc {
+            wr_id,
+            opcode,
+            byte_len,
+            qp_num: qpn,
+            ..Wc::default()
+        })
     }
 
     #[inline(always)]
@@ -530,9 +580,7 @@ impl Cq {
                     // here rather than carried through the loop. The entry
                     // stays ours until `set_ci` moves past it.
                     let last = ring.entry64((c as usize + k - 1) * CQE_SIZE);
-                    pending = hot
-                        .slot(Cqe64(last.read64b()).wqe_counter())
-                        .map(|(_, t)| t);
+                    pending = Some(hot.slot(Cqe64(last.read64b()).wqe_counter()).1);
                 }
                 k
             };

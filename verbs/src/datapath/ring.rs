@@ -17,6 +17,7 @@ impl Ring {
     /// mapped as long as this `Ring` (or a copy) is used, `addr` must be
     /// 16-byte aligned and `len` a power of two ≥ 16. Nothing may hold a Rust
     /// reference into it: the device writes it concurrently.
+    #[inline(always)]
     pub(crate) unsafe fn new(addr: usize, len: usize) -> Ring {
         debug_assert!(len.is_power_of_two() && len >= 16 && addr.is_multiple_of(16));
         Ring {
@@ -121,6 +122,7 @@ pub(crate) struct Ring64(Ring);
 impl Ring64 {
     /// # Safety
     /// As for [`Ring::new`], with `len` a power of two ≥ 64.
+    #[inline(always)]
     pub(crate) unsafe fn new(addr: usize, len: usize) -> Ring64 {
         assert!(len >= 64, "a ring of 64-byte entries holds at least one");
         // SAFETY: the caller vouches for the mapping as `Ring::new` asks.
@@ -266,6 +268,16 @@ impl<T: Default> Pow2Table<T> {
 }
 
 impl<T> Pow2Table<T> {
+    /// A table of `items`; `None` unless their count is a power of two.
+    pub(crate) fn from_items(items: Vec<T>) -> Option<Pow2Table<T>> {
+        let n = items.len();
+        n.is_power_of_two().then(|| Pow2Table {
+            items: items.into_boxed_slice(),
+            mask: n - 1,
+            len: n,
+        })
+    }
+
     /// The entry counter `i` falls on (its low bits).
     #[inline(always)]
     pub(crate) fn at(&self, i: usize) -> &T {
@@ -283,6 +295,12 @@ impl<T> Pow2Table<T> {
             items: &self.items,
             mask: self.mask,
         }
+    }
+
+    /// Whether the table was made for no entries.
+    #[inline(always)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// The entry counter `i` falls on, if the table was made for any.

@@ -230,22 +230,29 @@ pub(crate) struct PollCache {
     qps: Vec<Arc<QpTrack>>,
     /// `qps[i].qpn`, side by side, so finding a QP reads no track.
     qpns: Vec<u32>,
-    /// Direct-mapped index by the QPN's low bits: (QPN, its place in
-    /// `qps`). Where two QPNs share a slot the later one has it and the
-    /// other is found by a scan of `qpns`. A power of two long.
-    index: Box<[(u32, u32)]>,
+    /// Direct-mapped index by the QPN's low bits: a QP's track and its
+    /// place in `qps`, so moving to a cached QP reads its slot and its
+    /// track, nothing else. Only QPs with an SQ are indexed. Where two
+    /// QPNs share a slot the later one has it; the other, and a QP without
+    /// an SQ, is found by a scan of `qpns`.
+    index: Pow2Table<IndexSlot>,
     last: usize,
     /// `last` moved (or the cache was refilled) since a lazy poll last
     /// took the cached QP as its own (see [`PollCache::take_current`]).
     switched: bool,
 }
 
-/// No QPN is all ones (QPNs have 24 bits): the empty index slot.
-const NO_QPN: u32 = u32::MAX;
+/// One slot of [`PollCache::index`]; empty without a track.
+#[derive(Default)]
+struct IndexSlot {
+    track: Option<Arc<QpTrack>>,
+    pos: u32,
+}
 
 /// The cached QP's SQ as a poll call's fast path reads it: its QPN and slot
 /// table, taken once per call (and again when the general path moves the
-/// cache), so a completion reloads neither the cache nor the track.
+/// cache), so a completion reloads neither the cache nor the track. Made
+/// only for a live QP with an SQ, so a completion's slot needs no check.
 #[derive(Clone, Copy)]
 pub(crate) struct HotSq<'a> {
     qpn: u32,
@@ -263,20 +270,20 @@ impl HotSq<'_> {
     /// counter past it: one load per completion where only a run's last
     /// completion's counter is needed.
     #[inline(always)]
-    pub(crate) fn wr_id(&self, wqe_counter: u16) -> Option<u64> {
-        let slot = self.slots.get(usize::from(wqe_counter))?;
-        Some(slot.wr_id.load(Ordering::Relaxed))
+    pub(crate) fn wr_id(&self, wqe_counter: u16) -> u64 {
+        let slot = self.slots.at(usize::from(wqe_counter));
+        slot.wr_id.load(Ordering::Relaxed)
     }
 
     /// The wr_id of the WQE at WQEBB index `wqe_counter` and the SQ counter
     /// just past it: what its completion retires everything up to.
     #[inline(always)]
-    pub(crate) fn slot(&self, wqe_counter: u16) -> Option<(u64, u32)> {
-        let slot = self.slots.get(usize::from(wqe_counter))?;
-        Some((
+    pub(crate) fn slot(&self, wqe_counter: u16) -> (u64, u32) {
+        let slot = self.slots.at(usize::from(wqe_counter));
+        (
             slot.wr_id.load(Ordering::Relaxed),
             slot.next.load(Ordering::Relaxed),
-        ))
+        )
     }
 
     /// Publishes a pending SQ tail of this QP.
@@ -300,19 +307,25 @@ impl PollCache {
             reg,
             qps: Vec::new(),
             qpns: Vec::new(),
-            index: Box::new([(NO_QPN, 0)]),
+            index: Pow2Table::new(1),
             last: 0,
             switched: false,
         }
     }
 
+    /// The index slot of `qpn`, if it holds `qpn`'s track.
+    #[inline(always)]
+    fn indexed(&self, qpn: u32) -> Option<&IndexSlot> {
+        let slot = self.index.at(qpn as usize);
+        matches!(&slot.track, Some(t) if t.qpn == qpn).then_some(slot)
+    }
+
     /// Where `qpn` is in `qps`, if cached: its index slot, else a scan.
     #[inline(always)]
     fn position(&self, qpn: u32) -> Option<usize> {
-        let mask = self.index.len().wrapping_sub(1);
-        match self.index.get(qpn as usize & mask) {
-            Some(&(q, i)) if q == qpn => Some(i as usize),
-            _ => self.qpns.iter().position(|&q| q == qpn),
+        match self.indexed(qpn) {
+            Some(slot) => Some(slot.pos as usize),
+            None => self.qpns.iter().position(|&q| q == qpn),
         }
     }
 
@@ -321,11 +334,21 @@ impl PollCache {
         self.qpns = self.qps.iter().map(|t| t.qpn).collect();
         // Four slots per QP keep collisions of consecutive QPNs away.
         let len = (self.qps.len() * 4).next_power_of_two().max(16);
-        let mut index = vec![(NO_QPN, 0); len].into_boxed_slice();
-        for (i, &q) in self.qpns.iter().enumerate() {
-            index[q as usize & (len - 1)] = (q, i as u32);
+        let mut index: Vec<IndexSlot> = (0..len).map(|_| IndexSlot::default()).collect();
+        for (i, t) in self
+            .qps
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| !t.sq.is_empty())
+        {
+            index[t.qpn as usize & (len - 1)] = IndexSlot {
+                track: Some(t.clone()),
+                pos: i as u32,
+            };
         }
-        self.index = index;
+        if let Some(index) = Pow2Table::from_items(index) {
+            self.index = index;
+        }
     }
 
     /// The track of `qpn`: the QP of the previous completion on the fast
@@ -349,7 +372,7 @@ impl PollCache {
             .map(|t| &**t)
     }
 
-    /// The SQ of the cached QP, if it is still alive.
+    /// The SQ of the cached QP, if it is still alive and has one.
     #[inline(always)]
     pub(crate) fn hot_sq(&self) -> Option<HotSq<'_>> {
         self.qps.get(self.last).and_then(|t| Self::sq_of(t))
@@ -370,19 +393,26 @@ impl PollCache {
 
     #[inline(always)]
     pub(crate) fn sq_of(t: &QpTrack) -> Option<HotSq<'_>> {
-        t.is_alive().then_some(HotSq {
+        (t.is_alive() && !t.sq.is_empty()).then_some(HotSq {
             qpn: t.qpn,
             slots: &t.sq,
             tail: &t.sq_tail,
         })
     }
 
-    /// The SQ of `qpn` if the cache holds it (alive); the cache stays
-    /// pointed where it was.
+    /// The SQ of `qpn` if the cache holds it (alive, with an SQ); the cache
+    /// stays pointed where it was.
     #[inline]
     pub(crate) fn find_sq(&self, qpn: u32) -> Option<HotSq<'_>> {
-        let i = self.position(qpn)?;
-        Self::sq_of(self.qps.get(i)?)
+        match self.indexed(qpn).and_then(|slot| slot.track.as_deref()) {
+            // Indexed: it has an SQ.
+            Some(t) => t.is_alive().then_some(HotSq {
+                qpn: t.qpn,
+                slots: &t.sq,
+                tail: &t.sq_tail,
+            }),
+            None => Self::sq_of(self.qps.get(self.qpns.iter().position(|&q| q == qpn)?)?),
+        }
     }
 
     /// Points the cache at `qpn` (cached) after the fast path moved to it.
