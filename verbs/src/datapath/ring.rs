@@ -74,32 +74,31 @@ impl Ring {
     }
 }
 
-impl Ring {
+impl Ring64 {
     /// Copies `data` starting at `off` as [`Ring::write_bytes`] does, but
     /// in pieces: up to the end of `off`'s 64-byte block, then the rest
     /// from the next block's start. So no store straddles two blocks (two
     /// cache lines) where the data does, and a piece within one block needs
     /// no wrap check; where the caller's length and the offset within the
     /// block are known, as for a WQE's inline data, the pieces are copies of
-    /// fixed sizes.
+    /// fixed sizes. On a `Ring64`, at least one block long, with no check
+    /// of the ring's length.
     #[inline(always)]
     pub(crate) fn write_blocks(&self, off: usize, data: &[u8]) {
-        if self.len() < 64 {
-            return self.write_bytes(off, data);
-        }
         let n = (64 - off % 64).min(data.len());
         let (head, tail) = data.split_at(n);
-        // SAFETY: `len` is a power of two ≥ 64, so `off & mask` keeps
-        // `off`'s place in its block and `(off & mask) + n` is at most the
-        // end of that block, at most `len`: inside the mapping. `data` is
-        // caller memory, never the ring. Ordering as in `write_seg`.
-        unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), self.at(off), n) };
+        // SAFETY: `len` is a power of two ≥ 64 (`Ring64::new`), so
+        // `off & mask` keeps `off`'s place in its block and
+        // `(off & mask) + n` is at most the end of that block, at most
+        // `len`: inside the mapping. `data` is caller memory, never the
+        // ring. Ordering as in `Ring::write_seg`.
+        unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), self.0.at(off), n) };
         if tail.len() > 64 {
-            return self.write_bytes(off + n, tail);
+            return self.0.write_bytes(off + n, tail);
         }
         // SAFETY: a non-empty tail starts a block (`off + n` is a multiple
         // of 64) and fits in it, so it ends inside the mapping as above.
-        unsafe { std::ptr::copy_nonoverlapping(tail.as_ptr(), self.at(off + n), tail.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(tail.as_ptr(), self.0.at(off + n), tail.len()) };
     }
 }
 

@@ -251,12 +251,33 @@ pub(crate) fn write(
 ) -> u64 {
     let base = (cur_post as usize) * WQEBB as usize;
     let first = ring.entry64(base);
+    let op = &wr.op;
+    let mut fm_ce_se = 0u8;
+    if wr.signaled || shape.sig_all {
+        fm_ce_se |= CTRL_SIGNALED;
+    }
+    if wr.solicited {
+        fm_ce_se |= CTRL_SOLICITED;
+    }
+    if wr.fence {
+        fm_ce_se |= CTRL_FENCE;
+    }
+    let ctrl = ctrl_seg(
+        cur_post,
+        op.mlx5_opcode(),
+        shape.qpn,
+        p.ds,
+        fm_ce_se,
+        op.imm().unwrap_or(0),
+    );
+    // The control segment first: the WQE's stores then go in address
+    // order, block by block, as the device reads them.
+    first.write_seg(0, ctrl.to_be_bytes());
     let mut segs = Segs {
         ring,
         off: base + DS,
         block: first,
     };
-    let op = &wr.op;
     if let Some(ud) = &wr.ud {
         // The AH's address vector with this request's Q_Key and remote QPN:
         // its first 16 bytes patched as dwords, the other 32 as they are.
@@ -328,24 +349,5 @@ pub(crate) fn write(
             segs.push(data_seg(s.length, s.lkey, s.addr));
         }
     }
-    let mut fm_ce_se = 0u8;
-    if wr.signaled || shape.sig_all {
-        fm_ce_se |= CTRL_SIGNALED;
-    }
-    if wr.solicited {
-        fm_ce_se |= CTRL_SOLICITED;
-    }
-    if wr.fence {
-        fm_ce_se |= CTRL_FENCE;
-    }
-    let ctrl = ctrl_seg(
-        cur_post,
-        op.mlx5_opcode(),
-        shape.qpn,
-        p.ds,
-        fm_ce_se,
-        op.imm().unwrap_or(0),
-    );
-    first.write_seg(0, ctrl.to_be_bytes());
     ctrl8(ctrl)
 }
