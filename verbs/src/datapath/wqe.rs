@@ -331,7 +331,7 @@ pub(crate) fn write(
         if !data.is_empty() {
             let hdr = WqeInlDataSeg::new().with_byte_count(INLINE_SEG | data.len() as u32);
             segs.dword(hdr.0);
-            ring.write_blocks(segs.off + 4, data);
+            ring.write_blocks(segs.block, segs.off + 4, data);
         }
     } else if let [s] = wr.sgl {
         if p.dense {
