@@ -32,7 +32,9 @@ pub(crate) struct SqShape {
     pub qp_type: QpType,
     pub max_sge: u32,
     pub max_inline: u32,
-    pub sig_all: bool,
+    /// `fm_ce_se` bits every WQE carries: [`CTRL_SIGNALED`] on a QP made
+    /// with `sq_sig_all`, else none.
+    pub fm_ce_se: u8,
 }
 
 /// A request's size, once it passed validation.
@@ -294,8 +296,8 @@ pub(crate) fn write(
     let base = (cur_post as usize) * WQEBB as usize;
     let first = ring.entry64(base);
     let op = &wr.op;
-    let mut fm_ce_se = 0u8;
-    if wr.signaled || shape.sig_all {
+    let mut fm_ce_se = shape.fm_ce_se;
+    if wr.signaled {
         fm_ce_se |= CTRL_SIGNALED;
     }
     if wr.solicited {
