@@ -77,15 +77,6 @@ pub(crate) fn has_room(next: u32, bbs: u32, tail_seen: &mut u32, view: SqView<'_
     next.wrapping_sub(*tail_seen) <= bbs
 }
 
-/// Whether a WQE ending before SQ counter `next` fits below `limit`
-/// (a tail plus the SQ's size). `next` lies within an SQ's size plus one
-/// WQE of `limit` either way, far less than 2^31 WQEBBs, so the sign of the
-/// wrapped distance tells which side it is on.
-#[inline(always)]
-fn fits(next: u32, limit: u32) -> bool {
-    limit.wrapping_sub(next) as i32 >= 0
-}
-
 impl SendQueue {
     /// The SQ counter: WQEBBs posted so far (free running).
     #[inline]
@@ -153,13 +144,13 @@ impl SendQueue {
             shape: *shape,
             bbs: *bbs,
             cur_post: *cur_post,
-            // `cur_post ≤ tail_seen + bbs` always: WQEs are written only
-            // into room the cached tail shows. A closed QP shows none, so
-            // its posts take the out-of-room path, which reports the state.
-            limit: if sends_allowed(state) {
-                tail_seen.wrapping_add(*bbs)
+            // `cur_post − tail_seen ≤ bbs` always: WQEs are written only into
+            // room the cached tail shows. A closed QP shows none, so its
+            // posts take the out-of-room path, which reports the state.
+            room: if sends_allowed(state) {
+                bbs.wrapping_sub(cur_post.wrapping_sub(*tail_seen))
             } else {
-                *cur_post
+                0
             },
             state,
             view: track.sq_view(),
@@ -190,11 +181,10 @@ pub struct SendBatch<'a> {
     shape: SqShape,
     bbs: u32,
     cur_post: u32,
-    /// The SQ counter up to which WQEs fit as of the cached tail (the
-    /// tail plus the SQ's size): one value to compare each request's end
-    /// with, which stays put as requests are written. `cur_post` (no room)
+    /// WQEBBs free as of the cached tail: one counter to test and count
+    /// down per request, where the tail and the size would be two. Always 0
     /// when the QP takes no sends.
-    limit: u32,
+    room: u32,
     /// The QP state read at the batch's start.
     state: u8,
     view: SqView<'a>,
@@ -216,9 +206,10 @@ impl SendBatch<'_> {
             Err(r) => return Err(r.error()),
         };
         let next = self.cur_post.wrapping_add(p.nbb);
-        if !fits(next, self.limit) && !self.refresh_room(next) {
+        if p.nbb > self.room && !self.refresh_room(p.nbb) {
             return Err(no_room(self.shape.qpn, self.state));
         }
+        self.room -= p.nbb;
         let ctrl8 = wqe::write(&self.ring, self.cur_post, &self.shape, wr, p);
         self.view.record(self.cur_post, next, wr.wr_id);
         self.cur_post = next;
@@ -227,15 +218,16 @@ impl SendBatch<'_> {
         Ok(())
     }
 
-    /// Reads the shared SQ tail again; whether WQEBBs up to `next` fit now
-    /// (never on a QP that takes no sends).
+    /// Reads the shared SQ tail again; whether `nbb` WQEBBs fit now (never
+    /// on a QP that takes no sends).
     #[inline(always)]
-    fn refresh_room(&mut self, next: u32) -> bool {
+    fn refresh_room(&mut self, nbb: u32) -> bool {
         if !sends_allowed(self.state) {
             return false;
         }
-        self.limit = self.view.tail().wrapping_add(self.bbs);
-        fits(next, self.limit)
+        let tail = self.view.tail();
+        self.room = self.bbs.wrapping_sub(self.cur_post.wrapping_sub(tail));
+        nbb <= self.room
     }
 
     #[inline]
@@ -292,7 +284,7 @@ impl SendBatch<'_> {
     fn flush(&mut self) {
         // A closed QP's batch had no room, which dates the cached tail back
         // as far as it can go: safe, the real tail is read when room runs out.
-        *self.home.tail_seen = self.limit.wrapping_sub(self.bbs);
+        *self.home.tail_seen = self.cur_post.wrapping_sub(self.bbs).wrapping_add(self.room);
         if self.count != 0 {
             self.count = 0;
             *self.home.cur_post = self.cur_post;
