@@ -165,6 +165,41 @@ mod datapath {
     }
 
     #[test]
+    fn a_batch_fills_the_sq_then_finds_room_a_completion_frees() {
+        let (ctx, _sim, rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(16).unwrap();
+        let mut qp = qp(&pd, &cq, QpType::Rc, cap(4, 1, 0));
+        let n = qp.send_queue_memory().entries;
+        let s = [Sge::new(0x1000, 8, 1)];
+        let mut b = qp.send_batch();
+        for i in 0..n {
+            b.send(u64::from(i), &s).unwrap();
+        }
+        let err = b.send(99, &s).unwrap_err();
+        assert!(matches!(err, Error::QueueFull { .. }), "{err}");
+        assert_eq!(b.len(), n as usize);
+        b.ring();
+        assert_eq!(qp.send_queue().cur_post(), n);
+        // Still full in a new batch, until a completion retires WQE 0.
+        let mut b = qp.send_batch();
+        assert!(matches!(b.send(99, &s), Err(Error::QueueFull { .. })));
+        b.ring();
+        put_cqe(&cq, 0, cqe(0x0, 0, qp.qpn(), 0));
+        let mut wc = [Wc::default(); 2];
+        assert_eq!(cq.poll(&mut wc), 1);
+        assert_eq!(wc[0].wr_id, 0);
+        let mut b = qp.send_batch();
+        b.send(100, &s).unwrap();
+        assert!(matches!(b.send(101, &s), Err(Error::QueueFull { .. })));
+        b.ring();
+        assert_eq!(qp.send_queue().cur_post(), n + 1);
+        assert_eq!(qp.send_queue().in_use(), n);
+        // Two batches rang: the empty one in between rang nothing.
+        assert_eq!(rec.0.lock().unwrap().len(), 2);
+    }
+
+    #[test]
     fn inline_and_ud_segments() {
         let (ctx, _sim, _rec) = recorded(400);
         let pd = ctx.alloc_pd().unwrap();

@@ -203,10 +203,10 @@ impl SendQueue {
         }
 
         // Ctrl last; its imm names the window by its current key.
-        let fm_ce_se = if b.signaled || self.shape.sig_all {
-            CTRL_SIGNALED
+        let fm_ce_se = if b.signaled {
+            self.shape.fm_ce_se | CTRL_SIGNALED
         } else {
-            0
+            self.shape.fm_ce_se
         };
         let ctrl = ctrl_seg(self.cur_post, SendOpcode::Umr, qpn, ds, fm_ce_se, old);
         self.ring.write_seg(base, ctrl.to_be_bytes());

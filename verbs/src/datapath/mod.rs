@@ -103,7 +103,7 @@ impl QpDataPath {
                 qp_type: init.qp_type,
                 max_sge: l.cap.max_send_sge,
                 max_inline: l.cap.max_inline_data,
-                sig_all: init.sq_sig_all,
+                fm_ce_se: if init.sq_sig_all { CTRL_SIGNALED } else { 0 },
             },
             db: Doorbell::new(dbrec, uar, dedicated),
             track: track.clone(),

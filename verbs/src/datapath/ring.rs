@@ -75,32 +75,26 @@ impl Ring {
     }
 }
 
-impl Ring {
-    /// Copies `data` starting at `off` as [`Ring::write_bytes`] does, but
-    /// in pieces: up to the end of `off`'s 64-byte block, then the rest
-    /// from the next block's start. So no store straddles two blocks (two
-    /// cache lines) where the data does, and a piece within one block needs
-    /// no wrap check; where the caller's length and the offset within the
-    /// block are known, as for a WQE's inline data, the pieces are copies of
-    /// fixed sizes.
+impl Ring64 {
+    /// Copies `data` starting at ring offset `off`, which lies in `block`,
+    /// as [`Ring::write_bytes`] does, but in pieces: up to the end of
+    /// `block`, then the rest from the next block's start. So no store
+    /// straddles two blocks (two cache lines) where the data does, the
+    /// first piece goes where `block` was already found, and where the
+    /// caller's length and the offset within the block are known, as for a
+    /// WQE's inline data, the pieces are copies of fixed sizes.
     #[inline(always)]
-    pub(crate) fn write_blocks(&self, off: usize, data: &[u8]) {
-        if self.len() < 64 {
-            return self.write_bytes(off, data);
-        }
+    pub(crate) fn write_blocks(&self, block: Entry64, off: usize, data: &[u8]) {
         let n = (64 - off % 64).min(data.len());
         let (head, tail) = data.split_at(n);
-        // SAFETY: `len` is a power of two ≥ 64, so `off & mask` keeps
-        // `off`'s place in its block and `(off & mask) + n` is at most the
-        // end of that block, at most `len`: inside the mapping. `data` is
-        // caller memory, never the ring. Ordering as in `write_seg`.
-        unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), self.at(off), n) };
+        block.write_bytes(off % 64, head);
         if tail.len() > 64 {
-            return self.write_bytes(off + n, tail);
+            self.0.write_bytes(off + n, tail);
+        } else if !tail.is_empty() {
+            // A non-empty tail starts a block (`off + n` is a multiple of
+            // 64) and fits in it.
+            self.entry64(off + n).write_bytes(0, tail);
         }
-        // SAFETY: a non-empty tail starts a block (`off + n` is a multiple
-        // of 64) and fits in it, so it ends inside the mapping as above.
-        unsafe { std::ptr::copy_nonoverlapping(tail.as_ptr(), self.at(off + n), tail.len()) };
     }
 }
 
@@ -223,6 +217,20 @@ impl Entry64 {
         // `Entry64`); a `[u8; 4]` needs no alignment. The ordering argument
         // is the one of `Ring::write_seg`.
         unsafe { ((self.addr + (at & 60)) as *mut [u8; 4]).write(dword) }
+    }
+
+    /// Copies `data` to byte `at` of the entry on (`at` taken below 64),
+    /// as much as fits before the entry's end. Used on WQE blocks, as
+    /// [`Entry64::write_seg`].
+    #[inline(always)]
+    pub(crate) fn write_bytes(&self, at: usize, data: &[u8]) {
+        let at = at % 64;
+        let n = data.len().min(64 - at);
+        // SAFETY: `at + n ≤ 64` keeps the copy inside the entry (see
+        // `Entry64`); `data` is caller memory, never the ring, so they do
+        // not overlap. The ordering argument is the one of
+        // `Ring::write_seg`.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (self.addr + at) as *mut u8, n) }
     }
 
     /// Copies the whole entry out. Call only after

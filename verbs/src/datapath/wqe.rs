@@ -1,7 +1,7 @@
 //! Send WQE composition (prm-guide §5.2–§5.3): validate a request, size it,
 //! then store its segments into the SQ ring, wrapping at the ring end.
 
-use prm_layouts::words::Words;
+use prm_layouts::words::{Field32, Words};
 use prm_layouts::{fields, SendOpcode, WqeCtrlSeg, WqeInlDataSeg};
 
 use super::ring::{Entry64, Ring64};
@@ -32,7 +32,9 @@ pub(crate) struct SqShape {
     pub qp_type: QpType,
     pub max_sge: u32,
     pub max_inline: u32,
-    pub sig_all: bool,
+    /// `fm_ce_se` bits every WQE carries: [`CTRL_SIGNALED`] on a QP made
+    /// with `sq_sig_all`, else none.
+    pub fm_ce_se: u8,
 }
 
 /// A request's size, once it passed validation.
@@ -79,6 +81,48 @@ fn atomic_seg(swap_add: u64, compare: u64) -> [u8; 16] {
         .with64(f::SWAP_ADD, swap_add)
         .with64(f::COMPARE, compare)
         .to_be_bytes()
+}
+
+/// A 16-byte segment copied from wire bytes with some fields replaced,
+/// held as two 8-byte words in memory order: a field goes in with a mask and
+/// an or, and the words around it are never byte-swapped (as
+/// `Words::from_be_bytes` then `to_be_bytes` would do to all four dwords).
+#[derive(Clone, Copy)]
+struct WireSeg([u64; 2]);
+
+impl WireSeg {
+    /// The first 16 bytes of `b` (which has at least 16).
+    #[inline(always)]
+    fn from_bytes(b: &[u8]) -> WireSeg {
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[8 * i..8 * i + 8]);
+            u64::from_ne_bytes(w)
+        };
+        WireSeg([word(0), word(1)])
+    }
+
+    /// Sets field `f` to `v` (masked to its width).
+    #[inline(always)]
+    fn with(mut self, f: Field32, v: u32) -> WireSeg {
+        let (i, at) = (f.byte / 8, f.byte % 8);
+        // A host-order dword as its wire bytes lie in word `i`.
+        let place = |d: u32| {
+            let mut w = [0u8; 8];
+            w[at..at + 4].copy_from_slice(&d.to_be_bytes());
+            u64::from_ne_bytes(w)
+        };
+        self.0[i] = (self.0[i] & !place(f.mask())) | place(f.put(v));
+        self
+    }
+
+    #[inline(always)]
+    fn to_bytes(self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&self.0[0].to_ne_bytes());
+        out[8..].copy_from_slice(&self.0[1].to_ne_bytes());
+        out
+    }
 }
 
 /// The control segment of the WQE at SQ counter `cur_post`.
@@ -251,25 +295,45 @@ pub(crate) fn write(
 ) -> u64 {
     let base = (cur_post as usize) * WQEBB as usize;
     let first = ring.entry64(base);
+    let op = &wr.op;
+    let mut fm_ce_se = shape.fm_ce_se;
+    if wr.signaled {
+        fm_ce_se |= CTRL_SIGNALED;
+    }
+    if wr.solicited {
+        fm_ce_se |= CTRL_SOLICITED;
+    }
+    if wr.fence {
+        fm_ce_se |= CTRL_FENCE;
+    }
+    let ctrl = ctrl_seg(
+        cur_post,
+        op.mlx5_opcode(),
+        shape.qpn,
+        p.ds,
+        fm_ce_se,
+        op.imm().unwrap_or(0),
+    );
+    // The control segment first: the WQE's stores then go in address
+    // order, block by block, as the device reads them.
+    first.write_seg(0, ctrl.to_be_bytes());
     let mut segs = Segs {
         ring,
         off: base + DS,
         block: first,
     };
-    let op = &wr.op;
     if let Some(ud) = &wr.ud {
         // The AH's address vector with this request's Q_Key and remote QPN:
-        // its first 16 bytes patched as dwords, the other 32 as they are.
-        // (Copying all 48 and storing the two dwords over the copy takes
-        // fewer instructions but one store more, and times slower.)
+        // its first 16 bytes patched in place as they lie in memory, the
+        // other 32 as they are. (Copying all 48 and storing the two dwords
+        // over the copy takes fewer instructions but one store more, and
+        // times slower.)
         use fields::{wqe_av_qkey::QKEY, wqe_datagram_seg::DQP_DCT};
         let av = &ud.ah.av().0;
-        let mut head = [0u8; 16];
-        head.copy_from_slice(&av[..16]);
-        let head = Words::<4>::from_be_bytes(&head)
+        let head = WireSeg::from_bytes(&av[..DS])
             .with(QKEY, ud.remote_qkey)
             .with(DQP_DCT, ud.remote_qpn);
-        segs.push(head.to_be_bytes());
+        segs.push(head.to_bytes());
         for chunk in av[16..].chunks_exact(DS) {
             let mut s = [0u8; 16];
             s.copy_from_slice(chunk);
@@ -310,7 +374,7 @@ pub(crate) fn write(
         if !data.is_empty() {
             let hdr = WqeInlDataSeg::new().with_byte_count(INLINE_SEG | data.len() as u32);
             segs.dword(hdr.0);
-            ring.write_blocks(segs.off + 4, data);
+            ring.write_blocks(segs.block, segs.off + 4, data);
         }
     } else if let [s] = wr.sgl {
         if p.dense {
@@ -328,24 +392,30 @@ pub(crate) fn write(
             segs.push(data_seg(s.length, s.lkey, s.addr));
         }
     }
-    let mut fm_ce_se = 0u8;
-    if wr.signaled || shape.sig_all {
-        fm_ce_se |= CTRL_SIGNALED;
-    }
-    if wr.solicited {
-        fm_ce_se |= CTRL_SOLICITED;
-    }
-    if wr.fence {
-        fm_ce_se |= CTRL_FENCE;
-    }
-    let ctrl = ctrl_seg(
-        cur_post,
-        op.mlx5_opcode(),
-        shape.qpn,
-        p.ds,
-        fm_ce_se,
-        op.imm().unwrap_or(0),
-    );
-    first.write_seg(0, ctrl.to_be_bytes());
     ctrl8(ctrl)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prm_layouts::fields::{wqe_av_qkey::QKEY, wqe_datagram_seg::DQP_DCT};
+
+    /// Patching in memory order gives the bytes patching host-order
+    /// dwords gives: only the field's bits change, a value wider than the
+    /// field is cut to it, and the bits around it are kept.
+    #[test]
+    fn wire_seg_sets_fields_like_words() {
+        let src: [u8; 16] = std::array::from_fn(|i| 0x80 | (i as u8 * 17));
+        for (qkey, qpn) in [(0x1111_2222, 0x00ab_cdef), (0, 0xffff_ffff), (u32::MAX, 0)] {
+            let got = WireSeg::from_bytes(&src)
+                .with(QKEY, qkey)
+                .with(DQP_DCT, qpn)
+                .to_bytes();
+            let want: [u8; 16] = Words::<4>::from_be_bytes(&src)
+                .with(QKEY, qkey)
+                .with(DQP_DCT, qpn)
+                .to_be_bytes();
+            assert_eq!(got, want, "qkey {qkey:#x} qpn {qpn:#x}");
+        }
+    }
 }
