@@ -17,9 +17,29 @@ use crate::cq::{Cq, CQE_SIZE};
 /// dropping it ends the poll, publishing the consumer index and the SQ room
 /// the completions freed. Holds the CQ exclusively, as polling must.
 pub struct Poll<'a> {
-    /// The CQ's ring and size, and the consumer counter, kept here while
-    /// the poll runs (the counter goes back to the CQ when it ends).
+    cur: Cursor<'a>,
+    /// Every other entry goes through the cache, as [`Cq::poll`]'s general
+    /// path. Few fields in all: the more of them, the more of the caller's
+    /// own state the compiler keeps on the stack.
+    cache: &'a mut PollCache,
+    /// Where the consumer counter goes back to (its value when the poll
+    /// began until then).
+    cq_ci: &'a mut u32,
+}
+
+/// The poll's position and what its hot path reads. A copy goes to the
+/// slow path, and the poll takes the position and ring back from it: so
+/// they are not live across that call, and the caller's own loop state
+/// keeps the registers the call preserves instead of going to the stack.
+/// The hot QP, which the slow path never changes, stays the caller's, so
+/// the compiler tests it once per poll, not per completion.
+#[derive(Clone, Copy)]
+struct Cursor<'a> {
+    /// The CQ's ring and its size in bytes (the lap's bit of `off`), held
+    /// apart: the ring comes back from the slow path as loaded values, and
+    /// the size would otherwise be derived from its mask per completion.
     ring: Ring64,
+    len: usize,
     /// The consumer counter as a byte offset (counter × CQE size, not
     /// wrapped at the ring's end: the bit above the ring's size is the
     /// lap's), so a completion costs one add.
@@ -30,13 +50,7 @@ pub struct Poll<'a> {
     /// the caller's registers; what only the general path uses is not
     /// touched per completion.
     hot: Option<&'a QpTrack>,
-    /// Every other entry goes through the cache, as [`Cq::poll`]'s general
-    /// path. Few fields in all: the more of them, the more of the caller's
-    /// own state the compiler keeps on the stack.
-    cache: &'a mut PollCache,
-    /// Where the consumer counter goes back to (its value when the poll
-    /// began until then), and the doorbell record.
-    cq_ci: &'a mut u32,
+    /// The doorbell record.
     dbrec: DbRec,
 }
 
@@ -130,12 +144,15 @@ impl Cq {
         }
         let dp = &mut self.dp;
         Poll {
-            ring,
-            off: start as usize * CQE_SIZE,
-            hot: dp.hot.as_deref().filter(|t| t.is_alive()),
+            cur: Cursor {
+                ring,
+                len: ring.len(),
+                off: start as usize * CQE_SIZE,
+                hot: dp.hot.as_deref().filter(|t| t.is_alive()),
+                dbrec: dp.dbrec,
+            },
             cache: &mut dp.cache,
             cq_ci: &mut self.ci,
-            dbrec: dp.dbrec,
         }
     }
 }
@@ -224,31 +241,28 @@ impl Poll<'_> {
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<Completion> {
         loop {
-            let off = self.off;
-            let e = self.ring.entry64(off);
+            let off = self.cur.off;
+            let e = self.cur.ring.entry64(off);
             let op_own = e.load_acquire(OP_OWN);
-            if let Some(wc) = self.hot(e, op_own, off) {
-                self.off = off.wrapping_add(CQE_SIZE);
+            if let Some(wc) = self.cur.hot(e, op_own, off) {
+                self.cur.off = off.wrapping_add(CQE_SIZE);
                 return Some(Completion { wc });
             }
-            let c = (off / CQE_SIZE) as u32;
-            // The general path may decode a completion of the hot QP (an
-            // error, say): the hot QP's tail so far goes out first.
-            self.publish_hot();
-            let hot_qpn = self.hot.map(|t| t.qpn);
-            let taken = general(self.cache, hot_qpn, self.ring, e, op_own, c);
-            let next = off.wrapping_add(CQE_SIZE);
+            let mut cur = self.cur;
+            let taken = slow(&mut cur, self.cache, *self.cq_ci);
+            self.cur.ring = cur.ring;
+            self.cur.len = cur.len;
+            self.cur.off = cur.off;
             match taken {
                 Taken::Empty => return None,
-                Taken::Skip => self.off = next,
-                Taken::Took(t) => {
-                    self.off = next;
-                    return Some(t);
-                }
+                Taken::Skip => {}
+                Taken::Took(t) => return Some(t),
             }
         }
     }
+}
 
+impl Cursor<'_> {
     /// The consumer counter.
     #[inline(always)]
     fn ci(&self) -> u32 {
@@ -256,13 +270,13 @@ impl Poll<'_> {
     }
 
     /// A successful requester completion of the hot QP in entry `e` (owner
-    /// byte `op_own`, at byte offset `off`, see [`Poll::off`]); `None`
-    /// leaves it to [`general`].
+    /// byte `op_own`, at byte offset `off`, see [`Cursor::off`]); `None`
+    /// leaves it to [`slow`].
     #[inline(always)]
     fn hot(&self, e: Entry64, op_own: u8, off: usize) -> Option<Wc> {
         // The lap's owner bit: the ring's size in bytes is the bit above the
         // offset, so no separate log2 is carried.
-        let lap = (off & self.ring.len() != 0) as u8;
+        let lap = (off & self.len != 0) as u8;
         if !is_hot_req(op_own, lap) {
             return None;
         }
@@ -277,24 +291,39 @@ impl Poll<'_> {
         let wr_id = t.sq_wr_id(cqe.wqe_counter())?;
         Some(req_wc(wr_id, opcode, t.qpn, &cqe))
     }
-
-    /// Publishes the SQ tail of the hot QP's completions so far, if the
-    /// entry last taken is one (still ours: the consumer index has not
-    /// moved past it). No other entry needs looking at: the tails of the
-    /// hot QP's completions before an entry the general path took went out
-    /// when it took it, and a later completion's tail covers the earlier
-    /// ones'.
-    #[inline(always)]
-    fn publish_hot(&self) {
-        if self.ci() != *self.cq_ci {
-            end_hot(self.hot, self.ring, self.ci());
-        }
-    }
 }
 
-/// [`Poll::publish_hot`]'s work, for consumer counter `ci`, past the entry
-/// last taken. Out of line, taking values, not the poll, and with the C
-/// ABI, for the reasons [`general`] gives.
+/// The entry at `cur`'s consumer counter, which the hot path left (the
+/// consumer index was `cq_ci` when the poll began): the hot QP's SQ tail
+/// so far goes out first, as the general path may decode a completion of
+/// the hot QP (an error, say); then [`general`] takes the entry, and `cur`
+/// moves past it unless the CQ is empty. No other entry needs looking at
+/// for the tail: the tails of the hot QP's completions before an entry the
+/// general path took went out when it took it, and a later completion's
+/// tail covers the earlier ones'. Out of line and with the C ABI, for the
+/// reasons [`general`] gives.
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)] // Called from Rust only, for the nounwind.
+extern "C" fn slow(cur: &mut Cursor<'_>, cache: &mut PollCache, cq_ci: u32) -> Taken {
+    let off = cur.off;
+    let e = cur.ring.entry64(off);
+    let op_own = e.load_acquire(OP_OWN);
+    let c = cur.ci();
+    if c != cq_ci {
+        end_hot(cur.hot, cur.ring, c);
+    }
+    let taken = general(cache, cur.hot.map(|t| t.qpn), cur.ring, e, op_own, c);
+    if !matches!(taken, Taken::Empty) {
+        cur.off = off.wrapping_add(CQE_SIZE);
+    }
+    taken
+}
+
+/// Publishes the hot QP's SQ tail for consumer counter `ci`, if the entry
+/// last taken, before it, is a completion of the hot QP. Out of line,
+/// taking values, not the poll, and with the C ABI, for the reasons
+/// [`general`] gives.
 #[inline(never)]
 #[allow(improper_ctypes_definitions)] // Called from Rust only, for the nounwind.
 extern "C" fn end_hot(hot: Option<&QpTrack>, ring: Ring64, ci: u32) {
@@ -330,11 +359,11 @@ impl Drop for Poll<'_> {
     /// on the stack, not in the caller's registers, while it runs.
     #[inline(always)]
     fn drop(&mut self) {
-        let ci = self.ci();
+        let ci = self.cur.ci();
         if ci != *self.cq_ci {
-            end_hot(self.hot, self.ring, ci);
+            end_hot(self.cur.hot, self.cur.ring, ci);
             *self.cq_ci = ci;
-            self.dbrec.store(SET_CI, ci & 0xff_ffff);
+            self.cur.dbrec.store(SET_CI, ci & 0xff_ffff);
         }
     }
 }
