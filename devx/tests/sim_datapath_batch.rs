@@ -14,37 +14,54 @@ mod sim_datapath_batch {
     const ERR: u8 = 6;
     const REQ_ERR: u8 = 0xd;
 
-    #[test]
-    fn a_nak_mid_batch_stops_delivery_and_flushes_the_rest() {
-        let (na, nb) = (Node::new(1160), Node::new(1161));
+    /// Six signaled 64-byte WRITEs in one doorbell from `na`'s QP to
+    /// `nb`'s, the `bad`-th with a wrong rkey, each gathered from the
+    /// source pieces `(offset, length)`. Checks both QPs end in error and
+    /// gives the completions `(opcode, syndrome, wqe_counter)`, the WQE
+    /// counters posted and the first 512 bytes of the target.
+    fn nak_mid_batch(
+        ids: (u32, u32),
+        bad: u64,
+        fill: &[(usize, &[u8])],
+        pieces: &[(u64, u32)],
+    ) -> (Vec<(u8, u8, u16)>, Vec<u16>, Vec<u8>) {
+        let (na, nb) = (Node::new(ids.0), Node::new(ids.1));
         let mut p = rc_pair_on(&na, Some(&nb), RC, 7);
         let src = na.mr(256, ALL);
         let dst = nb.mr(1024, ALL);
-        src.mem.write(0, &[0xab; 64]);
+        for (off, data) in fill {
+            src.mem.write(*off, data);
+        }
         let mut idx = Vec::new();
         let mut head = 0;
         for i in 0..6u64 {
-            // The third WRITE has a bad rkey.
-            let rkey = if i == 2 { dst.key ^ 0x1 } else { dst.key };
-            let (w, h) = p.a.write_wqe(
-                WRITE,
-                SIGNALED,
-                [0; 4],
-                &[
-                    &raddr_seg(dst.addr() + i * 64, rkey),
-                    &data_seg(64, src.key, src.addr()),
-                ],
+            let rkey = if i == bad { dst.key ^ 0x1 } else { dst.key };
+            let mut segs = vec![raddr_seg(dst.addr() + i * 64, rkey)];
+            segs.extend(
+                pieces
+                    .iter()
+                    .map(|&(off, len)| data_seg(len, src.key, src.addr() + off)),
             );
+            let segs: Vec<&[u8]> = segs.iter().map(|s| &s[..]).collect();
+            let (w, h) = p.a.write_wqe(WRITE, SIGNALED, [0; 4], &segs);
             idx.push(w);
             head = h;
         }
         p.a.ring(head);
-        let c: Vec<_> = p
+        let c = p
             .cq_a
             .poll_all()
             .iter()
             .map(|c| (c.opcode, c.syndrome, c.wqe_counter))
             .collect();
+        assert_eq!(na.qp_state(&p.a), ERR);
+        assert_eq!(nb.qp_state(&p.b), ERR);
+        (c, idx, dst.mem.read(0, 512))
+    }
+
+    #[test]
+    fn a_nak_mid_batch_stops_delivery_and_flushes_the_rest() {
+        let (c, idx, dst) = nak_mid_batch((1160, 1161), 2, &[(0, &[0xab; 64])], &[(0, 64)]);
         assert_eq!(
             c,
             vec![
@@ -56,10 +73,8 @@ mod sim_datapath_batch {
                 (REQ_ERR, 0x05, idx[5]),
             ]
         );
-        assert_eq!(dst.mem.read(0, 128), vec![0xab; 128]);
-        assert_eq!(dst.mem.read(128, 384), vec![0; 384]);
-        assert_eq!(na.qp_state(&p.a), ERR);
-        assert_eq!(nb.qp_state(&p.b), ERR);
+        assert_eq!(dst[..128], [0xab; 128]);
+        assert_eq!(dst[128..], [0; 384]);
     }
 
     /// The same with WRITEs of two data segments each (a run gathered
@@ -67,37 +82,12 @@ mod sim_datapath_batch {
     /// of each from different places.
     #[test]
     fn a_nak_mid_batch_of_gathered_writes_stops_delivery_and_flushes_the_rest() {
-        let (na, nb) = (Node::new(1162), Node::new(1163));
-        let mut p = rc_pair_on(&na, Some(&nb), RC, 7);
-        let src = na.mr(256, ALL);
-        let dst = nb.mr(1024, ALL);
-        src.mem.write(0, &[0xab; 32]);
-        src.mem.write(128, &[0xcd; 32]);
-        let mut idx = Vec::new();
-        let mut head = 0;
-        for i in 0..6u64 {
-            // The fourth WRITE has a bad rkey.
-            let rkey = if i == 3 { dst.key ^ 0x1 } else { dst.key };
-            let (w, h) = p.a.write_wqe(
-                WRITE,
-                SIGNALED,
-                [0; 4],
-                &[
-                    &raddr_seg(dst.addr() + i * 64, rkey),
-                    &data_seg(32, src.key, src.addr()),
-                    &data_seg(32, src.key, src.addr() + 128),
-                ],
-            );
-            idx.push(w);
-            head = h;
-        }
-        p.a.ring(head);
-        let c: Vec<_> = p
-            .cq_a
-            .poll_all()
-            .iter()
-            .map(|c| (c.opcode, c.syndrome, c.wqe_counter))
-            .collect();
+        let (c, idx, dst) = nak_mid_batch(
+            (1162, 1163),
+            3,
+            &[(0, &[0xab; 32]), (128, &[0xcd; 32])],
+            &[(0, 32), (128, 32)],
+        );
         assert_eq!(
             c,
             vec![
@@ -111,10 +101,8 @@ mod sim_datapath_batch {
         );
         let mut one = vec![0xab; 32];
         one.extend_from_slice(&[0xcd; 32]);
-        assert_eq!(dst.mem.read(0, 192), one.repeat(3));
-        assert_eq!(dst.mem.read(192, 320), vec![0; 320]);
-        assert_eq!(na.qp_state(&p.a), ERR);
-        assert_eq!(nb.qp_state(&p.b), ERR);
+        assert_eq!(dst[..192], one.repeat(3)[..]);
+        assert_eq!(dst[192..], [0; 320]);
     }
 
     #[test]
