@@ -14,6 +14,9 @@ mod sim_datapath_batch {
     const ERR: u8 = 6;
     const REQ_ERR: u8 = 0xd;
 
+    /// A completion as these tests compare it: opcode, syndrome, WQE counter.
+    type Seen = (u8, u8, u16);
+
     /// Six signaled 64-byte WRITEs in one doorbell from `na`'s QP to
     /// `nb`'s, the `bad`-th with a wrong rkey, each gathered from the
     /// source pieces `(offset, length)`. Checks both QPs end in error and
@@ -24,7 +27,7 @@ mod sim_datapath_batch {
         bad: u64,
         fill: &[(usize, &[u8])],
         pieces: &[(u64, u32)],
-    ) -> (Vec<(u8, u8, u16)>, Vec<u16>, Vec<u8>) {
+    ) -> (Vec<Seen>, Vec<u16>, Vec<u8>) {
         let (na, nb) = (Node::new(ids.0), Node::new(ids.1));
         let mut p = rc_pair_on(&na, Some(&nb), RC, 7);
         let src = na.mr(256, ALL);
