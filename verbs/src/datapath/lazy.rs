@@ -11,6 +11,7 @@ use super::poll::{decode_any, is_hot_req, Poller, RawCqe, OP_OWN, SET_CI};
 use super::ring::{DbRec, Entry64, Ring64};
 use super::track::{PollCache, QpTrack};
 use super::wc::{Wc, WcOpcode, WcStatus};
+use super::LOW_24;
 use crate::cq::{Cq, CQE_SIZE};
 
 /// A poll in progress: [`Poll::next`] (or iterating) yields completions;
@@ -219,7 +220,7 @@ extern "C" fn general(
 #[inline(always)]
 fn other_req(cache: &mut PollCache, cqe: Cqe64) -> Option<Wc> {
     let sop_drop_qpn = cqe.sop_drop_qpn();
-    let qpn = sop_drop_qpn & 0xff_ffff;
+    let qpn = sop_drop_qpn & LOW_24;
     let opcode = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8)?;
     let sq = match cache.hot_sq() {
         Some(sq) if sq.qpn() == qpn => sq,
@@ -285,7 +286,7 @@ impl Cursor<'_> {
         let cqe = Cqe64(e.read64b());
         let sop_drop_qpn = cqe.sop_drop_qpn();
         let opcode = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8)?;
-        if sop_drop_qpn & 0xff_ffff != t.qpn {
+        if sop_drop_qpn & LOW_24 != t.qpn {
             return None;
         }
         let wr_id = t.sq_wr_id(cqe.wqe_counter())?;
@@ -335,7 +336,7 @@ extern "C" fn end_hot(hot: Option<&QpTrack>, ring: Ring64, ci: u32) {
     let lap = ((c as usize * CQE_SIZE) & ring.len() != 0) as u8;
     let op_own = last.load_acquire(OP_OWN);
     let cqe = Cqe64(last.read64b());
-    if !is_hot_req(op_own, lap) || cqe.sop_drop_qpn() & 0xff_ffff != t.qpn {
+    if !is_hot_req(op_own, lap) || cqe.sop_drop_qpn() & LOW_24 != t.qpn {
         return;
     }
     if let Some((_, tail)) = t.sq_slot(cqe.wqe_counter()) {
@@ -363,7 +364,7 @@ impl Drop for Poll<'_> {
         if ci != *self.cq_ci {
             end_hot(self.cur.hot, self.cur.ring, ci);
             *self.cq_ci = ci;
-            self.cur.dbrec.store(SET_CI, ci & 0xff_ffff);
+            self.cur.dbrec.store(SET_CI, ci & LOW_24);
         }
     }
 }

@@ -31,6 +31,10 @@ mod wr;
 
 use std::sync::Arc;
 
+/// A CQE's QPN and SRQN/user index, and the CQ doorbell record's consumer
+/// counter, are 24-bit fields: the low bits of their dwords.
+pub(crate) const LOW_24: u32 = 0xff_ffff;
+
 use devx::Uar;
 
 pub use bind::{next_rkey, MwBind};

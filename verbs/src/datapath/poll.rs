@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::ring::{DbRec, Ring64, Run64};
 use super::track::{HotSq, PendingTail, PollCache, QpTrack, Registry};
 use super::wc::{Wc, WcOpcode, WcStatus};
+use super::LOW_24;
 use crate::cq::{Cq, CQE_SIZE};
 use prm_layouts::{Cqe64, CqeOpcode, ErrCqe};
 
@@ -116,7 +117,7 @@ impl RawCqe {
 
     #[inline(always)]
     pub fn srqn_uidx(&self) -> u32 {
-        self.cqe().srqn_uidx() & 0xff_ffff
+        self.cqe().srqn_uidx() & LOW_24
     }
 
     #[inline(always)]
@@ -196,7 +197,7 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
         let Some(opcode) = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8) else {
             return k;
         };
-        if sop_drop_qpn & 0xff_ffff != qpn {
+        if sop_drop_qpn & LOW_24 != qpn {
             return k;
         }
         // The wr_id alone: the SQ tail is the run's last completion's,
@@ -255,7 +256,7 @@ fn take_run<'c>(
             let Some(opcode) = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8) else {
                 break 'run k;
             };
-            let qpn = sop_drop_qpn & 0xff_ffff;
+            let qpn = sop_drop_qpn & LOW_24;
             if qpn != sq.qpn() {
                 let Some(next) = cache.find_sq(qpn) else {
                     break 'run k;
@@ -376,7 +377,7 @@ pub(super) fn decode_any(
     }
     if op != RespErr {
         wc.byte_len = c.byte_cnt();
-        wc.src_qp = c.flags_rqpn() & 0xff_ffff;
+        wc.src_qp = c.flags_rqpn() & LOW_24;
         wc.grh = (c.flags_rqpn() >> 28) & 3 != 0;
         wc.solicited = c.solicited();
     }
@@ -457,7 +458,7 @@ impl Cq {
         let sop_drop_qpn = c.sop_drop_qpn();
         let opcode = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8)?;
         let sq = self.dp.cache.hot_sq()?;
-        let qpn = sop_drop_qpn & 0xff_ffff;
+        let qpn = sop_drop_qpn & LOW_24;
         if qpn != sq.qpn() {
             return None;
         }
@@ -469,7 +470,7 @@ impl Cq {
         // SQ room first, then the CQ's.
         sq.publish(Some(tail));
         self.ci = ci.wrapping_add(1);
-        self.dp.dbrec.store(SET_CI, self.ci & 0xff_ffff);
+        self.dp.dbrec.store(SET_CI, self.ci & LOW_24);
         Some(Wc {
             wr_id,
             opcode,
@@ -487,7 +488,7 @@ impl Cq {
             got = self.take_general(wc, got);
         }
         if self.ci != start {
-            self.dp.dbrec.store(SET_CI, self.ci & 0xff_ffff);
+            self.dp.dbrec.store(SET_CI, self.ci & LOW_24);
         }
         got
     }
