@@ -8,7 +8,9 @@ mod datapath_support;
 mod datapath {
     use crate::datapath_support::{be32_at, cqe, put_cqe, recorded, rts};
     use verbs::datapath::RawCqe;
-    use verbs::{Cq, QpCap, QpInit, QpType, RecvWr, SendWr, Sge, SrqInit, Wc, WcOpcode, WcStatus};
+    use verbs::{
+        Cq, Pd, Qp, QpCap, QpInit, QpType, RecvWr, SendWr, Sge, SrqInit, Wc, WcOpcode, WcStatus,
+    };
 
     fn cap() -> QpCap {
         QpCap {
@@ -18,6 +20,30 @@ mod datapath {
             max_recv_sge: 1,
             max_inline_data: 0,
         }
+    }
+
+    /// `n` RC QPs ready to send, both of their queues on `cq`.
+    fn rc_qps_on(pd: &Pd, cq: &Cq, n: usize) -> Vec<Qp> {
+        (0..n)
+            .map(|_| {
+                let qp = pd
+                    .create_qp(&QpInit::new(QpType::Rc, cq, cq).cap(cap()))
+                    .unwrap();
+                rts(&qp);
+                qp
+            })
+            .collect()
+    }
+
+    /// A successful SEND completion of `qpn`'s WQE at `wqe_counter`, written
+    /// `ahead` entries past the consumer index with the owner bit of that
+    /// entry's lap.
+    fn put_send_done(cq: &Cq, ahead: u32, qpn: u32, wqe_counter: u16) {
+        let mut c = cqe(0x0, 0, qpn, wqe_counter);
+        c[56] = 0x0a;
+        let slot = cq.consumer_index() + ahead;
+        c[63] |= ((slot / cq.memory().entries) & 1) as u8;
+        put_cqe(cq, slot % cq.memory().entries, c);
     }
 
     #[test]
@@ -69,15 +95,7 @@ mod datapath {
         let (ctx, _sim, _rec) = recorded(500);
         let pd = ctx.alloc_pd().unwrap();
         let mut cq = ctx.create_cq(31).unwrap();
-        let mut qps: Vec<_> = (0..3)
-            .map(|_| {
-                let qp = pd
-                    .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap()))
-                    .unwrap();
-                rts(&qp);
-                qp
-            })
-            .collect();
+        let mut qps = rc_qps_on(&pd, &cq, 3);
         let s = [Sge::new(0x1000, 8, 1)];
         let mut wc = [Wc::default(); 32];
         for round in 0..4u32 {
@@ -89,11 +107,7 @@ mod datapath {
                     let id = u64::from(round * 1000 + i) * 10 + q as u64;
                     qp.post_send(&SendWr::send(id, &s)).unwrap();
                     let idx = qp.send_queue().cur_post() - 1;
-                    let mut c = cqe(0x0, 0, qp.qpn(), idx as u16);
-                    c[56] = 0x0a;
-                    let slot = cq.consumer_index() + i * 3 + q as u32;
-                    c[63] |= ((slot / cq.memory().entries) & 1) as u8;
-                    put_cqe(&cq, slot % cq.memory().entries, c);
+                    put_send_done(&cq, i * 3 + q as u32, qp.qpn(), idx as u16);
                 }
             }
             for qp in &mut qps {
@@ -130,15 +144,7 @@ mod datapath {
         let (ctx, _sim, _rec) = recorded(500);
         let pd = ctx.alloc_pd().unwrap();
         let mut cq = ctx.create_cq(31).unwrap();
-        let mut qps: Vec<_> = (0..3)
-            .map(|_| {
-                let qp = pd
-                    .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap()))
-                    .unwrap();
-                rts(&qp);
-                qp
-            })
-            .collect();
+        let mut qps = rc_qps_on(&pd, &cq, 3);
         let s = [Sge::new(0x1000, 8, 1)];
         for round in 0..3u32 {
             // Round 0: QPs 0, 1, 2 taking turns; later rounds: runs of one
@@ -163,11 +169,7 @@ mod datapath {
             }
             for (j, &(q, i)) in order.iter().enumerate() {
                 let (_, idx) = posted[q][i as usize];
-                let mut c = cqe(0x0, 0, qps[q].qpn(), idx);
-                c[56] = 0x0a;
-                let slot = cq.consumer_index() + j as u32;
-                c[63] |= ((slot / cq.memory().entries) & 1) as u8;
-                put_cqe(&cq, slot % cq.memory().entries, c);
+                put_send_done(&cq, j as u32, qps[q].qpn(), idx);
             }
             let mut got = 0;
             let mut taken = [0u32; 3];
@@ -207,17 +209,9 @@ mod datapath {
         let (ctx, _sim, _rec) = recorded(500);
         let pd = ctx.alloc_pd().unwrap();
         let mut cq = ctx.create_cq(15).unwrap();
-        let mut qps: Vec<_> = (0..2)
-            .map(|_| {
-                let qp = pd
-                    .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap()))
-                    .unwrap();
-                rts(&qp);
-                qp
-            })
-            .collect();
+        let mut qps = rc_qps_on(&pd, &cq, 2);
         let s = [Sge::new(0x1000, 8, 1)];
-        let fill = |cq: &Cq, qps: &mut Vec<verbs::Qp>, lap: u32| {
+        let fill = |cq: &Cq, qps: &mut Vec<Qp>, lap: u32| {
             let mut slot = 0;
             let mut put = |cq: &Cq, mut c: [u8; 64]| {
                 c[63] |= (lap & 1) as u8;
@@ -331,7 +325,7 @@ mod datapath {
         rts(&qp);
         let s = [Sge::new(0x1000, 8, 1)];
         qp.post_recv(&RecvWr::new(100, &s)).unwrap();
-        let send = |cq: &Cq, qp: &mut verbs::Qp, id: u64, slot: u32| {
+        let send = |cq: &Cq, qp: &mut Qp, id: u64, slot: u32| {
             qp.post_send(&SendWr::send(id, &s)).unwrap();
             let idx = qp.send_queue().cur_post() - 1;
             let mut c = cqe(0x0, ((slot >> 3) & 1) as u8, qp.qpn(), idx as u16);
