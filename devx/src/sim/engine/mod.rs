@@ -52,7 +52,7 @@ pub trait DoorbellSink: Send + Sync {
 }
 
 /// BlueFlame / doorbell registers of a UAR page (prm-guide §5.6).
-const BF_REGS: std::ops::Range<usize> = 0x800..0x1000;
+pub(crate) const BF_REGS: std::ops::Range<usize> = 0x800..0x1000;
 
 /// [`Engine::last_held`] when nothing is held: no (page, 24-bit QPN) packs
 /// to it.
@@ -62,6 +62,15 @@ const NO_HELD: u64 = u64::MAX;
 #[inline(always)]
 fn held_key(page: u32, qpn: u32) -> u64 {
     u64::from(page) << 32 | u64::from(qpn)
+}
+
+/// The QPN a send doorbell names: `value` is the first 8 bytes of the
+/// WQE's ctrl segment as they are in memory.
+#[inline(always)]
+fn doorbell_qpn(value: u64) -> u32 {
+    let mut ctrl = prm_layouts::WqeCtrlSeg::new();
+    ctrl.0[..8].copy_from_slice(&value.to_ne_bytes());
+    ctrl.qpn()
 }
 
 /// A QP waiting for the responder to post a receive.
@@ -134,9 +143,10 @@ pub(crate) struct Engine {
     paused: AtomicBool,
     /// Doorbells rung while paused: (UAR page, QPN), in order.
     held: Mutex<Vec<(u32, u32)>>,
-    /// `held`'s last entry as [`held_key`] ([`NO_HELD`] when empty), written
-    /// under its lock: a paused doorbell for the same QP again, the common
-    /// case, is then dropped without taking the lock.
+    /// `held`'s last entry as [`held_key`] while paused ([`NO_HELD`] when
+    /// nothing is held or the engine runs), written under its lock: a
+    /// paused doorbell for the same QP again, the common case, is then
+    /// dropped on one load and a compare, without reading `paused`.
     last_held: AtomicU64,
     timer: AtomicBool,
     /// The RNR timer thread last started.
@@ -467,15 +477,30 @@ impl Engine {
 impl Engine {
     /// A doorbell for `qpn` while paused, not a repeat of the last one held:
     /// remembered in order.
+    /// False when the engine was resumed meanwhile: the caller runs the QP.
+    /// `paused` is read under the lock, which [`Engine::run`] takes after
+    /// clearing it, so `last_held` names a held doorbell only while paused.
     #[cold]
     #[inline(never)]
-    fn hold(&self, page_id: u32, qpn: u32) {
+    fn hold(&self, page_id: u32, qpn: u32) -> bool {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.paused.load(Ordering::Acquire) {
+            return false;
+        }
         if held.last() != Some(&(page_id, qpn)) {
             held.push((page_id, qpn));
         }
         self.last_held
             .store(held_key(page_id, qpn), Ordering::Release);
+        true
+    }
+
+    /// Whether a send doorbell of UAR page `page_id` (ctrl bytes `value`)
+    /// repeats the last one this paused engine held: running the QP will
+    /// execute everything posted to it so far, so the repeat adds nothing.
+    #[inline(always)]
+    pub(crate) fn holds_repeat(&self, page_id: u32, value: u64) -> bool {
+        self.last_held.load(Ordering::Acquire) == held_key(page_id, doorbell_qpn(value))
     }
 
     #[inline(never)]
@@ -499,25 +524,17 @@ impl Engine {
 
 impl DoorbellSink for Engine {
     /// Inlined into the UAR page's store: a held repeat (a paused engine
-    /// rung again for the same QP) costs two loads and a compare.
+    /// rung again for the same QP) costs one load and a compare.
     #[inline]
     fn doorbell(&self, page_id: u32, offset: usize, value: u64) {
         if offset == notify::CQ_ARM_DOORBELL {
             return self.arm(page_id, value);
         }
-        if !BF_REGS.contains(&offset) {
+        if !BF_REGS.contains(&offset) || self.holds_repeat(page_id, value) {
             return;
         }
-        // The value is the ctrl segment's first 8 bytes as they are in memory.
-        let mut ctrl = prm_layouts::WqeCtrlSeg::new();
-        ctrl.0[..8].copy_from_slice(&value.to_ne_bytes());
-        let qpn = ctrl.qpn();
-        if self.paused.load(Ordering::Acquire) {
-            // Running a QP executes everything posted to it so far, so a
-            // repeat of the last held doorbell adds nothing.
-            if self.last_held.load(Ordering::Acquire) != held_key(page_id, qpn) {
-                self.hold(page_id, qpn);
-            }
+        let qpn = doorbell_qpn(value);
+        if self.paused.load(Ordering::Acquire) && self.hold(page_id, qpn) {
             return;
         }
         self.run_qp(

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::provider::UarPage;
-use crate::sim::engine::{DoorbellSink, Engine};
+use crate::sim::engine::{DoorbellSink, Engine, BF_REGS};
 
 /// A device's doorbell sink slot, shared by all its UAR pages.
 pub(crate) type DoorbellSlot = Arc<SinkSlot>;
@@ -79,6 +79,17 @@ impl SinkSlot {
         self.deliver_other(page_id, offset, value);
     }
 
+    /// Whether send doorbell `value` of page `page_id` repeats the last one
+    /// the installed engine, paused, held: nothing to deliver.
+    #[inline(always)]
+    pub(crate) fn holds_repeat(&self, page_id: u32, value: u64) -> bool {
+        self.direct.load(Ordering::Acquire)
+            && self
+                .engine
+                .as_ref()
+                .is_some_and(|e| e.holds_repeat(page_id, value))
+    }
+
     #[cold]
     #[inline(never)]
     fn deliver_other(&self, page_id: u32, offset: usize, value: u64) {
@@ -127,6 +138,16 @@ impl SimUarPage {
             .map(|w| w.load(Ordering::Acquire))
     }
 
+    /// The doorbell stored at `offset` goes to the sink. Out of line, so the
+    /// store and the held repeat's check save no registers.
+    #[inline(never)]
+    fn hand_on(&self, offset: usize, value: u64) {
+        if self.freed.load(Ordering::Acquire) {
+            return;
+        }
+        self.sink.deliver(self.page_id, offset, value);
+    }
+
     /// After UAR free the page stays allocated (a stale mapping must not
     /// fault) but doorbells through it reach nobody.
     pub(crate) fn mark_freed(&self) {
@@ -149,10 +170,12 @@ impl UarPage for SimUarPage {
             return;
         };
         word.store(value, Ordering::Release);
-        if self.freed.load(Ordering::Acquire) {
+        // A paused engine's repeat, the doorbell of a posting loop timed
+        // alone, ends here; a freed page's would be dropped as well.
+        if BF_REGS.contains(&offset) && self.sink.holds_repeat(self.page_id, value) {
             return;
         }
-        self.sink.deliver(self.page_id, offset, value);
+        self.hand_on(offset, value);
     }
 
     fn progress(&self) -> bool {
