@@ -38,14 +38,6 @@ pub const BF_HALF: usize = 0x100;
 /// `dbrec[1]`: the SND counter.
 const SND_DBR: usize = 1;
 
-/// Who holds the half the next doorbell goes to.
-enum Register {
-    /// The QP's own UAR: the half, kept here, no lock.
-    Dedicated(usize),
-    /// A UAR shared with other QPs: the half lives under its lock.
-    Shared,
-}
-
 /// A QP's send doorbell: its doorbell record, its UAR and its use of the
 /// UAR's BlueFlame register.
 pub struct Doorbell {
@@ -53,11 +45,18 @@ pub struct Doorbell {
     /// `uar`'s page, held directly: one pointer less to follow per ring.
     page: Arc<dyn UarPage>,
     uar: Arc<Uar>,
-    register: Register,
+    /// The register is shared with other QPs: its half lives under the
+    /// UAR's lock. Otherwise it is the QP's own and `half` holds it.
+    shared: bool,
     /// The register is write-combining memory (a mapped device BAR), which
     /// steps 3 and 5 fence; an emulated device's page is ordinary memory,
     /// which plain store order serves.
     wc: bool,
+    /// Neither: the QP's own register in ordinary memory, the common case
+    /// on the emulated device, as one flag so that it is one compare.
+    plain: bool,
+    /// The half the next doorbell goes to, on a register of the QP's own.
+    half: usize,
 }
 
 impl std::fmt::Debug for Doorbell {
@@ -76,32 +75,30 @@ impl Doorbell {
     /// A doorbell through `uar`, which the caller took with
     /// `blue_flame().dedicate()` (`dedicated`) or `.share()`.
     pub(crate) fn new(dbrec: DbRec, uar: Arc<Uar>, dedicated: bool) -> Doorbell {
-        let register = if dedicated {
-            Register::Dedicated(BF_OFFSET)
-        } else {
-            Register::Shared
-        };
         let wc = uar.page().write_combining();
         Doorbell {
             dbrec,
             page: uar.page().clone(),
             uar,
-            register,
+            shared: !dedicated,
             wc,
+            plain: dedicated && !wc,
+            half: BF_OFFSET,
         }
     }
 
     /// The register offset the next doorbell goes to.
     pub fn bf_offset(&self) -> usize {
-        match self.register {
-            Register::Dedicated(offset) => offset,
-            Register::Shared => *self.uar.blue_flame().lock(),
+        if self.shared {
+            *self.uar.blue_flame().lock()
+        } else {
+            self.half
         }
     }
 
     /// True when the QP shares its UAR's register and rings under its lock.
     pub fn is_shared(&self) -> bool {
-        matches!(self.register, Register::Shared)
+        self.shared
     }
 
     /// Rings for everything written up to SQ counter `cur_post`; `ctrl8` is
@@ -110,29 +107,38 @@ impl Doorbell {
     /// uncontended lock.
     #[inline(always)]
     pub(crate) fn ring(&mut self, cur_post: u32, ctrl8: u64) {
-        // Read before the register store: the compiler cannot tell that the
-        // page's (dynamic) store leaves the doorbell alone, so it would read
-        // them again after it.
-        let wc = self.wc;
         barrier::to_device();
         self.dbrec.store(SND_DBR, cur_post & 0xffff);
-        match &mut self.register {
-            Register::Dedicated(offset) => {
-                // The offset is always one of the two halves: no check needed.
-                let at = *offset;
-                *offset ^= BF_HALF;
-                barrier::wc_start(wc);
-                self.page.write64(at, ctrl8);
-                barrier::wc_flush(wc);
-            }
-            Register::Shared => {
-                let mut next = self.uar.blue_flame().lock();
-                barrier::wc_start_locked();
-                self.page.write64(*next, ctrl8);
-                barrier::wc_flush(wc);
-                *next ^= BF_HALF;
-            }
+        if self.plain {
+            let at = self.next_half();
+            barrier::wc_start(false);
+            self.page.write64(at, ctrl8);
+            barrier::wc_flush(false);
+        } else if !self.shared {
+            // The QP's own register, write-combining.
+            let at = self.next_half();
+            barrier::wc_start(true);
+            self.page.write64(at, ctrl8);
+            barrier::wc_flush(true);
+        } else {
+            // Read before the page's (dynamic) store, as `next_half` is.
+            let wc = self.wc;
+            let mut next = self.uar.blue_flame().lock();
+            barrier::wc_start_locked();
+            self.page.write64(*next, ctrl8);
+            barrier::wc_flush(wc);
+            *next ^= BF_HALF;
         }
+    }
+
+    /// The half of the QP's own register to ring now; the next doorbell
+    /// takes the other. Taken before the page's (dynamic) store, which the
+    /// compiler cannot tell leaves the doorbell alone.
+    #[inline(always)]
+    fn next_half(&mut self) -> usize {
+        let at = self.half;
+        self.half ^= BF_HALF;
+        at
     }
 
     /// The QP went back to RST: the SND counter restarts at 0 with the
@@ -141,15 +147,13 @@ impl Doorbell {
     /// writers and stays where it is.
     pub(crate) fn reset(&mut self) {
         self.dbrec.store(SND_DBR, 0);
-        if let Register::Dedicated(offset) = &mut self.register {
-            *offset = BF_OFFSET;
-        }
+        self.half = BF_OFFSET;
     }
 }
 
 impl Drop for Doorbell {
     fn drop(&mut self) {
-        if let Register::Dedicated(_) = self.register {
+        if !self.is_shared() {
             self.uar.blue_flame().release_dedicated();
         }
     }

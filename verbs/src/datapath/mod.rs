@@ -51,7 +51,7 @@ pub(crate) use poll::Poller;
 pub(crate) use track::{Registry, SrqTrack};
 
 use crate::qp::{QpCap, QpInit, Queue};
-use ready::PostState;
+use ready::{PostState, SendState};
 use ring::{DbRec, Ring, Ring64};
 use track::QpTrack;
 use wqe::SqShape;
@@ -111,7 +111,7 @@ impl QpDataPath {
             },
             db: Doorbell::new(dbrec, uar, dedicated),
             track: track.clone(),
-            state: PostState::new(),
+            state: SendState::new(l.sq.wqe_cnt),
         };
         let rq = RecvQueue {
             ring: rq_ring,

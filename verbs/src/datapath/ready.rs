@@ -10,7 +10,7 @@
 //! moves to ERR on its own still shows its last state, which accepts posts as
 //! ERR would (they flush).
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 use prm_layouts::enums::QpState;
 
@@ -31,6 +31,44 @@ impl PostState {
     #[inline(always)]
     pub(crate) fn raw(&self) -> u8 {
         self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A send queue's copy of its QP's state, with the WQEBBs a post may fill
+/// past the cached tail: the queue's size in the states that take sends,
+/// none in the others. The room check of a single post then also refuses a
+/// QP that takes no sends, and only then is the state read, to name it.
+pub(crate) struct SendState {
+    state: PostState,
+    limit: AtomicU32,
+    bbs: u32,
+}
+
+impl SendState {
+    /// For a queue of `bbs` WQEBBs, its QP in RST.
+    pub(crate) fn new(bbs: u32) -> SendState {
+        SendState {
+            state: PostState::new(),
+            limit: AtomicU32::new(0),
+            bbs,
+        }
+    }
+
+    pub(crate) fn set(&self, s: QpState) {
+        self.state.set(s);
+        let limit = if sends_allowed(s.raw()) { self.bbs } else { 0 };
+        self.limit.store(limit, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    pub(crate) fn raw(&self) -> u8 {
+        self.state.raw()
+    }
+
+    /// WQEBBs in use (posted, not retired) a post may bring the queue to.
+    #[inline(always)]
+    pub(crate) fn limit(&self) -> u32 {
+        self.limit.load(Ordering::Relaxed)
     }
 }
 

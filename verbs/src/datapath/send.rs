@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::doorbell::Doorbell;
-use super::ready::{send_refused, sends_allowed, PostState};
+use super::ready::{send_refused, sends_allowed, SendState};
 use super::ring::Ring64;
 use super::track::{QpTrack, SqView};
 use super::wqe::{self, SqShape};
@@ -26,7 +26,7 @@ pub struct SendQueue {
     pub(crate) db: Doorbell,
     pub(crate) track: Arc<QpTrack>,
     /// The QP's state as of its last transition (see `ready`).
-    pub(crate) state: PostState,
+    pub(crate) state: SendState,
 }
 
 impl std::fmt::Debug for SendQueue {
@@ -111,9 +111,9 @@ impl SendQueue {
         let (ring, shape, at) = (self.ring, self.shape, self.cur_post);
         let next = at.wrapping_add(p.nbb);
         let view = self.track.sq_view();
-        let state = self.state.raw();
-        if !sends_allowed(state) || !has_room(next, self.bbs, &mut self.tail_seen, view) {
-            return Err(no_room(shape.qpn, state));
+        // No room in a QP that takes no sends: one check for both.
+        if !has_room(next, self.state.limit(), &mut self.tail_seen, view) {
+            return Err(no_room(shape.qpn, self.state.raw()));
         }
         let ctrl8 = wqe::write(&ring, at, &shape, wr, p);
         view.record(at, next, wr.wr_id);
