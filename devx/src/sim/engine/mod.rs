@@ -143,11 +143,14 @@ pub(crate) struct Engine {
     paused: AtomicBool,
     /// Doorbells rung while paused: (UAR page, QPN), in order.
     held: Mutex<Vec<(u32, u32)>>,
-    /// `held`'s last entry as [`held_key`] while paused ([`NO_HELD`] when
-    /// nothing is held or the engine runs), written under its lock: a
-    /// paused doorbell for the same QP again, the common case, is then
-    /// dropped on one load and a compare, without reading `paused`.
+    /// `held`'s last entry as [`held_key`] while paused and installed
+    /// ([`NO_HELD`] otherwise), written under its lock: a paused doorbell
+    /// for the same QP again, the common case, is then dropped on one load
+    /// and a compare, without reading `paused` or `installed`.
     last_held: AtomicU64,
+    /// The engine is the device's doorbell sink (see
+    /// `SimDevice::set_doorbell_sink`); written under `held`'s lock.
+    installed: AtomicBool,
     timer: AtomicBool,
     /// The RNR timer thread last started.
     timer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -178,6 +181,7 @@ impl Engine {
             paused: AtomicBool::new(false),
             held: Mutex::new(Vec::new()),
             last_held: AtomicU64::new(NO_HELD),
+            installed: AtomicBool::new(true),
             timer: AtomicBool::new(false),
             timer_thread: Mutex::new(None),
             stopped: AtomicBool::new(false),
@@ -490,14 +494,34 @@ impl Engine {
         if held.last() != Some(&(page_id, qpn)) {
             held.push((page_id, qpn));
         }
-        self.last_held
-            .store(held_key(page_id, qpn), Ordering::Release);
+        if self.installed.load(Ordering::Acquire) {
+            self.last_held
+                .store(held_key(page_id, qpn), Ordering::Release);
+        }
         true
     }
 
+    /// Makes the engine the device's doorbell sink again (`true`) or not.
+    /// Taken out, it lets no doorbell end as a held repeat: those go to
+    /// the sink installed instead.
+    pub(crate) fn install(&self, on: bool) {
+        let _held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        self.installed.store(on, Ordering::Release);
+        if !on {
+            self.last_held.store(NO_HELD, Ordering::Release);
+        }
+    }
+
+    /// Whether the engine is the device's doorbell sink.
+    #[inline(always)]
+    pub(crate) fn installed(&self) -> bool {
+        self.installed.load(Ordering::Acquire)
+    }
+
     /// Whether a send doorbell of UAR page `page_id` (ctrl bytes `value`)
-    /// repeats the last one this paused engine held: running the QP will
-    /// execute everything posted to it so far, so the repeat adds nothing.
+    /// repeats the last one this engine, paused and installed, held:
+    /// running the QP will execute everything posted to it so far, so the
+    /// repeat adds nothing.
     #[inline(always)]
     pub(crate) fn holds_repeat(&self, page_id: u32, value: u64) -> bool {
         self.last_held.load(Ordering::Acquire) == held_key(page_id, doorbell_qpn(value))

@@ -13,12 +13,10 @@ pub(crate) type DoorbellSlot = Arc<SinkSlot>;
 
 /// Where doorbells go. The device's own engine is fixed at creation and
 /// called directly, with no lock and no dynamic dispatch, while it is the
-/// installed sink; any other sink (tests) is reached under a read lock.
+/// installed sink ([`Engine::installed`]); any other sink (tests) is
+/// reached under a read lock.
 pub(crate) struct SinkSlot {
-    engine: Option<Arc<Engine>>,
-    /// The engine is the installed sink; written only under `other`'s
-    /// write lock.
-    direct: AtomicBool,
+    engine: Arc<Engine>,
     other: RwLock<Option<Arc<dyn DoorbellSink>>>,
 }
 
@@ -26,18 +24,7 @@ impl SinkSlot {
     /// A slot with `engine` installed.
     pub(crate) fn with_engine(engine: Arc<Engine>) -> SinkSlot {
         SinkSlot {
-            engine: Some(engine),
-            direct: AtomicBool::new(true),
-            other: RwLock::new(None),
-        }
-    }
-
-    /// A slot with nothing installed.
-    #[cfg(test)]
-    pub(crate) fn empty() -> SinkSlot {
-        SinkSlot {
-            engine: None,
-            direct: AtomicBool::new(false),
+            engine,
             other: RwLock::new(None),
         }
     }
@@ -48,21 +35,17 @@ impl SinkSlot {
     /// waited for (it holds the read lock).
     pub(crate) fn set(&self, sink: Option<Arc<dyn DoorbellSink>>) {
         let mut other = self.other.write().unwrap_or_else(|e| e.into_inner());
-        let is_engine = match (&sink, &self.engine) {
-            (Some(s), Some(e)) => std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(e)),
-            _ => false,
-        };
-        self.direct.store(is_engine, Ordering::Release);
+        let is_engine = sink
+            .as_ref()
+            .is_some_and(|s| std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(&self.engine)));
+        self.engine.install(is_engine);
         *other = if is_engine { None } else { sink };
     }
 
     /// Lets the engine do pending work on the caller's thread (see
     /// [`UarPage::progress`]); test sinks have none.
     pub(crate) fn progress(&self) -> bool {
-        if !self.direct.load(Ordering::Acquire) {
-            return false;
-        }
-        self.engine.as_ref().is_some_and(|e| e.progress())
+        self.engine.installed() && self.engine.progress()
     }
 
     /// Inlined into the page's store, with the engine's doorbell; the
@@ -70,24 +53,17 @@ impl SinkSlot {
     /// registers.
     #[inline(always)]
     pub(crate) fn deliver(&self, page_id: u32, offset: usize, value: u64) {
-        if self.direct.load(Ordering::Acquire) {
-            if let Some(e) = &self.engine {
-                e.doorbell(page_id, offset, value);
-            }
-            return;
+        if self.engine.installed() {
+            return self.engine.doorbell(page_id, offset, value);
         }
         self.deliver_other(page_id, offset, value);
     }
 
     /// Whether send doorbell `value` of page `page_id` repeats the last one
-    /// the installed engine, paused, held: nothing to deliver.
+    /// the engine held, paused and installed: nothing to deliver.
     #[inline(always)]
     pub(crate) fn holds_repeat(&self, page_id: u32, value: u64) -> bool {
-        self.direct.load(Ordering::Acquire)
-            && self
-                .engine
-                .as_ref()
-                .is_some_and(|e| e.holds_repeat(page_id, value))
+        self.engine.holds_repeat(page_id, value)
     }
 
     #[cold]
@@ -193,6 +169,7 @@ impl UarPage for SimUarPage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::{Profile, SimDevice};
     use std::sync::Mutex;
 
     struct Log(Mutex<Vec<(u32, usize, u64)>>);
@@ -202,12 +179,25 @@ mod tests {
         }
     }
 
+    /// A private device, its engine paused, and a page delivering to it.
+    fn paused_page() -> (Arc<SimDevice>, SimUarPage) {
+        let dev = SimDevice::new(Profile::default());
+        dev.pause_engine(true);
+        let page = SimUarPage::new(3, Arc::clone(&dev.shared.doorbell));
+        (dev, page)
+    }
+
+    /// A send doorbell's value: the first 8 bytes of a ctrl segment.
+    fn ctrl8(qpn: u32) -> u64 {
+        let c = prm_layouts::WqeCtrlSeg::new().with_qpn(qpn);
+        u64::from_ne_bytes(c.0[..8].try_into().unwrap())
+    }
+
     #[test]
     fn stores_land_in_the_page_and_reach_the_sink() {
-        let slot: DoorbellSlot = Arc::new(SinkSlot::empty());
+        let (dev, p) = paused_page();
         let log = Arc::new(Log(Mutex::new(Vec::new())));
-        slot.set(Some(log.clone()));
-        let p = SimUarPage::new(3, slot);
+        dev.set_doorbell_sink(Some(log.clone()));
         assert_eq!(p.base() as usize % 4096, 0);
         p.write64(0x20, 0x1122_3344_5566_7788);
         p.write64(0x21, 1);
@@ -220,5 +210,28 @@ mod tests {
         p.mark_freed();
         p.write64(0x800, 5);
         assert_eq!(log.0.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_paused_engine_holds_each_run_of_one_qps_doorbells_once() {
+        let (dev, p) = paused_page();
+        for qpn in [5, 5, 6, 6, 5] {
+            p.write64(0x800, ctrl8(qpn));
+        }
+        assert_eq!(dev.engine_held(), 3);
+        assert_eq!(p.read64(0x800), Some(ctrl8(5)));
+        dev.pause_engine(false);
+        assert_eq!(dev.engine_held(), 0);
+    }
+
+    #[test]
+    fn another_sink_gets_the_doorbells_the_engine_held_a_repeat_of() {
+        let (dev, p) = paused_page();
+        p.write64(0x800, ctrl8(5));
+        let log = Arc::new(Log(Mutex::new(Vec::new())));
+        dev.set_doorbell_sink(Some(log.clone()));
+        p.write64(0x900, ctrl8(5));
+        assert_eq!(log.0.lock().unwrap().as_slice(), &[(3, 0x900, ctrl8(5))]);
+        assert_eq!(dev.engine_held(), 1);
     }
 }
