@@ -22,6 +22,7 @@
 //! also holds the half they share. The UAR refuses to be both
 //! ([`devx::BlueFlame`]), so no unlocked writer can race a locked one.
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use devx::provider::UarPage;
@@ -42,8 +43,10 @@ const SND_DBR: usize = 1;
 /// UAR's BlueFlame register.
 pub struct Doorbell {
     dbrec: DbRec,
-    /// `uar`'s page, held directly: one pointer less to follow per ring.
-    page: Arc<dyn UarPage>,
+    /// `uar`'s page, found once: through its `Arc`, each ring would work
+    /// out again where the page sits behind the counts (which depends on
+    /// the type behind the `dyn`). `uar` keeps it alive and never replaces it.
+    page: NonNull<dyn UarPage>,
     uar: Arc<Uar>,
     /// The register is shared with other QPs: its half lives under the
     /// UAR's lock. Otherwise it is the QP's own and `half` holds it.
@@ -58,6 +61,12 @@ pub struct Doorbell {
     /// The half the next doorbell goes to, on a register of the QP's own.
     half: usize,
 }
+
+// SAFETY: `page` is a shared reference to a `UarPage`, which is `Send` and
+// `Sync`, kept alive by `uar`; the other fields are `Send` and `Sync`.
+unsafe impl Send for Doorbell {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Doorbell {}
 
 impl std::fmt::Debug for Doorbell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -78,7 +87,7 @@ impl Doorbell {
         let wc = uar.page().write_combining();
         Doorbell {
             dbrec,
-            page: uar.page().clone(),
+            page: NonNull::from(&**uar.page()),
             uar,
             shared: !dedicated,
             wc,
@@ -112,23 +121,30 @@ impl Doorbell {
         if self.plain {
             let at = self.next_half();
             barrier::wc_start(false);
-            self.page.write64(at, ctrl8);
+            self.page().write64(at, ctrl8);
             barrier::wc_flush(false);
         } else if !self.shared {
             // The QP's own register, write-combining.
             let at = self.next_half();
             barrier::wc_start(true);
-            self.page.write64(at, ctrl8);
+            self.page().write64(at, ctrl8);
             barrier::wc_flush(true);
         } else {
             // Read before the page's (dynamic) store, as `next_half` is.
             let wc = self.wc;
             let mut next = self.uar.blue_flame().lock();
             barrier::wc_start_locked();
-            self.page.write64(*next, ctrl8);
+            self.page().write64(*next, ctrl8);
             barrier::wc_flush(wc);
             *next ^= BF_HALF;
         }
+    }
+
+    #[inline(always)]
+    fn page(&self) -> &dyn UarPage {
+        // SAFETY: `page` points to `uar`'s page, which lives as long as
+        // `uar`, held by `self`.
+        unsafe { self.page.as_ref() }
     }
 
     /// The half of the QP's own register to ring now; the next doorbell
