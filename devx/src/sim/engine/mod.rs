@@ -480,10 +480,9 @@ impl Engine {
 
 impl Engine {
     /// A doorbell for `qpn` while paused, not a repeat of the last one held:
-    /// remembered in order.
-    /// False when the engine was resumed meanwhile: the caller runs the QP.
-    /// `paused` is read under the lock, which [`Engine::run`] takes after
-    /// clearing it, so `last_held` names a held doorbell only while paused.
+    /// remembered in order. False when the engine was resumed meanwhile
+    /// (`paused` is read under the lock, which [`Engine::run`] takes after
+    /// it is cleared): the caller runs the QP, and `last_held` stays clear.
     #[cold]
     #[inline(never)]
     fn hold(&self, page_id: u32, qpn: u32) -> bool {
@@ -547,8 +546,8 @@ impl Engine {
 }
 
 impl DoorbellSink for Engine {
-    /// Inlined into the UAR page's store: a held repeat (a paused engine
-    /// rung again for the same QP) costs one load and a compare.
+    /// A held repeat (a paused engine rung again for the same QP) costs one
+    /// load and a compare; the UAR page makes that check before its call.
     #[inline]
     fn doorbell(&self, page_id: u32, offset: usize, value: u64) {
         if offset == notify::CQ_ARM_DOORBELL {
