@@ -546,14 +546,16 @@ impl Engine {
 }
 
 impl DoorbellSink for Engine {
-    /// A held repeat (a paused engine rung again for the same QP) costs one
-    /// load and a compare; the UAR page makes that check before its call.
+    /// A held repeat (a paused engine rung again for the same QP) ends in
+    /// the UAR page's store, which checks [`Engine::holds_repeat`] before
+    /// it calls here; one that comes another way is held again, which
+    /// adds nothing.
     #[inline]
     fn doorbell(&self, page_id: u32, offset: usize, value: u64) {
         if offset == notify::CQ_ARM_DOORBELL {
             return self.arm(page_id, value);
         }
-        if !BF_REGS.contains(&offset) || self.holds_repeat(page_id, value) {
+        if !BF_REGS.contains(&offset) {
             return;
         }
         let qpn = doorbell_qpn(value);
