@@ -163,25 +163,48 @@ pub(crate) enum Reject {
 }
 
 impl Reject {
-    // Out of line so the checks in `plan` stay a few compares on the posting
-    // path. `extern "C"`: a call that cannot unwind needs no cleanup of the
-    // caller's batch, so the batch's counters can stay in registers across
-    // the posting loop (a panic in here aborts instead).
-    #[cold]
-    #[inline(never)]
-    #[allow(improper_ctypes_definitions)]
-    pub(crate) extern "C" fn error(self) -> Error {
+    /// The error, made by a cold call per reason that takes the reason's
+    /// fields as plain arguments: were the whole value passed, its bytes a
+    /// reason leaves unset would be copied too, and what the posting loop
+    /// last stored there (the request's size, in the `Result` `plan`
+    /// returns) would be kept for them in every request.
+    #[inline(always)]
+    pub(crate) fn error(self) -> Error {
         match self {
-            Reject::Bad(msg) => Error::argument(VERB, msg),
-            Reject::InlineTooLong(len, max) => Error::argument(
-                VERB,
-                format!("{len} inline bytes exceed the QP's max_inline_data {max}"),
-            ),
-            Reject::TooManySges(n, max) => {
-                Error::argument(VERB, format!("{n} SGEs exceed the QP's max_send_sge {max}"))
-            }
+            Reject::Bad(msg) => bad(msg),
+            Reject::InlineTooLong(len, max) => inline_too_long(len, max),
+            Reject::TooManySges(n, max) => too_many_sges(n, max),
         }
     }
+}
+
+// Out of line so the checks in `plan` stay a few compares on the posting
+// path. `extern "C"`: a call that cannot unwind needs no cleanup of the
+// caller's batch, so the batch's counters can stay in registers across the
+// posting loop (a panic in here aborts instead).
+
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)]
+extern "C" fn bad(msg: &'static str) -> Error {
+    Error::argument(VERB, msg)
+}
+
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)]
+extern "C" fn inline_too_long(len: usize, max: u32) -> Error {
+    Error::argument(
+        VERB,
+        format!("{len} inline bytes exceed the QP's max_inline_data {max}"),
+    )
+}
+
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)]
+extern "C" fn too_many_sges(n: usize, max: u32) -> Error {
+    Error::argument(VERB, format!("{n} SGEs exceed the QP's max_send_sge {max}"))
 }
 
 /// Checks `wr` against the QP and sizes its WQE; nothing is written.
