@@ -132,7 +132,7 @@ impl SendQueue {
 
     /// Starts a batch: requests are written as they come and one doorbell
     /// rings for all of them at [`SendBatch::ring`] (or when the batch drops).
-    /// The QP's state is read once here: if it takes no sends, every
+    /// The QP's state is checked here: if it takes no sends, every
     /// [`SendBatch::post`] fails naming the state.
     #[inline]
     pub fn batch(&mut self) -> SendBatch<'_> {
@@ -146,26 +146,26 @@ impl SendQueue {
             track,
             state,
         } = self;
-        let state = state.raw();
         SendBatch {
             ring: *ring,
             shape: *shape,
-            bbs: *bbs,
             cur_post: *cur_post,
             // `cur_post − tail_seen ≤ bbs` always: WQEs are written only into
             // room the cached tail shows. A closed QP shows none, so its
             // posts take the out-of-room path, which reports the state.
-            limit: if sends_allowed(state) {
+            limit: if sends_allowed(state.raw()) {
                 tail_seen.wrapping_add(*bbs)
             } else {
                 *cur_post
             },
-            state,
             view: track.sq_view(),
             home: Home {
                 cur_post,
                 tail_seen,
                 db,
+                bbs,
+                qpn: &shape.qpn,
+                state,
             },
             last: 0,
             count: 0,
@@ -173,11 +173,17 @@ impl SendQueue {
     }
 }
 
-/// Where a batch writes its counters back and rings.
+/// Where a batch writes its counters back and rings, and what it reads
+/// only when room runs out: left in the queue, not held in the batch's
+/// registers (or copied to the stack) for the whole batch. The batch holds
+/// the queue exclusively, so none of it changes meanwhile.
 struct Home<'a> {
     cur_post: &'a mut u32,
     tail_seen: &'a mut u32,
     db: &'a mut Doorbell,
+    bbs: &'a u32,
+    qpn: &'a u32,
+    state: &'a PostState,
 }
 
 /// Send requests written but not yet announced to the device. The queue's
@@ -187,14 +193,11 @@ struct Home<'a> {
 pub struct SendBatch<'a> {
     ring: Ring64,
     shape: SqShape,
-    bbs: u32,
     cur_post: u32,
     /// The SQ counter WQEs may fill up to as of the cached tail (the tail
     /// plus the SQ size): one compare with the request's end per request,
     /// and nothing to count down. `cur_post` when the QP takes no sends.
     limit: u32,
-    /// The QP state read at the batch's start.
-    state: u8,
     view: SqView<'a>,
     home: Home<'a>,
     /// The doorbell value of the last request written; meaningful once
@@ -215,7 +218,7 @@ impl SendBatch<'_> {
         };
         let next = self.cur_post.wrapping_add(p.nbb);
         if !fits(next, self.limit) && !self.refresh_room(next) {
-            return Err(no_room(self.shape.qpn, self.state));
+            return Err(no_room(*self.home.qpn, self.home.state.raw()));
         }
         let ctrl8 = wqe::write(&self.ring, self.cur_post, &self.shape, wr, p);
         self.view.record(self.cur_post, next, wr.wr_id);
@@ -229,10 +232,10 @@ impl SendBatch<'_> {
     /// (never on a QP that takes no sends).
     #[inline(always)]
     fn refresh_room(&mut self, next: u32) -> bool {
-        if !sends_allowed(self.state) {
+        if !sends_allowed(self.home.state.raw()) {
             return false;
         }
-        self.limit = self.view.tail().wrapping_add(self.bbs);
+        self.limit = self.view.tail().wrapping_add(*self.home.bbs);
         fits(next, self.limit)
     }
 
@@ -290,7 +293,7 @@ impl SendBatch<'_> {
     fn flush(&mut self) {
         // A closed QP's batch had no room, which dates the cached tail back
         // as far as it can go: safe, the real tail is read when room runs out.
-        *self.home.tail_seen = self.limit.wrapping_sub(self.bbs);
+        *self.home.tail_seen = self.limit.wrapping_sub(*self.home.bbs);
         // Something was written when the counter moved: the queue's copy is
         // only brought up to date here. (Asking `count` instead would keep
         // it counting in the posting loop, where only `len` reads it.)
