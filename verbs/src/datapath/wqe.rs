@@ -132,7 +132,7 @@ pub(crate) fn ctrl_seg(
     opcode: SendOpcode,
     qpn: u32,
     ds: u32,
-    fm_ce_se: u8,
+    fm_ce_se: u32,
     imm: u32,
 ) -> Words<4> {
     use fields::wqe_ctrl_seg as f;
@@ -141,7 +141,7 @@ pub(crate) fn ctrl_seg(
         .with(f::OPCODE, opcode.raw().into())
         .with(f::QPN, qpn)
         .with(f::DS, ds)
-        .with(f::FM_CE_SE, fm_ce_se.into())
+        .with(f::FM_CE_SE, fm_ce_se)
         .with(f::IMM, imm)
 }
 
@@ -319,15 +319,18 @@ pub(crate) fn write(
     let base = (cur_post as usize) * WQEBB as usize;
     let first = ring.entry64(base);
     let op = &wr.op;
-    let mut fm_ce_se = shape.fm_ce_se;
+    // Widened first: the choice between the QP's bits and those with a
+    // request's flag added is then one conditional move of whole registers
+    // (two byte-wide values would be zero-extended per request).
+    let mut fm_ce_se = u32::from(shape.fm_ce_se);
     if wr.signaled {
-        fm_ce_se |= CTRL_SIGNALED;
+        fm_ce_se |= u32::from(CTRL_SIGNALED);
     }
     if wr.solicited {
-        fm_ce_se |= CTRL_SOLICITED;
+        fm_ce_se |= u32::from(CTRL_SOLICITED);
     }
     if wr.fence {
-        fm_ce_se |= CTRL_FENCE;
+        fm_ce_se |= u32::from(CTRL_FENCE);
     }
     let ctrl = ctrl_seg(
         cur_post,
