@@ -288,7 +288,7 @@ impl Segs<'_> {
     fn push(&mut self, seg: [u8; 16]) {
         let at = self.off % WQEBB as usize;
         if at == 0 {
-            self.block = self.ring.entry64(self.off);
+            self.block = self.ring.next64(self.block);
         }
         self.block.write_seg(at, seg);
         self.off += DS;
@@ -300,7 +300,7 @@ impl Segs<'_> {
     fn dword(&mut self, d: [u8; 4]) {
         let at = self.off % WQEBB as usize;
         if at == 0 {
-            self.block = self.ring.entry64(self.off);
+            self.block = self.ring.next64(self.block);
         }
         self.block.write_dword(at, d);
     }
