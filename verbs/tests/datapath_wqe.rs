@@ -409,6 +409,77 @@ mod datapath {
     }
 
     #[test]
+    fn segments_past_the_first_block_land_in_the_next_wrapping_at_the_ring_end() {
+        let (ctx, _sim, _rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(16).unwrap();
+        let mut rc = qp(&pd, &cq, QpType::Rc, cap(4, 4, 0));
+        let mut ud = qp(&pd, &cq, QpType::Ud, cap(4, 1, 0));
+        let ah = Ah::create(&pd, &crate::datapath_support::path_to_self(&ctx)).unwrap();
+        let sgl: [Sge; 4] = std::array::from_fn(|i| {
+            let i = i as u32;
+            Sge::new(0x1000 * u64::from(i + 1), 0x10 + i, 0x100 + i)
+        });
+        let data = |s: &Sge| {
+            let mut d = s.length.to_be_bytes().to_vec();
+            d.extend(s.lkey.to_be_bytes());
+            d.extend(s.addr.to_be_bytes());
+            d
+        };
+        let mut ci = 0;
+        for (batch, end) in [(false, false), (true, false), (false, true), (true, true)] {
+            for (qp, is_ud) in [(&mut rc, false), (&mut ud, true)] {
+                // One-block fillers up to the last block, or the last of the
+                // ring's first half.
+                let n = qp.send_queue_memory().entries;
+                let start = if end { n - 1 } else { n / 2 - 1 };
+                let mut last = 0;
+                while qp.send_queue().cur_post() % n != start {
+                    if qp.send_queue().in_use() == n - 1 {
+                        retire_all(qp, &mut cq, &mut ci, last);
+                    }
+                    last = qp.send_queue().cur_post();
+                    let filler = SendWr::send(0, &[]).unsignaled();
+                    let filler = if is_ud { filler.ud(&ah, 1, 1) } else { filler };
+                    qp.post_send(&filler).unwrap();
+                }
+                retire_all(qp, &mut cq, &mut ci, last);
+                let at = qp.send_queue().cur_post();
+                let wr = if is_ud {
+                    SendWr::send(1, &sgl[..1]).ud(&ah, 0x12, 0x3456)
+                } else {
+                    SendWr::rdma_write(1, &sgl, 0x0102_0304_0506_0708, 0xfeed)
+                };
+                if batch {
+                    let mut b = qp.send_batch();
+                    b.post(&wr).unwrap();
+                    b.ring();
+                } else {
+                    qp.post_send(&wr).unwrap();
+                }
+                let what = format!("UD {is_ud}, batch {batch}, at WQEBB {start}");
+                assert_eq!(qp.send_queue().cur_post(), at + 2, "{what}");
+                let w = sq_bytes(qp, at, 128);
+                if is_ud {
+                    // ctrl, the 48-byte address vector, then the data segment
+                    // first in block 0.
+                    assert_eq!(w[7], 5, "{what}");
+                    assert_eq!(hex(&w[16..20]), "00003456", "{what}");
+                    assert_eq!(w[64..80], data(&sgl[0])[..], "{what}");
+                } else {
+                    // ctrl, raddr, two data segments; two more in block 0.
+                    assert_eq!(w[7], 6, "{what}");
+                    assert_eq!(hex(&w[16..28]), "01020304050607080000feed", "{what}");
+                    for (i, s) in sgl.iter().enumerate() {
+                        assert_eq!(w[32 + 16 * i..48 + 16 * i], data(s)[..], "{what} SGE {i}");
+                    }
+                }
+                retire_all(qp, &mut cq, &mut ci, at);
+            }
+        }
+    }
+
+    #[test]
     fn bad_requests_are_refused_before_writing() {
         let (ctx, _sim, rec) = recorded(400);
         let pd = ctx.alloc_pd().unwrap();
