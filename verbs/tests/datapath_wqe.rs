@@ -316,6 +316,169 @@ mod datapath {
         assert_eq!(be32_at(sq.doorbell_record + 4), n + 1);
     }
 
+    /// The SQ's WQEBB `i` on, `len` bytes, continuing at the ring start.
+    fn sq_bytes(qp: &Qp, i: u32, len: usize) -> Vec<u8> {
+        let sq = qp.send_queue_memory();
+        let ring = bytes(sq.addr, 64 * sq.entries as usize);
+        let at = 64 * (i % sq.entries) as usize;
+        ring.iter().cycle().skip(at).take(len).copied().collect()
+    }
+
+    /// Retires every WQE posted on `qp` with one hand-written completion
+    /// for the last, which starts at WQEBB `last`; `ci` counts the CQEs
+    /// written to `cq` so far.
+    fn retire_all(qp: &mut Qp, cq: &mut Cq, ci: &mut u32, last: u32) {
+        if qp.send_queue().in_use() == 0 {
+            return;
+        }
+        let entries = cq.memory().entries;
+        let owner = ((*ci / entries) & 1) as u8;
+        put_cqe(cq, *ci, cqe(0x0, owner, qp.qpn(), last as u16));
+        *ci += 1;
+        let mut wc = [Wc::default(); 2];
+        assert_eq!(cq.poll(&mut wc), 1);
+        assert_eq!(qp.send_queue().in_use(), 0);
+    }
+
+    #[test]
+    fn inline_data_of_each_boundary_length_lands_whole_and_wraps_at_the_ring_end() {
+        let (ctx, _sim, _rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(16).unwrap();
+        let mut qp = qp(&pd, &cq, QpType::Rc, cap(8, 1, 128));
+        let max = qp.cap().max_inline_data as usize;
+        assert!(max >= 109, "max_inline_data {max}");
+        let n = qp.send_queue_memory().entries;
+        let (mut ci, mut last) = (0, 0);
+        // Around each size step (the header and data fill 16-byte units; the
+        // first block holds 44 data bytes, the second 64 more), and the limit.
+        let lens = [0, 1, 12, 13, 43, 44, 45, 60, 61, 63, 64, 65, 108, 109, max];
+        let mut case = 0u8;
+        for len in lens {
+            // Where the WQE fits before the ring end, and one and two blocks
+            // before it (a WQE of 2 or 3 blocks wraps there).
+            for start in [1, n - 2, n - 1] {
+                for batch in [false, true] {
+                    case = case.wrapping_add(1);
+                    let data: Vec<u8> = (0..len).map(|i| (i as u8 ^ case) | 1).collect();
+                    retire_all(&mut qp, &mut cq, &mut ci, last);
+                    while qp.send_queue().cur_post() % n != start {
+                        if qp.send_queue().in_use() == n - 1 {
+                            retire_all(&mut qp, &mut cq, &mut ci, last);
+                        }
+                        last = qp.send_queue().cur_post();
+                        qp.post_send(&SendWr::send(0, &[]).unsignaled()).unwrap();
+                    }
+                    retire_all(&mut qp, &mut cq, &mut ci, last);
+                    let at = qp.send_queue().cur_post();
+                    last = at;
+                    let wr = SendWr::send(u64::from(len as u32), &[]).inline_data(&data);
+                    if batch {
+                        let mut b = qp.send_batch();
+                        b.post(&wr).unwrap();
+                        b.ring();
+                    } else {
+                        qp.post_send(&wr).unwrap();
+                    }
+                    let what = format!("{len} bytes at WQEBB {start}, batch {batch}");
+                    // ds = ctrl + ceil((4 + len) / 16), no inline segment for 0.
+                    let ds = if len == 0 {
+                        1
+                    } else {
+                        1 + (4 + len).div_ceil(16)
+                    };
+                    let posted = qp.send_queue().cur_post() - at;
+                    assert_eq!(posted as usize, (16 * ds).div_ceil(64), "{what}");
+                    let w = sq_bytes(&qp, at, 20 + len);
+                    assert_eq!(w[..4], ((at << 8) | 0x0a).to_be_bytes(), "{what}");
+                    assert_eq!(w[7] as usize, ds, "{what}");
+                    if len > 0 {
+                        let hdr = 0x8000_0000 | len as u32;
+                        assert_eq!(w[16..20], hdr.to_be_bytes(), "{what}");
+                        assert_eq!(w[20..], data[..], "{what}");
+                    }
+                }
+            }
+        }
+        // One byte more than the limit is refused.
+        let big = vec![0u8; max + 1];
+        let e = qp
+            .post_send(&SendWr::send(1, &[]).inline_data(&big))
+            .unwrap_err();
+        assert!(e.is_argument(), "{e}");
+    }
+
+    #[test]
+    fn segments_past_the_first_block_land_in_the_next_wrapping_at_the_ring_end() {
+        let (ctx, _sim, _rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(16).unwrap();
+        let mut rc = qp(&pd, &cq, QpType::Rc, cap(4, 4, 0));
+        let mut ud = qp(&pd, &cq, QpType::Ud, cap(4, 1, 0));
+        let ah = Ah::create(&pd, &crate::datapath_support::path_to_self(&ctx)).unwrap();
+        let sgl: [Sge; 4] = std::array::from_fn(|i| {
+            let i = i as u32;
+            Sge::new(0x1000 * u64::from(i + 1), 0x10 + i, 0x100 + i)
+        });
+        let data = |s: &Sge| {
+            let mut d = s.length.to_be_bytes().to_vec();
+            d.extend(s.lkey.to_be_bytes());
+            d.extend(s.addr.to_be_bytes());
+            d
+        };
+        let mut ci = 0;
+        for (batch, end) in [(false, false), (true, false), (false, true), (true, true)] {
+            for (qp, is_ud) in [(&mut rc, false), (&mut ud, true)] {
+                // One-block fillers up to the last block, or the last of the
+                // ring's first half.
+                let n = qp.send_queue_memory().entries;
+                let start = if end { n - 1 } else { n / 2 - 1 };
+                let mut last = 0;
+                while qp.send_queue().cur_post() % n != start {
+                    if qp.send_queue().in_use() == n - 1 {
+                        retire_all(qp, &mut cq, &mut ci, last);
+                    }
+                    last = qp.send_queue().cur_post();
+                    let filler = SendWr::send(0, &[]).unsignaled();
+                    let filler = if is_ud { filler.ud(&ah, 1, 1) } else { filler };
+                    qp.post_send(&filler).unwrap();
+                }
+                retire_all(qp, &mut cq, &mut ci, last);
+                let at = qp.send_queue().cur_post();
+                let wr = if is_ud {
+                    SendWr::send(1, &sgl[..1]).ud(&ah, 0x12, 0x3456)
+                } else {
+                    SendWr::rdma_write(1, &sgl, 0x0102_0304_0506_0708, 0xfeed)
+                };
+                if batch {
+                    let mut b = qp.send_batch();
+                    b.post(&wr).unwrap();
+                    b.ring();
+                } else {
+                    qp.post_send(&wr).unwrap();
+                }
+                let what = format!("UD {is_ud}, batch {batch}, at WQEBB {start}");
+                assert_eq!(qp.send_queue().cur_post(), at + 2, "{what}");
+                let w = sq_bytes(qp, at, 128);
+                if is_ud {
+                    // ctrl, the 48-byte address vector, then the data segment
+                    // first in block 0.
+                    assert_eq!(w[7], 5, "{what}");
+                    assert_eq!(hex(&w[16..20]), "00003456", "{what}");
+                    assert_eq!(w[64..80], data(&sgl[0])[..], "{what}");
+                } else {
+                    // ctrl, raddr, two data segments; two more in block 0.
+                    assert_eq!(w[7], 6, "{what}");
+                    assert_eq!(hex(&w[16..28]), "01020304050607080000feed", "{what}");
+                    for (i, s) in sgl.iter().enumerate() {
+                        assert_eq!(w[32 + 16 * i..48 + 16 * i], data(s)[..], "{what} SGE {i}");
+                    }
+                }
+                retire_all(qp, &mut cq, &mut ci, at);
+            }
+        }
+    }
+
     #[test]
     fn bad_requests_are_refused_before_writing() {
         let (ctx, _sim, rec) = recorded(400);

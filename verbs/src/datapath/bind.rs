@@ -208,7 +208,14 @@ impl SendQueue {
         } else {
             self.shape.fm_ce_se
         };
-        let ctrl = ctrl_seg(self.cur_post, SendOpcode::Umr, qpn, ds, fm_ce_se, old);
+        let ctrl = ctrl_seg(
+            self.cur_post,
+            SendOpcode::Umr,
+            qpn,
+            ds,
+            fm_ce_se.into(),
+            old,
+        );
         self.ring.write_seg(base, ctrl.to_be_bytes());
         let ctrl8 = ctrl8(ctrl);
         self.track.sq_view().record(self.cur_post, next, b.wr_id);

@@ -91,9 +91,9 @@ impl Ring64 {
         if tail.len() > 64 {
             self.0.write_bytes(off + n, tail);
         } else if !tail.is_empty() {
-            // A non-empty tail starts a block (`off + n` is a multiple of
-            // 64) and fits in it.
-            self.entry64(off + n).write_bytes(0, tail);
+            // A non-empty tail starts the next block (`off + n` is a
+            // multiple of 64) and fits in it.
+            self.next64(block).write_bytes(0, tail);
         }
     }
 }
@@ -129,6 +129,16 @@ impl Ring64 {
         debug_assert!(off.is_multiple_of(64));
         Entry64 {
             addr: self.0.at(off & !63) as usize,
+        }
+    }
+
+    /// The entry after `e`, the first after the last. Found from where `e`
+    /// lies, already wrapped: one add and one mask, where the entry of an
+    /// unwrapped offset would keep that offset live as well.
+    #[inline(always)]
+    pub(crate) fn next64(&self, e: Entry64) -> Entry64 {
+        Entry64 {
+            addr: self.0.addr + ((e.addr - self.0.addr + 64) & self.0.mask),
         }
     }
 }

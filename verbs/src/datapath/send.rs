@@ -77,6 +77,14 @@ pub(crate) fn has_room(next: u32, bbs: u32, tail_seen: &mut u32, view: SqView<'_
     next.wrapping_sub(*tail_seen) <= bbs
 }
 
+/// Whether WQEBBs up to (not including) SQ counter `next` lie within
+/// `limit`. The counters run free and lie less than 2^31 apart (an SQ holds
+/// far fewer WQEBBs), so the sign of the wrapped difference orders them.
+#[inline(always)]
+fn fits(next: u32, limit: u32) -> bool {
+    limit.wrapping_sub(next) as i32 >= 0
+}
+
 impl SendQueue {
     /// The SQ counter: WQEBBs posted so far (free running).
     #[inline]
@@ -124,7 +132,7 @@ impl SendQueue {
 
     /// Starts a batch: requests are written as they come and one doorbell
     /// rings for all of them at [`SendBatch::ring`] (or when the batch drops).
-    /// The QP's state is read once here: if it takes no sends, every
+    /// The QP's state is checked here: if it takes no sends, every
     /// [`SendBatch::post`] fails naming the state.
     #[inline]
     pub fn batch(&mut self) -> SendBatch<'_> {
@@ -138,26 +146,26 @@ impl SendQueue {
             track,
             state,
         } = self;
-        let state = state.raw();
         SendBatch {
             ring: *ring,
             shape: *shape,
-            bbs: *bbs,
             cur_post: *cur_post,
             // `cur_post − tail_seen ≤ bbs` always: WQEs are written only into
             // room the cached tail shows. A closed QP shows none, so its
             // posts take the out-of-room path, which reports the state.
-            room: if sends_allowed(state) {
-                bbs.wrapping_sub(cur_post.wrapping_sub(*tail_seen))
+            limit: if sends_allowed(state.raw()) {
+                tail_seen.wrapping_add(*bbs)
             } else {
-                0
+                *cur_post
             },
-            state,
             view: track.sq_view(),
             home: Home {
                 cur_post,
                 tail_seen,
                 db,
+                bbs,
+                qpn: &shape.qpn,
+                state,
             },
             last: 0,
             count: 0,
@@ -165,11 +173,17 @@ impl SendQueue {
     }
 }
 
-/// Where a batch writes its counters back and rings.
+/// Where a batch writes its counters back and rings, and what it reads
+/// only when room runs out: left in the queue, not held in the batch's
+/// registers (or copied to the stack) for the whole batch. The batch holds
+/// the queue exclusively, so none of it changes meanwhile.
 struct Home<'a> {
     cur_post: &'a mut u32,
     tail_seen: &'a mut u32,
     db: &'a mut Doorbell,
+    bbs: &'a u32,
+    qpn: &'a u32,
+    state: &'a PostState,
 }
 
 /// Send requests written but not yet announced to the device. The queue's
@@ -179,18 +193,15 @@ struct Home<'a> {
 pub struct SendBatch<'a> {
     ring: Ring64,
     shape: SqShape,
-    bbs: u32,
     cur_post: u32,
-    /// WQEBBs free as of the cached tail: one counter to test and count
-    /// down per request, where the tail and the size would be two. Always 0
-    /// when the QP takes no sends.
-    room: u32,
-    /// The QP state read at the batch's start.
-    state: u8,
+    /// The SQ counter WQEs may fill up to as of the cached tail (the tail
+    /// plus the SQ size): one compare with the request's end per request,
+    /// and nothing to count down. `cur_post` when the QP takes no sends.
+    limit: u32,
     view: SqView<'a>,
     home: Home<'a>,
     /// The doorbell value of the last request written; meaningful once
-    /// `count > 0`.
+    /// one was.
     last: u64,
     count: usize,
 }
@@ -206,10 +217,9 @@ impl SendBatch<'_> {
             Err(r) => return Err(r.error()),
         };
         let next = self.cur_post.wrapping_add(p.nbb);
-        if p.nbb > self.room && !self.refresh_room(p.nbb) {
-            return Err(no_room(self.shape.qpn, self.state));
+        if !fits(next, self.limit) && !self.refresh_room(next) {
+            return Err(no_room(*self.home.qpn, self.home.state.raw()));
         }
-        self.room -= p.nbb;
         let ctrl8 = wqe::write(&self.ring, self.cur_post, &self.shape, wr, p);
         self.view.record(self.cur_post, next, wr.wr_id);
         self.cur_post = next;
@@ -218,16 +228,15 @@ impl SendBatch<'_> {
         Ok(())
     }
 
-    /// Reads the shared SQ tail again; whether `nbb` WQEBBs fit now (never
-    /// on a QP that takes no sends).
+    /// Reads the shared SQ tail again; whether WQEBBs up to `next` fit now
+    /// (never on a QP that takes no sends).
     #[inline(always)]
-    fn refresh_room(&mut self, nbb: u32) -> bool {
-        if !sends_allowed(self.state) {
+    fn refresh_room(&mut self, next: u32) -> bool {
+        if !sends_allowed(self.home.state.raw()) {
             return false;
         }
-        let tail = self.view.tail();
-        self.room = self.bbs.wrapping_sub(self.cur_post.wrapping_sub(tail));
-        nbb <= self.room
+        self.limit = self.view.tail().wrapping_add(*self.home.bbs);
+        fits(next, self.limit)
     }
 
     #[inline]
@@ -284,9 +293,11 @@ impl SendBatch<'_> {
     fn flush(&mut self) {
         // A closed QP's batch had no room, which dates the cached tail back
         // as far as it can go: safe, the real tail is read when room runs out.
-        *self.home.tail_seen = self.cur_post.wrapping_sub(self.bbs).wrapping_add(self.room);
-        if self.count != 0 {
-            self.count = 0;
+        *self.home.tail_seen = self.limit.wrapping_sub(*self.home.bbs);
+        // Something was written when the counter moved: the queue's copy is
+        // only brought up to date here. (Asking `count` instead would keep
+        // it counting in the posting loop, where only `len` reads it.)
+        if self.cur_post != *self.home.cur_post {
             *self.home.cur_post = self.cur_post;
             self.home.db.ring(self.cur_post, self.last);
         }

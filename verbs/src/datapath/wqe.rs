@@ -132,7 +132,7 @@ pub(crate) fn ctrl_seg(
     opcode: SendOpcode,
     qpn: u32,
     ds: u32,
-    fm_ce_se: u8,
+    fm_ce_se: u32,
     imm: u32,
 ) -> Words<4> {
     use fields::wqe_ctrl_seg as f;
@@ -141,7 +141,7 @@ pub(crate) fn ctrl_seg(
         .with(f::OPCODE, opcode.raw().into())
         .with(f::QPN, qpn)
         .with(f::DS, ds)
-        .with(f::FM_CE_SE, fm_ce_se.into())
+        .with(f::FM_CE_SE, fm_ce_se)
         .with(f::IMM, imm)
 }
 
@@ -163,25 +163,48 @@ pub(crate) enum Reject {
 }
 
 impl Reject {
-    // Out of line so the checks in `plan` stay a few compares on the posting
-    // path. `extern "C"`: a call that cannot unwind needs no cleanup of the
-    // caller's batch, so the batch's counters can stay in registers across
-    // the posting loop (a panic in here aborts instead).
-    #[cold]
-    #[inline(never)]
-    #[allow(improper_ctypes_definitions)]
-    pub(crate) extern "C" fn error(self) -> Error {
+    /// The error, made by a cold call per reason that takes the reason's
+    /// fields as plain arguments: were the whole value passed, its bytes a
+    /// reason leaves unset would be copied too, and what the posting loop
+    /// last stored there (the request's size, in the `Result` `plan`
+    /// returns) would be kept for them in every request.
+    #[inline(always)]
+    pub(crate) fn error(self) -> Error {
         match self {
-            Reject::Bad(msg) => Error::argument(VERB, msg),
-            Reject::InlineTooLong(len, max) => Error::argument(
-                VERB,
-                format!("{len} inline bytes exceed the QP's max_inline_data {max}"),
-            ),
-            Reject::TooManySges(n, max) => {
-                Error::argument(VERB, format!("{n} SGEs exceed the QP's max_send_sge {max}"))
-            }
+            Reject::Bad(msg) => bad(msg),
+            Reject::InlineTooLong(len, max) => inline_too_long(len, max),
+            Reject::TooManySges(n, max) => too_many_sges(n, max),
         }
     }
+}
+
+// Out of line so the checks in `plan` stay a few compares on the posting
+// path. `extern "C"`: a call that cannot unwind needs no cleanup of the
+// caller's batch, so the batch's counters can stay in registers across the
+// posting loop (a panic in here aborts instead).
+
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)]
+extern "C" fn bad(msg: &'static str) -> Error {
+    Error::argument(VERB, msg)
+}
+
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)]
+extern "C" fn inline_too_long(len: usize, max: u32) -> Error {
+    Error::argument(
+        VERB,
+        format!("{len} inline bytes exceed the QP's max_inline_data {max}"),
+    )
+}
+
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)]
+extern "C" fn too_many_sges(n: usize, max: u32) -> Error {
+    Error::argument(VERB, format!("{n} SGEs exceed the QP's max_send_sge {max}"))
 }
 
 /// Checks `wr` against the QP and sizes its WQE; nothing is written.
@@ -265,7 +288,7 @@ impl Segs<'_> {
     fn push(&mut self, seg: [u8; 16]) {
         let at = self.off % WQEBB as usize;
         if at == 0 {
-            self.block = self.ring.entry64(self.off);
+            self.block = self.ring.next64(self.block);
         }
         self.block.write_seg(at, seg);
         self.off += DS;
@@ -277,7 +300,7 @@ impl Segs<'_> {
     fn dword(&mut self, d: [u8; 4]) {
         let at = self.off % WQEBB as usize;
         if at == 0 {
-            self.block = self.ring.entry64(self.off);
+            self.block = self.ring.next64(self.block);
         }
         self.block.write_dword(at, d);
     }
@@ -296,15 +319,18 @@ pub(crate) fn write(
     let base = (cur_post as usize) * WQEBB as usize;
     let first = ring.entry64(base);
     let op = &wr.op;
-    let mut fm_ce_se = shape.fm_ce_se;
+    // Widened first: the choice between the QP's bits and those with a
+    // request's flag added is then one conditional move of whole registers
+    // (two byte-wide values would be zero-extended per request).
+    let mut fm_ce_se = u32::from(shape.fm_ce_se);
     if wr.signaled {
-        fm_ce_se |= CTRL_SIGNALED;
+        fm_ce_se |= u32::from(CTRL_SIGNALED);
     }
     if wr.solicited {
-        fm_ce_se |= CTRL_SOLICITED;
+        fm_ce_se |= u32::from(CTRL_SOLICITED);
     }
     if wr.fence {
-        fm_ce_se |= CTRL_FENCE;
+        fm_ce_se |= u32::from(CTRL_FENCE);
     }
     let ctrl = ctrl_seg(
         cur_post,
