@@ -140,7 +140,7 @@ impl SendQueue {
             ring,
             cur_post,
             tail_seen,
-            bbs,
+            bbs: _,
             shape,
             db,
             track,
@@ -151,19 +151,14 @@ impl SendQueue {
             shape: *shape,
             cur_post: *cur_post,
             // `cur_post − tail_seen ≤ bbs` always: WQEs are written only into
-            // room the cached tail shows. A closed QP shows none, so its
+            // room the cached tail shows. A closed QP's limit is 0, so its
             // posts take the out-of-room path, which reports the state.
-            limit: if sends_allowed(state.raw()) {
-                tail_seen.wrapping_add(*bbs)
-            } else {
-                *cur_post
-            },
+            limit: tail_seen.wrapping_add(state.limit()),
             view: track.sq_view(),
             home: Home {
                 cur_post,
                 tail_seen,
                 db,
-                bbs,
                 qpn: &shape.qpn,
                 state,
             },
@@ -181,9 +176,8 @@ struct Home<'a> {
     cur_post: &'a mut u32,
     tail_seen: &'a mut u32,
     db: &'a mut Doorbell,
-    bbs: &'a u32,
     qpn: &'a u32,
-    state: &'a PostState,
+    state: &'a SendState,
 }
 
 /// Send requests written but not yet announced to the device. The queue's
@@ -232,10 +226,7 @@ impl SendBatch<'_> {
     /// (never on a QP that takes no sends).
     #[inline(always)]
     fn refresh_room(&mut self, next: u32) -> bool {
-        if !sends_allowed(self.home.state.raw()) {
-            return false;
-        }
-        self.limit = self.view.tail().wrapping_add(*self.home.bbs);
+        self.limit = self.view.tail().wrapping_add(self.home.state.limit());
         fits(next, self.limit)
     }
 
@@ -291,9 +282,9 @@ impl SendBatch<'_> {
 
     #[inline(always)]
     fn flush(&mut self) {
-        // A closed QP's batch had no room, which dates the cached tail back
-        // as far as it can go: safe, the real tail is read when room runs out.
-        *self.home.tail_seen = self.limit.wrapping_sub(*self.home.bbs);
+        // The state cannot change while the batch holds the queue, so this
+        // is the tail last read (a closed QP's limit is 0: its tail as it was).
+        *self.home.tail_seen = self.limit.wrapping_sub(self.home.state.limit());
         // Something was written when the counter moved: the queue's copy is
         // only brought up to date here. (Asking `count` instead would keep
         // it counting in the posting loop, where only `len` reads it.)
