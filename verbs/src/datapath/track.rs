@@ -71,6 +71,12 @@ impl QpTrack {
         }
     }
 
+    /// Whether the QP has an SQ.
+    #[inline(always)]
+    pub(crate) fn has_sq(&self) -> bool {
+        !self.sq.is_empty()
+    }
+
     #[inline(always)]
     pub(crate) fn sq_tail(&self) -> u32 {
         self.sq_tail.load(Ordering::Acquire)
@@ -85,13 +91,6 @@ impl QpTrack {
             slot.wr_id.load(Ordering::Relaxed),
             slot.next.load(Ordering::Relaxed),
         ))
-    }
-
-    /// Consumer: the wr_id of the WQE at WQEBB index `wqe_counter` alone.
-    #[inline(always)]
-    pub(crate) fn sq_wr_id(&self, wqe_counter: u16) -> Option<u64> {
-        let slot = self.sq.get(usize::from(wqe_counter))?;
-        Some(slot.wr_id.load(Ordering::Relaxed))
     }
 
     /// Consumer: publishes the SQ tail, freeing the WQEBBs before it.
@@ -152,6 +151,17 @@ impl SqView<'_> {
     #[inline(always)]
     pub(crate) fn tail(&self) -> u32 {
         self.tail.load(Ordering::Acquire)
+    }
+
+    /// Consumer: the wr_id of the WQE at WQEBB index `wqe_counter`, read
+    /// through a view a poll holds in registers; the holder has made sure
+    /// the QP has an SQ ([`QpTrack::has_sq`]).
+    #[inline(always)]
+    pub(crate) fn wr_id(&self, wqe_counter: u16) -> u64 {
+        self.slots
+            .at(usize::from(wqe_counter))
+            .wr_id
+            .load(Ordering::Relaxed)
     }
 }
 
