@@ -170,14 +170,18 @@ pub(super) fn is_hot_req(op_own: u8, lap: u8) -> bool {
 }
 
 /// The hot path over one stretch of the ring in lap `lap` for one QP's
-/// completions: takes successful requester completions of `sq`'s QP into
-/// `out` until an entry is not one (or not software's, or another QP's);
-/// returns how many. Nothing but the QPN carried through the loop, so a CQ
-/// of one QP's completions runs with the fewest registers; [`take_run`]
-/// takes over where QPs take turns.
+/// completions: takes successful requester completions of `sq`'s QP, other
+/// than atomics, into `out` until an entry is not one (or not software's,
+/// or another QP's); returns how many. Nothing but the QPN and the slot
+/// table carried through the loop, so a CQ of one QP's completions runs
+/// with the fewest registers; [`take_run`] takes over where QPs take turns
+/// (and for atomics).
 #[inline(always)]
 fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
     let qpn = sq.qpn();
+    // The slot table's address and mask as values: read through the track,
+    // they would be loaded again after each owner byte's acquire.
+    let slots = sq.view();
     // One index for both, so one bound: `run64` gave no more entries than
     // `out` has room for.
     let Some(out) = out.get_mut(..run.len()) else {
@@ -194,7 +198,8 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
         // are loaded.
         let c = Cqe64(e.read64b());
         let sop_drop_qpn = c.sop_drop_qpn();
-        let Some(opcode) = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8) else {
+        // Atomics (length a fixed 8) are left to `take_run`.
+        let Some(opcode) = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8) else {
             return k;
         };
         if sop_drop_qpn & LOW_24 != qpn {
@@ -202,20 +207,7 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
         }
         // The wr_id alone: the SQ tail is the run's last completion's,
         // read once by the caller.
-        let wr_id = sq.wr_id(c.wqe_counter());
-        // Read unconditionally (the entry is ours), so the atomics' fixed 8
-        // is a select rather than a branch.
-        let byte_len = match opcode {
-            WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-            _ => c.byte_cnt(),
-        };
-        *w = Wc {
-            wr_id,
-            opcode,
-            byte_len,
-            qp_num: qpn,
-            ..Wc::default()
-        };
+        w.set_req(slots.wr_id(c.wqe_counter()), opcode, c.byte_cnt(), qpn);
     }
     out.len()
 }

@@ -270,19 +270,20 @@ pub(crate) struct HotSq<'a> {
     tail: &'a AtomicU32,
 }
 
-impl HotSq<'_> {
+impl<'a> HotSq<'a> {
     #[inline(always)]
     pub(crate) fn qpn(&self) -> u32 {
         self.qpn
     }
 
-    /// The wr_id of the WQE at WQEBB index `wqe_counter`, without the SQ
-    /// counter past it: one load per completion where only a run's last
-    /// completion's counter is needed.
+    /// The slot table as a view, whose address and mask a loop keeps in
+    /// registers.
     #[inline(always)]
-    pub(crate) fn wr_id(&self, wqe_counter: u16) -> u64 {
-        let slot = self.slots.at(usize::from(wqe_counter));
-        slot.wr_id.load(Ordering::Relaxed)
+    pub(crate) fn view(&self) -> SqView<'a> {
+        SqView {
+            slots: self.slots.view(),
+            tail: self.tail,
+        }
     }
 
     /// The wr_id of the WQE at WQEBB index `wqe_counter` and the SQ counter

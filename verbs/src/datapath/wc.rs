@@ -221,6 +221,18 @@ pub struct Wc {
 const _: () = assert!(std::mem::size_of::<Wc>() == 32);
 
 impl Wc {
+    /// Overwrites this with a successful requester completion. All zero
+    /// first, then the fields set: the zeros go out as one wide store
+    /// rather than one per field around the opcode.
+    #[inline(always)]
+    pub(crate) fn set_req(&mut self, wr_id: u64, opcode: WcOpcode, byte_len: u32, qp_num: u32) {
+        *self = Wc::default();
+        self.wr_id = wr_id;
+        self.byte_len = byte_len;
+        self.qp_num = qp_num;
+        self.opcode = opcode;
+    }
+
     pub fn is_ok(&self) -> bool {
         self.status.is_ok()
     }
