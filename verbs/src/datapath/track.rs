@@ -163,6 +163,17 @@ impl SqView<'_> {
             .wr_id
             .load(Ordering::Relaxed)
     }
+
+    /// Consumer: the SQ counter just past the WQE at WQEBB index
+    /// `wqe_counter`, what its completion retires everything up to; as
+    /// [`SqView::wr_id`].
+    #[inline(always)]
+    pub(crate) fn next(&self, wqe_counter: u16) -> u32 {
+        self.slots
+            .at(usize::from(wqe_counter))
+            .next
+            .load(Ordering::Relaxed)
+    }
 }
 
 /// An SRQ's outstanding receives. The device consumes the linked list in
