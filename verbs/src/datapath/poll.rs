@@ -173,10 +173,10 @@ pub(super) fn is_hot_req(op_own: u8, lap: u8) -> bool {
 /// completions: takes successful requester completions of `sq`'s QP, other
 /// than atomics, into `out` until an entry is not one (or not software's,
 /// or another QP's); returns how many, and the SQ tail the last one
-/// retires up to. Nothing but the QPN and the slot
-/// table carried through the loop, so a CQ of one QP's completions runs
-/// with the fewest registers; [`take_run`] takes over where QPs take turns
-/// (and for atomics).
+/// retires up to. Nothing but the QPN and the slot table carried through
+/// the loop, so a CQ of one QP's completions runs with the fewest
+/// registers; [`take_run`] takes over where QPs take turns (and for
+/// atomics).
 #[inline(always)]
 fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> (usize, PendingTail) {
     let qpn = sq.qpn();

@@ -123,7 +123,7 @@ const fn send_opcodes() -> [Option<WcOpcode>; 0x100] {
     t
 }
 
-const TABLE: [Option<WcOpcode>; 0x100] = send_opcodes();
+const SEND_OPCODES: [Option<WcOpcode>; 0x100] = send_opcodes();
 
 /// What completed (`ibv_wc_opcode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -161,7 +161,7 @@ impl WcOpcode {
     /// The requester opcode for the mlx5 WQE opcode a CQE reports.
     #[inline(always)]
     pub(crate) fn from_send_opcode(op: u8) -> Option<WcOpcode> {
-        TABLE[usize::from(op)]
+        SEND_OPCODES[usize::from(op)]
     }
 
     /// As [`WcOpcode::from_send_opcode`], but `None` for the atomics too:
@@ -171,7 +171,7 @@ impl WcOpcode {
     #[inline(always)]
     pub(crate) fn from_send_opcode_counted(op: u8) -> Option<WcOpcode> {
         const fn counted() -> [Option<WcOpcode>; 0x100] {
-            let mut t = TABLE;
+            let mut t = SEND_OPCODES;
             let mut i = 0;
             while i < t.len() {
                 if matches!(t[i], Some(WcOpcode::CompSwap | WcOpcode::FetchAdd)) {
