@@ -287,7 +287,8 @@ mod datapath {
 
     /// A QP's requester completions with atomics and a responder
     /// completion among them, around the ring's end, taken by lazy polls
-    /// (after the first, through the QP's fast path) and by array polls:
+    /// (after the first, through the QP's fast path), by an array poll and
+    /// by polls for one at a time:
     /// each names its request, an atomic's length is 8 whatever the CQE's
     /// byte count says, and the QP's SQ room all comes back.
     #[test]
@@ -302,7 +303,13 @@ mod datapath {
             .unwrap();
         rts(&qp);
         let s = [Sge::new(0x1000, 8, 1)];
-        for lazy in [false, true, true] {
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        enum How {
+            Array,
+            Lazy,
+            OneByOne,
+        }
+        for how in [How::Array, How::Lazy, How::Lazy, How::OneByOne] {
             qp.post_recv(&RecvWr::new(88, &s)).unwrap();
             let wrs = [
                 SendWr::send(1, &s),
@@ -345,23 +352,33 @@ mod datapath {
             }
             let ci = cq.consumer_index();
             let mut got = Vec::new();
-            if lazy {
-                // One completion first, so the QP is the hot one for the rest.
-                for stop in [1, usize::MAX] {
-                    for c in cq.start_poll().take(stop) {
-                        got.push(c.wc());
+            match how {
+                How::Lazy => {
+                    // One completion first, so the QP is the hot one for the
+                    // rest.
+                    for stop in [1, usize::MAX] {
+                        for c in cq.start_poll().take(stop) {
+                            got.push(c.wc());
+                        }
                     }
                 }
-            } else {
-                let mut wc = [Wc::default(); 8];
-                let k = cq.poll(&mut wc);
-                got.extend_from_slice(&wc[..k]);
+                How::Array => {
+                    let mut wc = [Wc::default(); 8];
+                    let k = cq.poll(&mut wc);
+                    got.extend_from_slice(&wc[..k]);
+                }
+                How::OneByOne => {
+                    let mut wc = [Wc::default()];
+                    while cq.poll(&mut wc) == 1 {
+                        got.push(wc[0]);
+                    }
+                }
             }
             let seen: Vec<(u64, WcOpcode, u32)> = got
                 .iter()
                 .map(|w| (w.wr_id, w.opcode, w.byte_len))
                 .collect();
-            assert_eq!(seen, expect, "lazy: {lazy}");
+            assert_eq!(seen, expect, "{how:?}");
             assert!(got.iter().all(|w| w.is_ok() && w.qp_num == qp.qpn()));
             assert_eq!(qp.send_queue().in_use(), 0);
             assert_eq!(cq.consumer_index(), ci + 7);

@@ -431,8 +431,8 @@ impl Cq {
     #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
         if let [w] = wc {
-            if let Some(one) = self.take_one() {
-                *w = one;
+            if let Some((wr_id, opcode, byte_len, qpn)) = self.take_one() {
+                w.set_req(wr_id, opcode, byte_len, qpn);
                 return 1;
             }
         }
@@ -450,10 +450,11 @@ impl Cq {
 
     /// The entry at the consumer counter if it is a successful requester
     /// completion of the cached QP: taken, its SQ room and the consumer
-    /// index published. Anything else is left for the general path, which
+    /// index published, and its wr_id, opcode, length and QPN returned for
+    /// [`Wc::set_req`]. Anything else is left for the general path, which
     /// looks at it afresh.
     #[inline(always)]
-    fn take_one(&mut self) -> Option<Wc> {
+    fn take_one(&mut self) -> Option<(u64, WcOpcode, u32, u32)> {
         let ci = self.ci;
         let e = self.ring().entry64(ci as usize * CQE_SIZE);
         let lap = ((ci >> self.log_size) & 1) as u8;
@@ -462,28 +463,19 @@ impl Cq {
         }
         let c = Cqe64(e.read64b());
         let sop_drop_qpn = c.sop_drop_qpn();
-        let opcode = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8)?;
+        // Atomics (length a fixed 8) go the general way.
+        let opcode = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8)?;
         let sq = self.dp.cache.hot_sq()?;
         let qpn = sop_drop_qpn & LOW_24;
         if qpn != sq.qpn() {
             return None;
         }
         let (wr_id, tail) = sq.slot(c.wqe_counter());
-        let byte_len = match opcode {
-            WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-            _ => c.byte_cnt(),
-        };
         // SQ room first, then the CQ's.
         sq.publish(Some(tail));
         self.ci = ci.wrapping_add(1);
         self.dp.dbrec.store(SET_CI, self.ci & LOW_24);
-        Some(Wc {
-            wr_id,
-            opcode,
-            byte_len,
-            qp_num: qpn,
-            ..Wc::default()
-        })
+        Some((wr_id, opcode, c.byte_cnt(), qpn))
     }
 
     #[inline(always)]
