@@ -529,10 +529,13 @@ impl Cq {
     /// The CQE ring.
     #[inline(always)]
     pub(super) fn ring(&self) -> Ring64 {
+        // `log_size` is below 32 (a CQ has at most 2^24 entries): masked, the
+        // compiler sees the length is a whole entry or more, with no check.
+        let len = CQE_SIZE << (self.log_size % u32::BITS);
         // SAFETY: `ring_addr` is this CQ's current ring of `2^log_size`
         // 64-byte entries, kept mapped by the CQ; `resize` (which moves it)
         // needs `&mut self`, so it cannot run while a poll uses the copy.
-        unsafe { Ring64::new(self.ring_addr, CQE_SIZE << self.log_size) }
+        unsafe { Ring64::new(self.ring_addr, len) }
     }
 
     /// Whether the entry at the consumer counter is software's.
