@@ -221,17 +221,20 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
 }
 
 /// The hot path over one stretch of the ring in lap `lap`: takes successful
-/// requester completions of the cached QPs into `out` until an entry is not
-/// one (or not software's); returns how many. `hot` is the QP of the last
-/// one taken, `pending` the SQ tail its completions retire up to; at another
-/// QP's completion the tail goes out and `hot` moves to that QP.
-#[inline(always)]
+/// requester completions of the indexed QPs into `out` until an entry is
+/// not one (or not software's); returns how many. `hot` is the QP of the
+/// last one taken, `pending` the SQ tail its completions retire up to; at
+/// another QP's completion the tail goes out and `hot` moves to that QP.
+/// The last QP's tail goes out at the end, leaving nothing pending. A QP
+/// the index lacks (or has dead) ends the run: the general path looks.
+/// Out of line, so its loop has every register to itself.
+#[inline(never)]
 fn take_run<'c>(
     run: Run64,
     lap: u8,
     cache: &'c PollCache,
     hot: &mut HotSq<'c>,
-    pending: &mut PendingTail,
+    pending: PendingTail,
     out: &mut [Wc],
 ) -> usize {
     // One index for both, so one bound: `run64` gave no more entries than
@@ -239,8 +242,15 @@ fn take_run<'c>(
     let Some(out) = out.get_mut(..run.len()) else {
         return 0;
     };
-    // Locals while the loop runs, so they stay in registers.
-    let (mut sq, mut tail) = (*hot, *pending);
+    // Locals while the loop runs, so they stay in registers. With a tail
+    // always at hand a move to another QP stores it with no check: before
+    // `hot` has a completion taken the loop starts at no QP, whose tail
+    // goes nowhere, and moves at the first completion.
+    let index = cache.sq_index();
+    let (mut sq, mut tail) = match pending {
+        Some(t) => (*hot, t),
+        None => (cache.no_sq(), 0),
+    };
     let taken = 'run: {
         for k in 0..out.len() {
             let (Some(w), Some(e)) = (out.get_mut(k), run.get(k)) else {
@@ -258,14 +268,14 @@ fn take_run<'c>(
             };
             let qpn = sop_drop_qpn & LOW_24;
             if qpn != sq.qpn() {
-                let Some(next) = cache.find_sq(qpn) else {
+                let Some(next) = index.find(qpn) else {
                     break 'run k;
                 };
-                sq.publish(tail.take());
+                sq.publish(Some(tail));
                 sq = next;
             }
             let (wr_id, t) = sq.slot(c.wqe_counter());
-            tail = Some(t);
+            tail = t;
             // Read unconditionally (the entry is ours), so the atomics'
             // fixed 8 is a select rather than a branch.
             let byte_len = match opcode {
@@ -282,7 +292,11 @@ fn take_run<'c>(
         }
         out.len()
     };
-    (*hot, *pending) = (sq, tail);
+    // SQ room first, then the CQ's (the caller's `set_ci`).
+    sq.publish(Some(tail));
+    if taken > 0 {
+        *hot = sq;
+    }
     taken
 }
 
@@ -573,7 +587,7 @@ impl Cq {
             let run = ring.run64(c as usize * CQE_SIZE, out.len());
             let lap = ((c >> log) & 1) as u8;
             let k = if turns {
-                take_run(run, lap, cache, &mut hot, &mut pending, out)
+                take_run(run, lap, cache, &mut hot, pending.take(), out)
             } else {
                 let k = take_run_one(run, lap, hot, out);
                 if k > 0 {

@@ -22,10 +22,16 @@ pub(crate) struct SqSlot {
     next: AtomicU32,
 }
 
+/// [`QpTrack::key`] of a destroyed QP: no 24-bit QPN.
+const DEAD: u32 = u32::MAX;
+
 /// One QP's outstanding work, shared with the CQs it completes into.
 pub(crate) struct QpTrack {
     pub(crate) qpn: u32,
-    alive: AtomicBool,
+    /// `qpn` while the QP lives, [`DEAD`] once it is destroyed: one
+    /// comparison with a CQE's QPN tells both that the track is that QP's
+    /// and that it is alive.
+    key: AtomicU32,
     /// Per WQEBB index of a WQE's first block: its wr_id and the SQ counter
     /// just past it, side by side so a post or a completion touches one
     /// cache line. A power of two long, so the SQ counter's low bits pick
@@ -43,7 +49,7 @@ impl QpTrack {
     pub(crate) fn new(qpn: u32, sq_bbs: u32, rq_wqes: u32, srq: Option<Arc<SrqTrack>>) -> QpTrack {
         QpTrack {
             qpn,
-            alive: AtomicBool::new(true),
+            key: AtomicU32::new(qpn),
             sq: Pow2Table::new(sq_bbs),
             sq_tail: AtomicU32::new(0),
             rq_wrid: slots(rq_wqes),
@@ -54,11 +60,11 @@ impl QpTrack {
 
     #[inline(always)]
     pub(crate) fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Relaxed)
+        self.key.load(Ordering::Relaxed) != DEAD
     }
 
     pub(crate) fn kill(&self) {
-        self.alive.store(false, Ordering::Relaxed);
+        self.key.store(DEAD, Ordering::Relaxed);
     }
 
     /// The producer's view of the SQ bookkeeping, borrowed once per batch so
@@ -232,32 +238,67 @@ pub(crate) struct PollCache {
     qpns: Vec<u32>,
     /// Direct-mapped index by the QPN's low bits: a QP's track and its
     /// place in `qps`, so moving to a cached QP reads its slot and its
-    /// track, nothing else. Only QPs with an SQ are indexed. Where two
-    /// QPNs share a slot the later one has it; the other, and a QP without
-    /// an SQ, is found by a scan of `qpns`.
+    /// track, nothing else. Only QPs with an SQ are indexed, each in a slot
+    /// of its own unless their QPNs share more low bits than
+    /// [`INDEX_GROWTH`] allows for; then the later one has the slot. The
+    /// other, and a QP without an SQ, is found by a scan of `qpns` (on the
+    /// general path).
     index: Pow2Table<IndexSlot>,
+    /// The track of the index's empty slots: no QP's, never alive.
+    vacant: Arc<QpTrack>,
     last: usize,
     /// `last` moved (or the cache was refilled) since a lazy poll last
     /// took the cached QP as its own (see [`PollCache::take_current`]).
     switched: bool,
 }
 
-/// One slot of [`PollCache::index`]; empty without a track.
-#[derive(Default)]
+/// How many times more slots than its least [`PollCache::index`] may take to
+/// give each QP a slot of its own.
+const INDEX_GROWTH: usize = 16;
+
+/// One slot of [`PollCache::index`]. An empty one holds a track of no QP
+/// (never alive), so a lookup compares a key and has no emptiness to check.
 struct IndexSlot {
-    track: Option<Arc<QpTrack>>,
+    track: Arc<QpTrack>,
     pos: u32,
 }
 
-/// The cached QP's SQ as a poll call's fast path reads it: its QPN and slot
-/// table, taken once per call (and again when the general path moves the
-/// cache), so a completion reloads neither the cache nor the track. Made
-/// only for a live QP with an SQ, so a completion's slot needs no check.
+impl Default for IndexSlot {
+    fn default() -> IndexSlot {
+        IndexSlot {
+            track: Arc::new(QpTrack::new(DEAD, 0, 0, None)),
+            pos: 0,
+        }
+    }
+}
+
+/// [`PollCache`]'s direct-mapped index by value, for a loop that moves
+/// between QPs to keep its address and mask in registers.
+#[derive(Clone, Copy)]
+pub(crate) struct SqIndex<'a>(Pow2View<'a, IndexSlot>);
+
+impl<'a> SqIndex<'a> {
+    /// The SQ of `qpn` if its index slot holds it, alive: a load of the
+    /// slot's track and a comparison of its key, as a C driver's
+    /// `table[qpn & mask]`.
+    #[inline(always)]
+    pub(crate) fn find(&self, qpn: u32) -> Option<HotSq<'a>> {
+        let t = &*self.0.at(qpn as usize).track;
+        // Indexed: it has an SQ.
+        (t.key.load(Ordering::Relaxed) == qpn).then_some(HotSq { qpn, track: t })
+    }
+}
+
+/// The cached QP's SQ as a poll call's fast path reads it: its QPN and
+/// track, taken once per call (and again when the general path moves the
+/// cache), so a completion reloads nothing to find them. Made only for a
+/// live QP with an SQ, so a completion's slot needs no check (or for no
+/// QP, see [`PollCache::no_sq`]).
 #[derive(Clone, Copy)]
 pub(crate) struct HotSq<'a> {
     qpn: u32,
-    slots: &'a Pow2Table<SqSlot>,
-    tail: &'a AtomicU32,
+    /// One register for the slot table and the tail, at fixed offsets.
+    track: &'a QpTrack,
 }
 
 impl HotSq<'_> {
@@ -271,7 +312,7 @@ impl HotSq<'_> {
     /// completion's counter is needed.
     #[inline(always)]
     pub(crate) fn wr_id(&self, wqe_counter: u16) -> u64 {
-        let slot = self.slots.at(usize::from(wqe_counter));
+        let slot = self.track.sq.at(usize::from(wqe_counter));
         slot.wr_id.load(Ordering::Relaxed)
     }
 
@@ -279,7 +320,7 @@ impl HotSq<'_> {
     /// just past it: what its completion retires everything up to.
     #[inline(always)]
     pub(crate) fn slot(&self, wqe_counter: u16) -> (u64, u32) {
-        let slot = self.slots.at(usize::from(wqe_counter));
+        let slot = self.track.sq.at(usize::from(wqe_counter));
         (
             slot.wr_id.load(Ordering::Relaxed),
             slot.next.load(Ordering::Relaxed),
@@ -290,7 +331,7 @@ impl HotSq<'_> {
     #[inline(always)]
     pub(crate) fn publish(&self, pending: PendingTail) {
         if let Some(tail) = pending {
-            self.tail.store(tail, Ordering::Release);
+            self.track.set_sq_tail(tail);
         }
     }
 }
@@ -303,11 +344,14 @@ pub(crate) type PendingTail = Option<u32>;
 
 impl PollCache {
     pub(crate) fn new(reg: Arc<Registry>) -> PollCache {
+        let index = Pow2Table::<IndexSlot>::new(1);
+        let vacant = index.at(0).track.clone();
         PollCache {
             reg,
             qps: Vec::new(),
             qpns: Vec::new(),
-            index: Pow2Table::new(1),
+            index,
+            vacant,
             last: 0,
             switched: false,
         }
@@ -317,7 +361,24 @@ impl PollCache {
     #[inline(always)]
     fn indexed(&self, qpn: u32) -> Option<&IndexSlot> {
         let slot = self.index.at(qpn as usize);
-        matches!(&slot.track, Some(t) if t.qpn == qpn).then_some(slot)
+        (slot.track.qpn == qpn).then_some(slot)
+    }
+
+    /// The SQ of no QP: no completion's QPN is its own, so a loop that
+    /// moves between QPs can start at it and move at its first completion;
+    /// a tail published to it goes nowhere.
+    #[inline(always)]
+    pub(crate) fn no_sq(&self) -> HotSq<'_> {
+        HotSq {
+            qpn: DEAD,
+            track: &self.vacant,
+        }
+    }
+
+    /// The index, for [`SqIndex::find`].
+    #[inline(always)]
+    pub(crate) fn sq_index(&self) -> SqIndex<'_> {
+        SqIndex(self.index.view())
     }
 
     /// Where `qpn` is in `qps`, if cached: its index slot, else a scan.
@@ -332,17 +393,35 @@ impl PollCache {
     /// Rebuilds `qpns` and `index` after `qps` changed.
     fn reindex(&mut self) {
         self.qpns = self.qps.iter().map(|t| t.qpn).collect();
-        // Four slots per QP keep collisions of consecutive QPNs away.
-        let len = (self.qps.len() * 4).next_power_of_two().max(16);
-        let mut index: Vec<IndexSlot> = (0..len).map(|_| IndexSlot::default()).collect();
-        for (i, t) in self
-            .qps
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| !t.sq.is_empty())
-        {
+        let sqs = || {
+            self.qps
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| !t.sq.is_empty())
+        };
+        // Four slots per QP keep collisions of consecutive QPNs away; more,
+        // up to a bound, for QPNs that share their low bits.
+        let min = (self.qps.len() * 4).next_power_of_two().max(16);
+        let mut len = min;
+        let mut taken = Vec::new();
+        while len < min * INDEX_GROWTH {
+            taken.clear();
+            taken.extend(sqs().map(|(_, t)| t.qpn as usize & (len - 1)));
+            taken.sort_unstable();
+            if taken.windows(2).all(|w| w[0] != w[1]) {
+                break;
+            }
+            len *= 2;
+        }
+        let mut index: Vec<IndexSlot> = (0..len)
+            .map(|_| IndexSlot {
+                track: self.vacant.clone(),
+                pos: 0,
+            })
+            .collect();
+        for (i, t) in sqs() {
             index[t.qpn as usize & (len - 1)] = IndexSlot {
-                track: Some(t.clone()),
+                track: t.clone(),
                 pos: i as u32,
             };
         }
@@ -395,24 +474,8 @@ impl PollCache {
     pub(crate) fn sq_of(t: &QpTrack) -> Option<HotSq<'_>> {
         (t.is_alive() && !t.sq.is_empty()).then_some(HotSq {
             qpn: t.qpn,
-            slots: &t.sq,
-            tail: &t.sq_tail,
+            track: t,
         })
-    }
-
-    /// The SQ of `qpn` if the cache holds it (alive, with an SQ); the cache
-    /// stays pointed where it was.
-    #[inline]
-    pub(crate) fn find_sq(&self, qpn: u32) -> Option<HotSq<'_>> {
-        match self.indexed(qpn).and_then(|slot| slot.track.as_deref()) {
-            // Indexed: it has an SQ.
-            Some(t) => t.is_alive().then_some(HotSq {
-                qpn: t.qpn,
-                slots: &t.sq,
-                tail: &t.sq_tail,
-            }),
-            None => Self::sq_of(self.qps.get(self.qpns.iter().position(|&q| q == qpn)?)?),
-        }
     }
 
     /// Points the cache at `qpn` (cached) after the fast path moved to it.
@@ -475,5 +538,53 @@ impl PollCache {
             self.switched = true;
         }
         Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cache of QPs with SQs numbered `qpns`, each met by the poller.
+    fn cache_of(qpns: &[u32]) -> (PollCache, Vec<Arc<QpTrack>>) {
+        let reg = Arc::new(Registry::default());
+        let tracks: Vec<_> = qpns
+            .iter()
+            .map(|&q| Arc::new(QpTrack::new(q, 8, 0, None)))
+            .collect();
+        for t in &tracks {
+            reg.add(t.clone());
+        }
+        let mut cache = PollCache::new(reg);
+        for &q in qpns {
+            assert!(cache.refresh(q).is_some());
+        }
+        (cache, tracks)
+    }
+
+    #[test]
+    fn qpns_sharing_low_bits_get_slots_of_their_own() {
+        let qpns = [1, 2, 3, 4, 5, 6, 7, 8, 0x41];
+        let (cache, _tracks) = cache_of(&qpns);
+        for q in qpns {
+            assert_eq!(cache.sq_index().find(q).map(|s| s.qpn()), Some(q));
+        }
+        assert!(cache.sq_index().find(9).is_none());
+    }
+
+    #[test]
+    fn the_index_finds_live_qps_only_and_the_cache_the_rest() {
+        // Beyond the index's growth: one of the two has no slot.
+        let (a, b) = (1, 1 | 1 << 20);
+        let (mut cache, tracks) = cache_of(&[a, b, 2]);
+        let found = [a, b].map(|q| cache.sq_index().find(q).is_some());
+        assert_eq!(found.iter().filter(|&&f| f).count(), 1);
+        for q in [a, b, 2] {
+            assert!(cache.switch(q));
+            assert_eq!(cache.hot_sq().map(|s| s.qpn()), Some(q));
+        }
+        tracks[2].kill();
+        assert!(cache.sq_index().find(2).is_none());
+        assert!(!cache.switch(2));
     }
 }
