@@ -407,6 +407,9 @@ pub(crate) struct Poller {
     /// moved. Held apart from the cache, so a poll can keep its slot table
     /// borrowed while the cache changes under the general path.
     pub(super) hot: Option<Arc<QpTrack>>,
+    /// The last array poll's last two completions were of different QPs:
+    /// the next starts with the loop that moves between QPs.
+    turns: bool,
 }
 
 impl Poller {
@@ -418,6 +421,7 @@ impl Poller {
             // that owns this poller and never moved (resize keeps it).
             dbrec: unsafe { DbRec::new(dbr_addr) },
             hot: None,
+            turns: false,
         }
     }
 }
@@ -580,8 +584,9 @@ impl Cq {
         };
         let mut pending = None;
         // One QP's runs first; once another QP's completion stops one, the
-        // loop that moves between QPs.
-        let mut turns = false;
+        // loop that moves between QPs (from the start where QPs took turns
+        // at the end of the last call).
+        let mut turns = self.dp.turns;
         while let Some(out) = wc.get_mut(got..n) {
             // A stretch up to the ring's end: one lap, no wrapping.
             let run = ring.run64(c as usize * CQE_SIZE, out.len());
@@ -622,6 +627,9 @@ impl Cq {
             // Only the loop that moves between QPs may have left the
             // cache's QP.
             self.dp.cache.point_at(hot.qpn());
+            if let Some([.., a, b]) = wc.get(..got) {
+                self.dp.turns = a.qp_num != b.qp_num;
+            }
         }
         self.ci = c;
         c.wrapping_sub(start) as usize

@@ -236,14 +236,17 @@ pub(crate) struct PollCache {
     qps: Vec<Arc<QpTrack>>,
     /// `qps[i].qpn`, side by side, so finding a QP reads no track.
     qpns: Vec<u32>,
-    /// Direct-mapped index by the QPN's low bits: a QP's track and its
-    /// place in `qps`, so moving to a cached QP reads its slot and its
-    /// track, nothing else. Only QPs with an SQ are indexed, each in a slot
-    /// of its own unless their QPNs share more low bits than
-    /// [`INDEX_GROWTH`] allows for; then the later one has the slot. The
-    /// other, and a QP without an SQ, is found by a scan of `qpns` (on the
-    /// general path).
-    index: Pow2Table<IndexSlot>,
+    /// Direct-mapped index by the QPN's low bits: a QP's track, so moving
+    /// to a cached QP reads its slot and its track, nothing else; an empty
+    /// slot holds a track of no QP (never alive), so a lookup compares a
+    /// key and has no emptiness to check. Only QPs with an SQ are indexed,
+    /// each in a slot of its own unless their QPNs share more low bits
+    /// than [`INDEX_GROWTH`] allows for; then the later one has the slot.
+    /// The other, and a QP without an SQ, is found by a scan of `qpns` (on
+    /// the general path).
+    index: Pow2Table<Arc<QpTrack>>,
+    /// Per slot of `index`: its QP's place in `qps`.
+    index_pos: Pow2Table<u32>,
     /// The track of the index's empty slots: no QP's, never alive.
     vacant: Arc<QpTrack>,
     last: usize,
@@ -256,26 +259,18 @@ pub(crate) struct PollCache {
 /// give each QP a slot of its own.
 const INDEX_GROWTH: usize = 16;
 
-/// One slot of [`PollCache::index`]. An empty one holds a track of no QP
-/// (never alive), so a lookup compares a key and has no emptiness to check.
-struct IndexSlot {
-    track: Arc<QpTrack>,
-    pos: u32,
-}
-
-impl Default for IndexSlot {
-    fn default() -> IndexSlot {
-        IndexSlot {
-            track: Arc::new(QpTrack::new(DEAD, 0, 0, None)),
-            pos: 0,
-        }
+/// The track of no QP, never alive: what empty slots of
+/// [`PollCache::index`] hold.
+impl Default for QpTrack {
+    fn default() -> QpTrack {
+        QpTrack::new(DEAD, 0, 0, None)
     }
 }
 
 /// [`PollCache`]'s direct-mapped index by value, for a loop that moves
 /// between QPs to keep its address and mask in registers.
 #[derive(Clone, Copy)]
-pub(crate) struct SqIndex<'a>(Pow2View<'a, IndexSlot>);
+pub(crate) struct SqIndex<'a>(Pow2View<'a, Arc<QpTrack>>);
 
 impl<'a> SqIndex<'a> {
     /// The SQ of `qpn` if its index slot holds it, alive: a load of the
@@ -283,7 +278,7 @@ impl<'a> SqIndex<'a> {
     /// `table[qpn & mask]`.
     #[inline(always)]
     pub(crate) fn find(&self, qpn: u32) -> Option<HotSq<'a>> {
-        let t = &*self.0.at(qpn as usize).track;
+        let t = &**self.0.at(qpn as usize);
         // Indexed: it has an SQ.
         (t.key.load(Ordering::Relaxed) == qpn).then_some(HotSq { qpn, track: t })
     }
@@ -344,24 +339,18 @@ pub(crate) type PendingTail = Option<u32>;
 
 impl PollCache {
     pub(crate) fn new(reg: Arc<Registry>) -> PollCache {
-        let index = Pow2Table::<IndexSlot>::new(1);
-        let vacant = index.at(0).track.clone();
+        let index = Pow2Table::<Arc<QpTrack>>::new(1);
+        let vacant = index.at(0).clone();
         PollCache {
             reg,
             qps: Vec::new(),
             qpns: Vec::new(),
             index,
+            index_pos: Pow2Table::new(1),
             vacant,
             last: 0,
             switched: false,
         }
-    }
-
-    /// The index slot of `qpn`, if it holds `qpn`'s track.
-    #[inline(always)]
-    fn indexed(&self, qpn: u32) -> Option<&IndexSlot> {
-        let slot = self.index.at(qpn as usize);
-        (slot.track.qpn == qpn).then_some(slot)
     }
 
     /// The SQ of no QP: no completion's QPN is its own, so a loop that
@@ -384,9 +373,10 @@ impl PollCache {
     /// Where `qpn` is in `qps`, if cached: its index slot, else a scan.
     #[inline(always)]
     fn position(&self, qpn: u32) -> Option<usize> {
-        match self.indexed(qpn) {
-            Some(slot) => Some(slot.pos as usize),
-            None => self.qpns.iter().position(|&q| q == qpn),
+        if self.index.at(qpn as usize).qpn == qpn {
+            Some(*self.index_pos.at(qpn as usize) as usize)
+        } else {
+            self.qpns.iter().position(|&q| q == qpn)
         }
     }
 
@@ -413,20 +403,15 @@ impl PollCache {
             }
             len *= 2;
         }
-        let mut index: Vec<IndexSlot> = (0..len)
-            .map(|_| IndexSlot {
-                track: self.vacant.clone(),
-                pos: 0,
-            })
-            .collect();
+        let mut index = vec![self.vacant.clone(); len];
+        let mut pos = vec![0; len];
         for (i, t) in sqs() {
-            index[t.qpn as usize & (len - 1)] = IndexSlot {
-                track: t.clone(),
-                pos: i as u32,
-            };
+            index[t.qpn as usize & (len - 1)] = t.clone();
+            pos[t.qpn as usize & (len - 1)] = i as u32;
         }
-        if let Some(index) = Pow2Table::from_items(index) {
-            self.index = index;
+        if let (Some(index), Some(pos)) = (Pow2Table::from_items(index), Pow2Table::from_items(pos))
+        {
+            (self.index, self.index_pos) = (index, pos);
         }
     }
 
