@@ -280,7 +280,7 @@ impl<'a> SqIndex<'a> {
     pub(crate) fn find(&self, qpn: u32) -> Option<HotSq<'a>> {
         let t = &**self.0.at(qpn as usize);
         // Indexed: it has an SQ.
-        (t.key.load(Ordering::Relaxed) == qpn).then_some(HotSq { qpn, track: t })
+        (t.key.load(Ordering::Relaxed) == qpn).then_some(HotSq { track: t })
     }
 }
 
@@ -291,15 +291,15 @@ impl<'a> SqIndex<'a> {
 /// QP, see [`PollCache::no_sq`]).
 #[derive(Clone, Copy)]
 pub(crate) struct HotSq<'a> {
-    qpn: u32,
-    /// One register for the slot table and the tail, at fixed offsets.
+    /// One register for the QPN, the slot table and the tail, at fixed
+    /// offsets.
     track: &'a QpTrack,
 }
 
 impl HotSq<'_> {
     #[inline(always)]
     pub(crate) fn qpn(&self) -> u32 {
-        self.qpn
+        self.track.qpn
     }
 
     /// The wr_id of the WQE at WQEBB index `wqe_counter`, without the SQ
@@ -359,7 +359,6 @@ impl PollCache {
     #[inline(always)]
     pub(crate) fn no_sq(&self) -> HotSq<'_> {
         HotSq {
-            qpn: DEAD,
             track: &self.vacant,
         }
     }
@@ -457,10 +456,7 @@ impl PollCache {
 
     #[inline(always)]
     pub(crate) fn sq_of(t: &QpTrack) -> Option<HotSq<'_>> {
-        (t.is_alive() && !t.sq.is_empty()).then_some(HotSq {
-            qpn: t.qpn,
-            track: t,
-        })
+        (t.is_alive() && !t.sq.is_empty()).then_some(HotSq { track: t })
     }
 
     /// Points the cache at `qpn` (cached) after the fast path moved to it.
