@@ -222,12 +222,14 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
 
 /// The hot path over one stretch of the ring in lap `lap`: takes successful
 /// requester completions of the indexed QPs into `out` until an entry is
-/// not one (or not software's); returns how many. `hot` is the QP of the
-/// last one taken, `pending` the SQ tail its completions retire up to; at
-/// another QP's completion the tail goes out and `hot` moves to that QP.
-/// The last QP's tail goes out at the end, leaving nothing pending. A QP
-/// the index lacks (or has dead) ends the run: the general path looks.
-/// Out of line, so its loop has every register to itself.
+/// not one (or not software's); returns how many. `pending` is the SQ tail
+/// `hot`'s completions retired up to before; `hot` ends as the QP of the
+/// last one taken. Where QPs take turns most completions are of another QP
+/// than the one before, so each looks its QP up in the index, as a C
+/// driver's `table[qpn & mask]`, and publishes the SQ tail it retires up
+/// to: a store it would otherwise make at the move. A QP the index lacks
+/// (or has dead) ends the run: the general path looks. Out of line, so its
+/// loop has every register to itself.
 #[inline(never)]
 fn take_run<'c>(
     run: Run64,
@@ -242,15 +244,8 @@ fn take_run<'c>(
     let Some(out) = out.get_mut(..run.len()) else {
         return 0;
     };
-    // Locals while the loop runs, so they stay in registers. With a tail
-    // always at hand a move to another QP stores it with no check: before
-    // `hot` has a completion taken the loop starts at no QP, whose tail
-    // goes nowhere, and moves at the first completion.
+    hot.publish(pending);
     let index = cache.sq_index();
-    let (mut sq, mut tail) = match pending {
-        Some(t) => (*hot, t),
-        None => (cache.no_sq(), 0),
-    };
     let taken = 'run: {
         for k in 0..out.len() {
             let (Some(w), Some(e)) = (out.get_mut(k), run.get(k)) else {
@@ -267,15 +262,12 @@ fn take_run<'c>(
                 break 'run k;
             };
             let qpn = sop_drop_qpn & LOW_24;
-            if qpn != sq.qpn() {
-                let Some(next) = index.find(qpn) else {
-                    break 'run k;
-                };
-                sq.publish(Some(tail));
-                sq = next;
-            }
-            let (wr_id, t) = sq.slot(c.wqe_counter());
-            tail = t;
+            let Some(sq) = index.find(qpn) else {
+                break 'run k;
+            };
+            let (wr_id, tail) = sq.slot(c.wqe_counter());
+            // SQ room first, then the CQ's (the caller's `set_ci`).
+            sq.publish(Some(tail));
             // Read unconditionally (the entry is ours), so the atomics'
             // fixed 8 is a select rather than a branch.
             let byte_len = match opcode {
@@ -292,9 +284,11 @@ fn take_run<'c>(
         }
         out.len()
     };
-    // SQ room first, then the CQ's (the caller's `set_ci`).
-    sq.publish(Some(tail));
-    if taken > 0 {
+    // Looked up again rather than carried through the loop.
+    if let Some(sq) = out
+        .get(taken.wrapping_sub(1))
+        .and_then(|w| index.find(w.qp_num))
+    {
         *hot = sq;
     }
     taken
@@ -565,10 +559,11 @@ impl Cq {
     /// Takes successful requester completions into `wc`, reading just the
     /// fields they need, until the ring runs dry or an entry needs the
     /// general path (which then looks at it afresh); returns how many. The
-    /// SQ of the last completion's QP stays in registers; at another cached
-    /// QP's completion the loop moves to that QP's. Moves the consumer
-    /// counter and publishes, per run of one QP, the SQ tail it retires up
-    /// to.
+    /// SQ of the last completion's QP stays in registers; once another
+    /// QP's completion stops its run, the loop where each completion looks
+    /// its QP up. Moves the consumer counter and publishes the SQ tail it
+    /// retires up to: per run of one QP, per completion where QPs take
+    /// turns.
     #[inline(always)]
     fn take_hot(&mut self, wc: &mut [Wc]) -> usize {
         let ring = self.ring();

@@ -284,15 +284,13 @@ impl<'a> SqIndex<'a> {
     }
 }
 
-/// The cached QP's SQ as a poll call's fast path reads it: its QPN and
-/// track, taken once per call (and again when the general path moves the
-/// cache), so a completion reloads nothing to find them. Made only for a
-/// live QP with an SQ, so a completion's slot needs no check (or for no
-/// QP, see [`PollCache::no_sq`]).
+/// The cached QP's SQ as a poll call's fast path reads it: its track,
+/// taken once per call (and again when the general path moves the cache),
+/// so a completion reloads nothing to find it; the QPN, slot table and
+/// tail are at fixed offsets from the one register. Made only for a live
+/// QP with an SQ, so a completion's slot needs no check.
 #[derive(Clone, Copy)]
 pub(crate) struct HotSq<'a> {
-    /// One register for the QPN, the slot table and the tail, at fixed
-    /// offsets.
     track: &'a QpTrack,
 }
 
@@ -332,9 +330,11 @@ impl HotSq<'_> {
 }
 
 /// The SQ tail a poll has retired up to on the QP the cache points at, not
-/// yet published. The hot path publishes once per run of completions and
-/// the general path once per entry, not per completion: a store per
-/// completion would write the shared cache line the producer reads.
+/// yet published. The hot path publishes once per run of one QP's
+/// completions and the general path once per entry, not per completion: a
+/// store per completion would write the shared cache line the producer
+/// reads. (Where QPs take turns, a run is mostly one completion, and the
+/// hot path publishes per completion.)
 pub(crate) type PendingTail = Option<u32>;
 
 impl PollCache {
@@ -350,16 +350,6 @@ impl PollCache {
             vacant,
             last: 0,
             switched: false,
-        }
-    }
-
-    /// The SQ of no QP: no completion's QPN is its own, so a loop that
-    /// moves between QPs can start at it and move at its first completion;
-    /// a tail published to it goes nowhere.
-    #[inline(always)]
-    pub(crate) fn no_sq(&self) -> HotSq<'_> {
-        HotSq {
-            track: &self.vacant,
         }
     }
 
