@@ -222,31 +222,22 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
 
 /// The hot path over one stretch of the ring in lap `lap`: takes successful
 /// requester completions of the indexed QPs into `out` until an entry is
-/// not one (or not software's); returns how many. `pending` is the SQ tail
-/// `hot`'s completions retired up to before; `hot` ends as the QP of the
-/// last one taken. Where QPs take turns most completions are of another QP
+/// not one (or not software's); returns how many. Where QPs take turns most
+/// completions are of another QP
 /// than the one before, so each looks its QP up in the index, as a C
 /// driver's `table[qpn & mask]`, and publishes the SQ tail it retires up
 /// to: a store it would otherwise make at the move. A QP the index lacks
 /// (or has dead) ends the run: the general path looks. Out of line, so its
 /// loop has every register to itself.
 #[inline(never)]
-fn take_run<'c>(
-    run: Run64,
-    lap: u8,
-    cache: &'c PollCache,
-    hot: &mut HotSq<'c>,
-    pending: PendingTail,
-    out: &mut [Wc],
-) -> usize {
+fn take_run(run: Run64, lap: u8, cache: &PollCache, out: &mut [Wc]) -> usize {
     // One index for both, so one bound: `run64` gave no more entries than
     // `out` has room for.
     let Some(out) = out.get_mut(..run.len()) else {
         return 0;
     };
-    hot.publish(pending);
     let index = cache.sq_index();
-    let taken = 'run: {
+    'run: {
         for k in 0..out.len() {
             let (Some(w), Some(e)) = (out.get_mut(k), run.get(k)) else {
                 break 'run k;
@@ -283,15 +274,7 @@ fn take_run<'c>(
             };
         }
         out.len()
-    };
-    // Looked up again rather than carried through the loop.
-    if let Some(sq) = out
-        .get(taken.wrapping_sub(1))
-        .and_then(|w| index.find(w.qp_num))
-    {
-        *hot = sq;
     }
-    taken
 }
 
 /// Decodes any software-owned CQE; `None` for a resize marker. Also returns
@@ -574,7 +557,7 @@ impl Cq {
         let n = wc.len().min(u32::MAX as usize);
         let mut got = 0;
         let cache = &self.dp.cache;
-        let Some(mut hot) = cache.hot_sq() else {
+        let Some(hot) = cache.hot_sq() else {
             return 0;
         };
         let mut pending = None;
@@ -587,7 +570,10 @@ impl Cq {
             let run = ring.run64(c as usize * CQE_SIZE, out.len());
             let lap = ((c >> log) & 1) as u8;
             let k = if turns {
-                take_run(run, lap, cache, &mut hot, pending.take(), out)
+                // SQ room first, the run's own as it goes, then the CQ's
+                // (the caller's `set_ci`).
+                hot.publish(pending.take());
+                take_run(run, lap, cache, out)
             } else {
                 let k = take_run_one(run, lap, hot, out);
                 if k > 0 {
@@ -620,10 +606,14 @@ impl Cq {
         hot.publish(pending);
         if turns {
             // Only the loop that moves between QPs may have left the
-            // cache's QP.
-            self.dp.cache.point_at(hot.qpn());
-            if let Some([.., a, b]) = wc.get(..got) {
-                self.dp.turns = a.qp_num != b.qp_num;
+            // cache's QP: it goes to the last completion's.
+            match wc.get(..got) {
+                Some([.., a, b]) => {
+                    self.dp.turns = a.qp_num != b.qp_num;
+                    self.dp.cache.point_at(b.qp_num);
+                }
+                Some([b]) => self.dp.cache.point_at(b.qp_num),
+                _ => {}
             }
         }
         self.ci = c;
