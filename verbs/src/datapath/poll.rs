@@ -223,12 +223,11 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
 /// The hot path over one stretch of the ring in lap `lap`: takes successful
 /// requester completions of the indexed QPs into `out` until an entry is
 /// not one (or not software's); returns how many. Where QPs take turns most
-/// completions are of another QP
-/// than the one before, so each looks its QP up in the index, as a C
-/// driver's `table[qpn & mask]`, and publishes the SQ tail it retires up
-/// to: a store it would otherwise make at the move. A QP the index lacks
-/// (or has dead) ends the run: the general path looks. Out of line, so its
-/// loop has every register to itself.
+/// completions are of another QP than the one before, so each looks its QP
+/// up in the index, as a C driver's `table[qpn & mask]`, and publishes the
+/// SQ tail it retires up to, the store a move to another QP makes anyway.
+/// A QP the index lacks (or has dead) ends the run: the general path
+/// looks. Out of line, so its loop has every register to itself.
 #[inline(never)]
 fn take_run(run: Run64, lap: u8, cache: &PollCache, out: &mut [Wc]) -> usize {
     // One index for both, so one bound: `run64` gave no more entries than
