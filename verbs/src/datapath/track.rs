@@ -255,8 +255,8 @@ pub(crate) struct PollCache {
     switched: bool,
 }
 
-/// How many times more slots than its least [`PollCache::index`] may take to
-/// give each QP a slot of its own.
+/// How far [`PollCache::index`] may grow past four slots a QP (a factor)
+/// to give each QP a slot of its own.
 const INDEX_GROWTH: usize = 16;
 
 /// The track of no QP, never alive: what empty slots of
