@@ -506,6 +506,52 @@ mod datapath {
         );
     }
 
+    /// Completions of QPs taking turns, then a long run of one QP's, then
+    /// turns again, polled a few at a time: each names its request in
+    /// order, and every QP's send queue room comes back.
+    #[test]
+    fn polls_follow_qps_from_turns_to_one_and_back() {
+        let (ctx, _sim, _rec) = recorded(500);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(63).unwrap();
+        let s = [Sge::new(0x1000, 8, 1)];
+        let mut wc = [Wc::default(); 32];
+        for width in [4, 32, 1, 3] {
+            let mut qps = rc_qps_on(&pd, &cq, 3);
+            let order: Vec<usize> = [0, 1, 2, 0, 1, 2]
+                .into_iter()
+                .chain([0; 6])
+                .chain([1, 2].repeat(6))
+                .collect();
+            let mut expect = Vec::new();
+            for (i, &q) in order.iter().enumerate() {
+                let id = 100 * width as u64 + i as u64;
+                qps[q].post_send(&SendWr::send(id, &s)).unwrap();
+                let idx = qps[q].send_queue().cur_post() - 1;
+                put_send_done(&cq, i as u32, qps[q].qpn(), idx as u16);
+                expect.push((qps[q].qpn(), id));
+            }
+            let mut got = Vec::new();
+            while got.len() < expect.len() {
+                let k = cq.poll(&mut wc[..width.min(expect.len() - got.len())]);
+                assert!(k > 0, "{} of {}", got.len(), expect.len());
+                got.extend_from_slice(&wc[..k]);
+            }
+            assert_eq!(cq.poll(&mut wc), 0);
+            for (i, (w, &(qpn, id))) in got.iter().zip(&expect).enumerate() {
+                assert_eq!(
+                    (w.status, w.qp_num, w.wr_id),
+                    (WcStatus::Success, qpn, id),
+                    "width {width}, completion {i}"
+                );
+            }
+            for qp in &mut qps {
+                assert_eq!(qp.send_queue().in_use(), 0);
+            }
+            assert_eq!(cq.doorbell_ci(), cq.consumer_index());
+        }
+    }
+
     /// QPs taking turns, one of them destroyed after the poller has met it
     /// but with completions still in the ring, and a QPN no QP has among
     /// them: those are general errors naming their QPN, the live QPs'
