@@ -285,6 +285,107 @@ mod datapath {
         }
     }
 
+    /// A QP's requester completions with atomics and a responder
+    /// completion among them, around the ring's end, taken by lazy polls
+    /// (after the first, through the QP's fast path), by an array poll and
+    /// by polls for one at a time:
+    /// each names its request, an atomic's length is 8 whatever the CQE's
+    /// byte count says, and the QP's SQ room all comes back.
+    #[test]
+    fn atomics_and_a_responder_cqe_amid_one_qps_requester_completions() {
+        let (ctx, _sim, _rec) = recorded(500);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(7).unwrap();
+        let entries = cq.memory().entries;
+        assert_eq!(entries, 8);
+        let mut qp = pd
+            .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(cap()))
+            .unwrap();
+        rts(&qp);
+        let s = [Sge::new(0x1000, 8, 1)];
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        enum How {
+            Array,
+            Lazy,
+            OneByOne,
+        }
+        for how in [How::Array, How::Lazy, How::Lazy, How::OneByOne] {
+            qp.post_recv(&RecvWr::new(88, &s)).unwrap();
+            let wrs = [
+                SendWr::send(1, &s),
+                SendWr::rdma_write(2, &s, 0x2000, 7),
+                SendWr::fetch_add(3, &s, 0x2000, 7, 1),
+                SendWr::rdma_read(4, &s, 0x2000, 7),
+                SendWr::comp_swap(5, &s, 0x2000, 7, 0, 1),
+                SendWr::send(6, &s),
+            ];
+            // The CQEs in order, the responder's fourth; every byte count
+            // 100 + the request's wr_id, which an atomic's length ignores.
+            let mut expect = Vec::new();
+            let put = |cq: &Cq, ahead: usize, mut c: [u8; 64]| {
+                let slot = cq.consumer_index() + ahead as u32;
+                c[63] |= ((slot / entries) & 1) as u8;
+                put_cqe(cq, slot, c);
+            };
+            for (k, wr) in wrs.iter().enumerate() {
+                if k == 3 {
+                    let mut c = cqe(0x2, 0, qp.qpn(), 0);
+                    c[44..48].copy_from_slice(&5u32.to_be_bytes());
+                    put(&cq, expect.len(), c);
+                    expect.push((88, WcOpcode::Recv, 5));
+                }
+                let at = qp.send_queue().cur_post() as u16;
+                qp.post_send(wr).unwrap();
+                let mut c = cqe(0x0, 0, qp.qpn(), at);
+                c[56] = wr.op.mlx5_opcode() as u8;
+                c[44..48].copy_from_slice(&(100 + wr.wr_id as u32).to_be_bytes());
+                put(&cq, expect.len(), c);
+                let counted = 100 + wr.wr_id as u32;
+                let (opcode, len) = match wr.wr_id {
+                    1 | 6 => (WcOpcode::Send, counted),
+                    2 => (WcOpcode::RdmaWrite, counted),
+                    3 => (WcOpcode::FetchAdd, 8),
+                    4 => (WcOpcode::RdmaRead, counted),
+                    _ => (WcOpcode::CompSwap, 8),
+                };
+                expect.push((wr.wr_id, opcode, len));
+            }
+            let ci = cq.consumer_index();
+            let mut got = Vec::new();
+            match how {
+                How::Lazy => {
+                    // One completion first, so the QP is the hot one for the
+                    // rest.
+                    for stop in [1, usize::MAX] {
+                        for c in cq.start_poll().take(stop) {
+                            got.push(c.wc());
+                        }
+                    }
+                }
+                How::Array => {
+                    let mut wc = [Wc::default(); 8];
+                    let k = cq.poll(&mut wc);
+                    got.extend_from_slice(&wc[..k]);
+                }
+                How::OneByOne => {
+                    let mut wc = [Wc::default()];
+                    while cq.poll(&mut wc) == 1 {
+                        got.push(wc[0]);
+                    }
+                }
+            }
+            let seen: Vec<(u64, WcOpcode, u32)> = got
+                .iter()
+                .map(|w| (w.wr_id, w.opcode, w.byte_len))
+                .collect();
+            assert_eq!(seen, expect, "{how:?}");
+            assert!(got.iter().all(|w| w.is_ok() && w.qp_num == qp.qpn()));
+            assert_eq!(qp.send_queue().in_use(), 0);
+            assert_eq!(cq.consumer_index(), ci + 7);
+            assert_eq!(cq.doorbell_ci(), ci + 7);
+        }
+    }
+
     #[test]
     fn poll_respects_the_output_length() {
         let (ctx, _sim, _rec) = recorded(500);

@@ -1,15 +1,16 @@
 //! Lazy polling, as rdma-core's extended CQ (`ibv_start_poll`,
 //! `ibv_next_poll`, `ibv_end_poll` and the `ibv_wc_read_*` readers):
 //! completions one at a time, a successful requester completion carrying
-//! just its few fields, nothing written into a [`Wc`] array. Successful requester completions of
-//! the CQ's cached QPs take the fast path; every other entry is decoded in
-//! full, so error completions still come by name.
+//! just its few fields, nothing written into a [`Wc`] array. The hot QP's
+//! successful requester completions other than atomics take the fast path,
+//! those of the CQ's other cached QPs a shorter one; every other entry is
+//! decoded in full, so error completions still come by name.
 
 use prm_layouts::Cqe64;
 
 use super::poll::{decode_any, is_hot_req, Poller, RawCqe, OP_OWN, SET_CI};
-use super::ring::{DbRec, Entry64, Ring64};
-use super::track::{PollCache, QpTrack};
+use super::ring::{DbRec, Entry64, Ring64, Walk64};
+use super::track::{PollCache, QpTrack, SqView};
 use super::wc::{Wc, WcOpcode, WcStatus};
 use super::LOW_24;
 use crate::cq::{Cq, CQE_SIZE};
@@ -29,30 +30,37 @@ pub struct Poll<'a> {
 }
 
 /// The poll's position and what its hot path reads. A copy goes to the
-/// slow path, and the poll takes the position and ring back from it: so
-/// they are not live across that call, and the caller's own loop state
-/// keeps the registers the call preserves instead of going to the stack.
-/// The hot QP, which the slow path never changes, stays the caller's, so
-/// the compiler tests it once per poll, not per completion.
+/// slow path, and the poll takes the position back from it: so it is not
+/// live across that call, and the caller's own loop state keeps the
+/// registers the call preserves instead of going to the stack. The hot QP,
+/// which the slow path never changes, stays the caller's, so the compiler
+/// tests it once per poll, not per completion.
 #[derive(Clone, Copy)]
 struct Cursor<'a> {
-    /// The CQ's ring and its size in bytes (the lap's bit of `off`), held
-    /// apart: the ring comes back from the slow path as loaded values, and
-    /// the size would otherwise be derived from its mask per completion.
-    ring: Ring64,
-    len: usize,
-    /// The consumer counter as a byte offset (counter × CQE size, not
-    /// wrapped at the ring's end: the bit above the ring's size is the
-    /// lap's), so a completion costs one add.
-    off: usize,
-    /// The CQ's hot QP ([`Poller::hot`]), if alive when the poll began: its
-    /// successful requester completions are decoded in [`Poll::next`]
-    /// itself. The fields the hot path needs are few, so they stay in
-    /// the caller's registers; what only the general path uses is not
-    /// touched per completion.
-    hot: Option<&'a QpTrack>,
+    /// The entry at the consumer counter: a completion moves it with an
+    /// add and a compare.
+    walk: Walk64,
+    /// The consumer counter of the ring's first entry in the walk's lap
+    /// (a multiple of the ring's entries): with the walk's index, the
+    /// consumer counter.
+    lap_ci: u32,
+    /// The owner bit of software's entries in this lap.
+    lap: u8,
+    /// The CQ's hot QP ([`Poller::hot`]), if alive and with an SQ when the
+    /// poll began: its successful requester completions are decoded in
+    /// [`Poll::next`] itself.
+    hot: Option<Hot<'a>>,
     /// The doorbell record.
     dbrec: DbRec,
+}
+
+/// The hot QP as the hot path reads it: its slot table's address and mask
+/// as values, so they stay in registers rather than being loaded through
+/// the track per completion.
+#[derive(Clone, Copy)]
+struct Hot<'a> {
+    track: &'a QpTrack,
+    sq: SqView<'a>,
 }
 
 /// One completion, read through its accessors (`ibv_wc_read_*`). A
@@ -104,7 +112,7 @@ impl Completion {
     }
 }
 
-/// A successful requester completion's work completion.
+/// A successful requester completion's work completion, of any opcode.
 #[inline(always)]
 fn req_wc(wr_id: u64, opcode: WcOpcode, qpn: u32, cqe: &Cqe64) -> Wc {
     // Read unconditionally, so the atomics' fixed 8 is a select.
@@ -144,12 +152,16 @@ impl Cq {
             retarget(&mut self.dp);
         }
         let dp = &mut self.dp;
+        let hot = dp.hot.as_deref().filter(|t| t.is_alive() && t.has_sq());
         Poll {
             cur: Cursor {
-                ring,
-                len: ring.len(),
-                off: start as usize * CQE_SIZE,
-                hot: dp.hot.as_deref().filter(|t| t.is_alive()),
+                walk: ring.walk64(start as usize * CQE_SIZE),
+                lap_ci: start & !((1 << self.log_size) - 1),
+                lap: ((start >> self.log_size) & 1) as u8,
+                hot: hot.map(|track| Hot {
+                    track,
+                    sq: track.sq_view(),
+                }),
                 dbrec: dp.dbrec,
             },
             cache: &mut dp.cache,
@@ -242,18 +254,17 @@ impl Poll<'_> {
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<Completion> {
         loop {
-            let off = self.cur.off;
-            let e = self.cur.ring.entry64(off);
+            let e = self.cur.walk.entry();
             let op_own = e.load_acquire(OP_OWN);
-            if let Some(wc) = self.cur.hot(e, op_own, off) {
-                self.cur.off = off.wrapping_add(CQE_SIZE);
+            if let Some(wc) = self.cur.hot(e, op_own) {
+                self.cur.step();
                 return Some(Completion { wc });
             }
             let mut cur = self.cur;
             let taken = slow(&mut cur, self.cache, *self.cq_ci);
-            self.cur.ring = cur.ring;
-            self.cur.len = cur.len;
-            self.cur.off = cur.off;
+            self.cur.walk = cur.walk;
+            self.cur.lap_ci = cur.lap_ci;
+            self.cur.lap = cur.lap;
             match taken {
                 Taken::Empty => return None,
                 Taken::Skip => {}
@@ -267,30 +278,43 @@ impl Cursor<'_> {
     /// The consumer counter.
     #[inline(always)]
     fn ci(&self) -> u32 {
-        (self.off / CQE_SIZE) as u32
+        self.lap_ci.wrapping_add(self.walk.index() as u32)
+    }
+
+    /// Moves past the entry at the consumer counter.
+    #[inline(always)]
+    fn step(&mut self) {
+        if self.walk.step() {
+            let entries = (self.walk.ring().len() / CQE_SIZE) as u32;
+            self.lap_ci = self.lap_ci.wrapping_add(entries);
+            self.lap ^= 1;
+        }
     }
 
     /// A successful requester completion of the hot QP in entry `e` (owner
-    /// byte `op_own`, at byte offset `off`, see [`Cursor::off`]); `None`
-    /// leaves it to [`slow`].
+    /// byte `op_own`) whose length is the CQE's byte count (not an
+    /// atomic's); `None` leaves it to [`slow`].
     #[inline(always)]
-    fn hot(&self, e: Entry64, op_own: u8, off: usize) -> Option<Wc> {
-        // The lap's owner bit: the ring's size in bytes is the bit above the
-        // offset, so no separate log2 is carried.
-        let lap = (off & self.len != 0) as u8;
-        if !is_hot_req(op_own, lap) {
+    fn hot(&self, e: Entry64, op_own: u8) -> Option<Wc> {
+        if !is_hot_req(op_own, self.lap) {
             return None;
         }
-        let t = self.hot?;
+        let h = self.hot?;
         // The entry is ours: only the fields used below are loaded.
         let cqe = Cqe64(e.read64b());
         let sop_drop_qpn = cqe.sop_drop_qpn();
-        let opcode = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8)?;
-        if sop_drop_qpn & LOW_24 != t.qpn {
+        let opcode = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8)?;
+        let qpn = h.track.qpn;
+        if sop_drop_qpn & LOW_24 != qpn {
             return None;
         }
-        let wr_id = t.sq_wr_id(cqe.wqe_counter())?;
-        Some(req_wc(wr_id, opcode, t.qpn, &cqe))
+        Some(Wc {
+            wr_id: h.sq.wr_id(cqe.wqe_counter()),
+            opcode,
+            byte_len: cqe.byte_cnt(),
+            qp_num: qpn,
+            ..Wc::default()
+        })
     }
 }
 
@@ -307,16 +331,17 @@ impl Cursor<'_> {
 #[inline(never)]
 #[allow(improper_ctypes_definitions)] // Called from Rust only, for the nounwind.
 extern "C" fn slow(cur: &mut Cursor<'_>, cache: &mut PollCache, cq_ci: u32) -> Taken {
-    let off = cur.off;
-    let e = cur.ring.entry64(off);
+    let e = cur.walk.entry();
     let op_own = e.load_acquire(OP_OWN);
     let c = cur.ci();
+    let ring = cur.walk.ring();
+    let hot = cur.hot.map(|h| h.track);
     if c != cq_ci {
-        end_hot(cur.hot, cur.ring, c);
+        end_hot(hot, ring, c);
     }
-    let taken = general(cache, cur.hot.map(|t| t.qpn), cur.ring, e, op_own, c);
+    let taken = general(cache, hot.map(|t| t.qpn), ring, e, op_own, c);
     if !matches!(taken, Taken::Empty) {
-        cur.off = off.wrapping_add(CQE_SIZE);
+        cur.step();
     }
     taken
 }
@@ -362,7 +387,7 @@ impl Drop for Poll<'_> {
     fn drop(&mut self) {
         let ci = self.cur.ci();
         if ci != *self.cq_ci {
-            end_hot(self.cur.hot, self.cur.ring, ci);
+            end_hot(self.cur.hot.map(|h| h.track), self.cur.walk.ring(), ci);
             *self.cq_ci = ci;
             self.cur.dbrec.store(SET_CI, ci & LOW_24);
         }

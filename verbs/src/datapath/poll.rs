@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::ring::{DbRec, Ring64, Run64};
-use super::track::{HotSq, PendingTail, PollCache, QpTrack, Registry};
+use super::track::{HotSq, PendingTail, PollCache, QpTrack, Registry, SqView};
 use super::wc::{Wc, WcOpcode, WcStatus};
 use super::LOW_24;
 use crate::cq::{Cq, CQE_SIZE};
@@ -170,19 +170,38 @@ pub(super) fn is_hot_req(op_own: u8, lap: u8) -> bool {
 }
 
 /// The hot path over one stretch of the ring in lap `lap` for one QP's
-/// completions: takes successful requester completions of `sq`'s QP into
-/// `out` until an entry is not one (or not software's, or another QP's);
-/// returns how many. Nothing but the QPN carried through the loop, so a CQ
-/// of one QP's completions runs with the fewest registers; [`take_run`]
-/// takes over where QPs take turns.
+/// completions: takes successful requester completions of `sq`'s QP, other
+/// than atomics, into `out` until an entry is not one (or not software's,
+/// or another QP's); returns how many, and the SQ tail the last one
+/// retires up to. Nothing but the QPN and the slot table carried through
+/// the loop, so a CQ of one QP's completions runs with the fewest
+/// registers; [`take_run`] takes over where QPs take turns (and for
+/// atomics).
 #[inline(always)]
-fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
+fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> (usize, PendingTail) {
     let qpn = sq.qpn();
+    // The slot table's address and mask as values: read through the track,
+    // they would be loaded again after each owner byte's acquire.
+    let slots = sq.view();
     // One index for both, so one bound: `run64` gave no more entries than
     // `out` has room for.
     let Some(out) = out.get_mut(..run.len()) else {
-        return 0;
+        return (0, None);
     };
+    let k = take_run_one_loop(run, lap, qpn, slots, out);
+    // The SQ tail is the last completion's: read once here rather than
+    // carried through the loop. The entry stays ours until `set_ci` moves
+    // past it.
+    let last = k.checked_sub(1).and_then(|j| run.get(j));
+    (
+        k,
+        last.map(|e| slots.next(Cqe64(e.read64b()).wqe_counter())),
+    )
+}
+
+/// [`take_run_one`]'s loop, with `out` as long as `run`.
+#[inline(always)]
+fn take_run_one_loop(run: Run64, lap: u8, qpn: u32, slots: SqView<'_>, out: &mut [Wc]) -> usize {
     for k in 0..out.len() {
         let (Some(w), Some(e)) = (out.get_mut(k), run.get(k)) else {
             return k;
@@ -194,28 +213,15 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> usize {
         // are loaded.
         let c = Cqe64(e.read64b());
         let sop_drop_qpn = c.sop_drop_qpn();
-        let Some(opcode) = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8) else {
+        // Atomics (length a fixed 8) are left to `take_run`.
+        let Some(opcode) = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8) else {
             return k;
         };
         if sop_drop_qpn & LOW_24 != qpn {
             return k;
         }
-        // The wr_id alone: the SQ tail is the run's last completion's,
-        // read once by the caller.
-        let wr_id = sq.wr_id(c.wqe_counter());
-        // Read unconditionally (the entry is ours), so the atomics' fixed 8
-        // is a select rather than a branch.
-        let byte_len = match opcode {
-            WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-            _ => c.byte_cnt(),
-        };
-        *w = Wc {
-            wr_id,
-            opcode,
-            byte_len,
-            qp_num: qpn,
-            ..Wc::default()
-        };
+        // The wr_id alone: the SQ tail is the run's last completion's.
+        w.set_req(slots.wr_id(c.wqe_counter()), opcode, c.byte_cnt(), qpn);
     }
     out.len()
 }
@@ -248,7 +254,8 @@ fn take_run(run: Run64, lap: u8, cache: &PollCache, out: &mut [Wc]) -> usize {
             // below are loaded.
             let c = Cqe64(e.read64b());
             let sop_drop_qpn = c.sop_drop_qpn();
-            let Some(opcode) = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8) else {
+            let Some(opcode) = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8)
+            else {
                 break 'run k;
             };
             let qpn = sop_drop_qpn & LOW_24;
@@ -258,19 +265,7 @@ fn take_run(run: Run64, lap: u8, cache: &PollCache, out: &mut [Wc]) -> usize {
             let (wr_id, tail) = sq.slot(c.wqe_counter());
             // SQ room first, then the CQ's (the caller's `set_ci`).
             sq.publish(Some(tail));
-            // Read unconditionally (the entry is ours), so the atomics'
-            // fixed 8 is a select rather than a branch.
-            let byte_len = match opcode {
-                WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-                _ => c.byte_cnt(),
-            };
-            *w = Wc {
-                wr_id,
-                opcode,
-                byte_len,
-                qp_num: qpn,
-                ..Wc::default()
-            };
+            w.set_req(wr_id, opcode, c.byte_cnt(), qpn);
         }
         out.len()
     }
@@ -419,8 +414,8 @@ impl Cq {
     #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
         if let [w] = wc {
-            if let Some(one) = self.take_one() {
-                *w = one;
+            if let Some((wr_id, opcode, byte_len, qpn)) = self.take_one() {
+                w.set_req(wr_id, opcode, byte_len, qpn);
                 return 1;
             }
         }
@@ -438,10 +433,11 @@ impl Cq {
 
     /// The entry at the consumer counter if it is a successful requester
     /// completion of the cached QP: taken, its SQ room and the consumer
-    /// index published. Anything else is left for the general path, which
+    /// index published, and its wr_id, opcode, length and QPN returned for
+    /// [`Wc::set_req`]. Anything else is left for the general path, which
     /// looks at it afresh.
     #[inline(always)]
-    fn take_one(&mut self) -> Option<Wc> {
+    fn take_one(&mut self) -> Option<(u64, WcOpcode, u32, u32)> {
         let ci = self.ci;
         let e = self.ring().entry64(ci as usize * CQE_SIZE);
         let lap = ((ci >> self.log_size) & 1) as u8;
@@ -450,28 +446,19 @@ impl Cq {
         }
         let c = Cqe64(e.read64b());
         let sop_drop_qpn = c.sop_drop_qpn();
-        let opcode = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8)?;
+        // Atomics (length a fixed 8) go the general way.
+        let opcode = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8)?;
         let sq = self.dp.cache.hot_sq()?;
         let qpn = sop_drop_qpn & LOW_24;
         if qpn != sq.qpn() {
             return None;
         }
         let (wr_id, tail) = sq.slot(c.wqe_counter());
-        let byte_len = match opcode {
-            WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-            _ => c.byte_cnt(),
-        };
         // SQ room first, then the CQ's.
         sq.publish(Some(tail));
         self.ci = ci.wrapping_add(1);
         self.dp.dbrec.store(SET_CI, self.ci & LOW_24);
-        Some(Wc {
-            wr_id,
-            opcode,
-            byte_len,
-            qp_num: qpn,
-            ..Wc::default()
-        })
+        Some((wr_id, opcode, c.byte_cnt(), qpn))
     }
 
     #[inline(always)]
@@ -546,24 +533,65 @@ impl Cq {
     /// its QP up. Moves the consumer counter and publishes the SQ tail it
     /// retires up to: per run of one QP, per completion where QPs take
     /// turns.
+    ///
+    /// The first stretch, of the cached QP's completions, is taken here
+    /// (unless QPs took turns at the end of the last call);
+    /// [`Cq::take_hot_on`] goes on only if it stopped short of filling `wc`
+    /// at the ring's end or at an entry software owns: so a poll that fills
+    /// `wc` or empties the ring in one stretch keeps little in registers
+    /// and sets nothing up for the rest.
     #[inline(always)]
     fn take_hot(&mut self, wc: &mut [Wc]) -> usize {
+        if self.dp.turns {
+            return self.take_hot_on(wc, 0, None, true);
+        }
+        let start = self.ci;
+        let Some(hot) = self.dp.cache.hot_sq() else {
+            return 0;
+        };
+        // At most 2^32 − 1 at once: the count is the counter's progress.
+        let n = wc.len().min(u32::MAX as usize);
+        let log = self.log_size;
+        let run = self.ring().run64(start as usize * CQE_SIZE, n);
+        let (k, pending) = take_run_one(run, ((start >> log) & 1) as u8, hot, wc);
+        let c = start.wrapping_add(k as u32);
+        if k == n
+            || run
+                .get(k)
+                .is_some_and(|e| !RawCqe::is_sw_owned(e.load_acquire(OP_OWN), c, log))
+        {
+            // SQ room first, then the CQ's (the caller's `set_ci`).
+            hot.publish(pending);
+            self.ci = c;
+            return k;
+        }
+        self.take_hot_on(wc, k, pending, k < run.len())
+    }
+
+    /// [`Cq::take_hot`] on from `wc[got]`, where its first stretch stopped
+    /// (at an entry of another kind if `turns`, else at the ring's end),
+    /// with `pending` the SQ tail that stretch retires up to; returns the
+    /// count in all. Out of line, for the first stretch's sake.
+    #[inline(never)]
+    fn take_hot_on(
+        &mut self,
+        wc: &mut [Wc],
+        mut got: usize,
+        mut pending: PendingTail,
+        mut turns: bool,
+    ) -> usize {
         let ring = self.ring();
         let log = self.log_size;
         let start = self.ci;
-        let mut c = start;
+        let mut c = start.wrapping_add(got as u32);
         // At most 2^32 − 1 at once: the count is the counter's progress.
         let n = wc.len().min(u32::MAX as usize);
-        let mut got = 0;
         let cache = &self.dp.cache;
         let Some(hot) = cache.hot_sq() else {
             return 0;
         };
-        let mut pending = None;
         // One QP's runs first; once another QP's completion stops one, the
-        // loop that moves between QPs (from the start where QPs took turns
-        // at the end of the last call).
-        let mut turns = self.dp.turns;
+        // loop that moves between QPs.
         while let Some(out) = wc.get_mut(got..n) {
             // A stretch up to the ring's end: one lap, no wrapping.
             let run = ring.run64(c as usize * CQE_SIZE, out.len());
@@ -574,13 +602,9 @@ impl Cq {
                 hot.publish(pending.take());
                 take_run(run, lap, cache, out)
             } else {
-                let k = take_run_one(run, lap, hot, out);
-                if k > 0 {
-                    // The SQ tail is the run's last completion's: read once
-                    // here rather than carried through the loop. The entry
-                    // stays ours until `set_ci` moves past it.
-                    let last = ring.entry64((c as usize + k - 1) * CQE_SIZE);
-                    pending = Some(hot.slot(Cqe64(last.read64b()).wqe_counter()).1);
+                let (k, tail) = take_run_one(run, lap, hot, out);
+                if tail.is_some() {
+                    pending = tail;
                 }
                 k
             };

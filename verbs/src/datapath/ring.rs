@@ -182,6 +182,63 @@ impl Run64 {
     }
 }
 
+/// A walk through a [`Ring64`], entry by entry, wrapping at its end: the
+/// entry's address, so a step is an add and a compare, with no offset to
+/// wrap per entry. Made only by [`Ring64::walk64`]; the entry stays a
+/// multiple of 64 bytes from the ring's start and before its end.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Walk64 {
+    at: usize,
+    start: usize,
+    end: usize,
+}
+
+impl Ring64 {
+    /// A walk from offset `off` (a multiple of 64, wrapped) on.
+    #[inline(always)]
+    pub(crate) fn walk64(&self, off: usize) -> Walk64 {
+        Walk64 {
+            at: self.entry64(off).addr,
+            start: self.0.addr,
+            end: self.0.addr + self.len(),
+        }
+    }
+}
+
+impl Walk64 {
+    /// The entry the walk is at.
+    #[inline(always)]
+    pub(crate) fn entry(&self) -> Entry64 {
+        Entry64 { addr: self.at }
+    }
+
+    /// Moves to the next entry; true when that wrapped to the ring's start.
+    #[inline(always)]
+    pub(crate) fn step(&mut self) -> bool {
+        self.at += 64;
+        let wrapped = self.at == self.end;
+        if wrapped {
+            self.at = self.start;
+        }
+        wrapped
+    }
+
+    /// The entry's index in the ring.
+    #[inline(always)]
+    pub(crate) fn index(&self) -> usize {
+        (self.at - self.start) / 64
+    }
+
+    /// The ring walked.
+    #[inline(always)]
+    pub(crate) fn ring(&self) -> Ring64 {
+        Ring64(Ring {
+            addr: self.start,
+            mask: self.end - self.start - 1,
+        })
+    }
+}
+
 impl Entry64 {
     /// Byte `at` (< 64) with acquire ordering: the owner byte, after which
     /// the rest of the entry may be read.

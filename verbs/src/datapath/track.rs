@@ -77,6 +77,12 @@ impl QpTrack {
         }
     }
 
+    /// Whether the QP has an SQ.
+    #[inline(always)]
+    pub(crate) fn has_sq(&self) -> bool {
+        !self.sq.is_empty()
+    }
+
     #[inline(always)]
     pub(crate) fn sq_tail(&self) -> u32 {
         self.sq_tail.load(Ordering::Acquire)
@@ -91,13 +97,6 @@ impl QpTrack {
             slot.wr_id.load(Ordering::Relaxed),
             slot.next.load(Ordering::Relaxed),
         ))
-    }
-
-    /// Consumer: the wr_id of the WQE at WQEBB index `wqe_counter` alone.
-    #[inline(always)]
-    pub(crate) fn sq_wr_id(&self, wqe_counter: u16) -> Option<u64> {
-        let slot = self.sq.get(usize::from(wqe_counter))?;
-        Some(slot.wr_id.load(Ordering::Relaxed))
     }
 
     /// Consumer: publishes the SQ tail, freeing the WQEBBs before it.
@@ -158,6 +157,28 @@ impl SqView<'_> {
     #[inline(always)]
     pub(crate) fn tail(&self) -> u32 {
         self.tail.load(Ordering::Acquire)
+    }
+
+    /// Consumer: the wr_id of the WQE at WQEBB index `wqe_counter`, read
+    /// through a view a poll holds in registers; the holder has made sure
+    /// the QP has an SQ ([`QpTrack::has_sq`]).
+    #[inline(always)]
+    pub(crate) fn wr_id(&self, wqe_counter: u16) -> u64 {
+        self.slots
+            .at(usize::from(wqe_counter))
+            .wr_id
+            .load(Ordering::Relaxed)
+    }
+
+    /// Consumer: the SQ counter just past the WQE at WQEBB index
+    /// `wqe_counter`, what its completion retires everything up to; as
+    /// [`SqView::wr_id`].
+    #[inline(always)]
+    pub(crate) fn next(&self, wqe_counter: u16) -> u32 {
+        self.slots
+            .at(usize::from(wqe_counter))
+            .next
+            .load(Ordering::Relaxed)
     }
 }
 
@@ -294,19 +315,17 @@ pub(crate) struct HotSq<'a> {
     track: &'a QpTrack,
 }
 
-impl HotSq<'_> {
+impl<'a> HotSq<'a> {
     #[inline(always)]
     pub(crate) fn qpn(&self) -> u32 {
         self.track.qpn
     }
 
-    /// The wr_id of the WQE at WQEBB index `wqe_counter`, without the SQ
-    /// counter past it: one load per completion where only a run's last
-    /// completion's counter is needed.
+    /// The slot table as a view, whose address and mask a loop keeps in
+    /// registers.
     #[inline(always)]
-    pub(crate) fn wr_id(&self, wqe_counter: u16) -> u64 {
-        let slot = self.track.sq.at(usize::from(wqe_counter));
-        slot.wr_id.load(Ordering::Relaxed)
+    pub(crate) fn view(&self) -> SqView<'a> {
+        self.track.sq_view()
     }
 
     /// The wr_id of the WQE at WQEBB index `wqe_counter` and the SQ counter
