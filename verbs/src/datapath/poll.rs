@@ -542,13 +542,26 @@ impl Cq {
     /// and sets nothing up for the rest.
     #[inline(always)]
     fn take_hot(&mut self, wc: &mut [Wc]) -> usize {
-        if self.dp.turns {
-            return self.take_hot_on(wc, 0, None, true);
-        }
         let start = self.ci;
         let Some(hot) = self.dp.cache.hot_sq() else {
             return 0;
         };
+        if self.dp.turns {
+            // QPs took turns at the end of the last call: the first
+            // stretch with the loop that moves between QPs.
+            let n = wc.len().min(u32::MAX as usize);
+            let run = self.ring().run64(start as usize * CQE_SIZE, n);
+            let lap = ((start >> self.log_size) & 1) as u8;
+            let k = take_run(run, lap, &self.dp.cache, wc);
+            if k < n {
+                return self.take_hot_on(wc, k, None, true);
+            }
+            self.ci = start.wrapping_add(k as u32);
+            if let Some(taken) = wc.get(..k) {
+                self.turned(taken);
+            }
+            return k;
+        }
         // At most 2^32 − 1 at once: the count is the counter's progress.
         let n = wc.len().min(u32::MAX as usize);
         let log = self.log_size;
@@ -627,20 +640,27 @@ impl Cq {
         }
         // SQ room first, then the CQ's (the caller's `set_ci`).
         hot.publish(pending);
-        if turns {
-            // Only the loop that moves between QPs may have left the
-            // cache's QP: it goes to the last completion's.
-            match wc.get(..got) {
-                Some([.., a, b]) => {
-                    self.dp.turns = a.qp_num != b.qp_num;
-                    self.dp.cache.point_at(b.qp_num);
-                }
-                Some([b]) => self.dp.cache.point_at(b.qp_num),
-                _ => {}
-            }
+        if let Some(taken) = wc.get(..got).filter(|_| turns) {
+            self.turned(taken);
         }
         self.ci = c;
         c.wrapping_sub(start) as usize
+    }
+
+    /// After the loop that moves between QPs took `taken`: the cache, which
+    /// only that loop may have left, goes to the last completion's QP, and
+    /// the next call starts with that loop if the last two were of
+    /// different QPs.
+    #[inline(always)]
+    fn turned(&mut self, taken: &[Wc]) {
+        match taken {
+            [.., a, b] => {
+                self.dp.turns = a.qp_num != b.qp_num;
+                self.dp.cache.point_at(b.qp_num);
+            }
+            [b] => self.dp.cache.point_at(b.qp_num),
+            _ => {}
+        }
     }
 
     /// Polls on from `wc[got]` with the general decoder, back to the hot
