@@ -607,6 +607,115 @@ mod datapath {
         );
     }
 
+    /// Completions of QPs taking turns, then a long run of one QP's, then
+    /// turns again, polled a few at a time: each names its request in
+    /// order, and every QP's send queue room comes back.
+    #[test]
+    fn polls_follow_qps_from_turns_to_one_and_back() {
+        let (ctx, _sim, _rec) = recorded(500);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(63).unwrap();
+        let s = [Sge::new(0x1000, 8, 1)];
+        let mut wc = [Wc::default(); 32];
+        for width in [4, 32, 1, 3] {
+            let mut qps = rc_qps_on(&pd, &cq, 3);
+            let order: Vec<usize> = [0, 1, 2, 0, 1, 2]
+                .into_iter()
+                .chain([0; 6])
+                .chain([1, 2].repeat(6))
+                .collect();
+            let mut expect = Vec::new();
+            for (i, &q) in order.iter().enumerate() {
+                let id = 100 * width as u64 + i as u64;
+                qps[q].post_send(&SendWr::send(id, &s)).unwrap();
+                let idx = qps[q].send_queue().cur_post() - 1;
+                put_send_done(&cq, i as u32, qps[q].qpn(), idx as u16);
+                expect.push((qps[q].qpn(), id));
+            }
+            let mut got = Vec::new();
+            while got.len() < expect.len() {
+                let k = cq.poll(&mut wc[..width.min(expect.len() - got.len())]);
+                assert!(k > 0, "{} of {}", got.len(), expect.len());
+                got.extend_from_slice(&wc[..k]);
+            }
+            assert_eq!(cq.poll(&mut wc), 0);
+            for (i, (w, &(qpn, id))) in got.iter().zip(&expect).enumerate() {
+                assert_eq!(
+                    (w.status, w.qp_num, w.wr_id),
+                    (WcStatus::Success, qpn, id),
+                    "width {width}, completion {i}"
+                );
+            }
+            for qp in &mut qps {
+                assert_eq!(qp.send_queue().in_use(), 0);
+            }
+            assert_eq!(cq.doorbell_ci(), cq.consumer_index());
+        }
+    }
+
+    /// QPs taking turns, one of them destroyed after the poller has met it
+    /// but with completions still in the ring, and a QPN no QP has among
+    /// them: those are general errors naming their QPN, the live QPs'
+    /// completions around them name their requests and free their room.
+    #[test]
+    fn completions_of_a_destroyed_qp_and_an_unknown_qpn_among_turns() {
+        let (ctx, _sim, _rec) = recorded(500);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(63).unwrap();
+        let s = [Sge::new(0x1000, 8, 1)];
+        let mut wc = [Wc::default(); 32];
+        for width in [32, 1] {
+            let mut qps = rc_qps_on(&pd, &cq, 3);
+            let qpns: Vec<u32> = qps.iter().map(|q| q.qpn()).collect();
+            // Round 0 before the destroy, so the poller has every QP cached;
+            // rounds 1..4 after, with an unknown QPN in round 2.
+            let mut expect = Vec::new();
+            let mut ahead = 0;
+            for round in 0..4u32 {
+                for (q, qp) in qps.iter_mut().enumerate() {
+                    let id = u64::from(round) * 10 + q as u64;
+                    qp.post_send(&SendWr::send(id, &s)).unwrap();
+                    let idx = qp.send_queue().cur_post() - 1;
+                    put_send_done(&cq, ahead, qpns[q], idx as u16);
+                    ahead += 1;
+                    let dead = round > 0 && q == 1;
+                    expect.push((qpns[q], if dead { None } else { Some(id) }));
+                    if round == 2 && q == 0 {
+                        put_send_done(&cq, ahead, 0x77_7777, 0);
+                        ahead += 1;
+                        expect.push((0x77_7777, None));
+                    }
+                }
+            }
+            let mut got = Vec::new();
+            while got.len() < 3 {
+                let k = cq.poll(&mut wc[..width.min(3 - got.len())]);
+                assert!(k > 0);
+                got.extend_from_slice(&wc[..k]);
+            }
+            drop(qps.remove(1));
+            while got.len() < expect.len() {
+                let k = cq.poll(&mut wc[..width.min(expect.len() - got.len())]);
+                assert!(k > 0, "{} of {}", got.len(), expect.len());
+                got.extend_from_slice(&wc[..k]);
+            }
+            assert_eq!(cq.poll(&mut wc), 0);
+            for (i, (w, &(qpn, id))) in got.iter().zip(&expect).enumerate() {
+                assert_eq!(w.qp_num, qpn, "completion {i}");
+                match id {
+                    Some(id) => {
+                        assert_eq!((w.status, w.wr_id), (WcStatus::Success, id), "{i}")
+                    }
+                    None => assert_eq!(w.status, WcStatus::GeneralErr, "completion {i}"),
+                }
+            }
+            for qp in &mut qps {
+                assert_eq!(qp.send_queue().in_use(), 0);
+            }
+            assert_eq!(cq.doorbell_ci(), cq.consumer_index());
+        }
+    }
+
     #[test]
     fn garbage_is_a_general_error_not_a_panic() {
         let (ctx, _sim, _rec) = recorded(500);

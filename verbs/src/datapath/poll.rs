@@ -227,27 +227,22 @@ fn take_run_one_loop(run: Run64, lap: u8, qpn: u32, slots: SqView<'_>, out: &mut
 }
 
 /// The hot path over one stretch of the ring in lap `lap`: takes successful
-/// requester completions of the cached QPs into `out` until an entry is not
-/// one (or not software's); returns how many. `hot` is the QP of the last
-/// one taken, `pending` the SQ tail its completions retire up to; at another
-/// QP's completion the tail goes out and `hot` moves to that QP.
-#[inline(always)]
-fn take_run<'c>(
-    run: Run64,
-    lap: u8,
-    cache: &'c PollCache,
-    hot: &mut HotSq<'c>,
-    pending: &mut PendingTail,
-    out: &mut [Wc],
-) -> usize {
+/// requester completions of the indexed QPs into `out` until an entry is
+/// not one (or not software's); returns how many. Where QPs take turns most
+/// completions are of another QP than the one before, so each looks its QP
+/// up in the index, as a C driver's `table[qpn & mask]`, and publishes the
+/// SQ tail it retires up to, the store a move to another QP makes anyway.
+/// A QP the index lacks (or has dead) ends the run: the general path
+/// looks. Out of line, so its loop has every register to itself.
+#[inline(never)]
+fn take_run(run: Run64, lap: u8, cache: &PollCache, out: &mut [Wc]) -> usize {
     // One index for both, so one bound: `run64` gave no more entries than
     // `out` has room for.
     let Some(out) = out.get_mut(..run.len()) else {
         return 0;
     };
-    // Locals while the loop runs, so they stay in registers.
-    let (mut sq, mut tail) = (*hot, *pending);
-    let taken = 'run: {
+    let index = cache.sq_index();
+    'run: {
         for k in 0..out.len() {
             let (Some(w), Some(e)) = (out.get_mut(k), run.get(k)) else {
                 break 'run k;
@@ -259,37 +254,21 @@ fn take_run<'c>(
             // below are loaded.
             let c = Cqe64(e.read64b());
             let sop_drop_qpn = c.sop_drop_qpn();
-            let Some(opcode) = WcOpcode::from_send_opcode((sop_drop_qpn >> 24) as u8) else {
+            let Some(opcode) = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8)
+            else {
                 break 'run k;
             };
             let qpn = sop_drop_qpn & LOW_24;
-            if qpn != sq.qpn() {
-                let Some(next) = cache.find_sq(qpn) else {
-                    break 'run k;
-                };
-                sq.publish(tail.take());
-                sq = next;
-            }
-            let (wr_id, t) = sq.slot(c.wqe_counter());
-            tail = Some(t);
-            // Read unconditionally (the entry is ours), so the atomics'
-            // fixed 8 is a select rather than a branch.
-            let byte_len = match opcode {
-                WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-                _ => c.byte_cnt(),
+            let Some(sq) = index.find(qpn) else {
+                break 'run k;
             };
-            *w = Wc {
-                wr_id,
-                opcode,
-                byte_len,
-                qp_num: qpn,
-                ..Wc::default()
-            };
+            let (wr_id, tail) = sq.slot(c.wqe_counter());
+            // SQ room first, then the CQ's (the caller's `set_ci`).
+            sq.publish(Some(tail));
+            w.set_req(wr_id, opcode, c.byte_cnt(), qpn);
         }
         out.len()
-    };
-    (*hot, *pending) = (sq, tail);
-    taken
+    }
 }
 
 /// Decodes any software-owned CQE; `None` for a resize marker. Also returns
@@ -399,6 +378,9 @@ pub(crate) struct Poller {
     /// moved. Held apart from the cache, so a poll can keep its slot table
     /// borrowed while the cache changes under the general path.
     pub(super) hot: Option<Arc<QpTrack>>,
+    /// The last array poll's last two completions were of different QPs:
+    /// the next starts with the loop that moves between QPs.
+    turns: bool,
 }
 
 impl Poller {
@@ -410,6 +392,7 @@ impl Poller {
             // that owns this poller and never moved (resize keeps it).
             dbrec: unsafe { DbRec::new(dbr_addr) },
             hot: None,
+            turns: false,
         }
     }
 }
@@ -548,12 +531,14 @@ impl Cq {
     /// Takes successful requester completions into `wc`, reading just the
     /// fields they need, until the ring runs dry or an entry needs the
     /// general path (which then looks at it afresh); returns how many. The
-    /// SQ of the last completion's QP stays in registers; at another cached
-    /// QP's completion the loop moves to that QP's. Moves the consumer
-    /// counter and publishes, per run of one QP, the SQ tail it retires up
-    /// to.
+    /// SQ of the last completion's QP stays in registers; once another
+    /// QP's completion stops its run, the loop where each completion looks
+    /// its QP up. Moves the consumer counter and publishes the SQ tail it
+    /// retires up to: per run of one QP, per completion where QPs take
+    /// turns.
     ///
-    /// The first stretch, of the cached QP's completions, is taken here;
+    /// The first stretch, of the cached QP's completions, is taken here
+    /// (unless QPs took turns at the end of the last call);
     /// [`Cq::take_hot_on`] goes on only if it stopped short of filling `wc`
     /// at the ring's end or at an entry software owns: so a poll that fills
     /// `wc` or empties the ring in one stretch keeps little in registers
@@ -564,6 +549,22 @@ impl Cq {
         let Some(hot) = self.dp.cache.hot_sq() else {
             return 0;
         };
+        if self.dp.turns {
+            // QPs took turns at the end of the last call: the first
+            // stretch with the loop that moves between QPs.
+            let n = wc.len().min(u32::MAX as usize);
+            let run = self.ring().run64(start as usize * CQE_SIZE, n);
+            let lap = ((start >> self.log_size) & 1) as u8;
+            let k = take_run(run, lap, &self.dp.cache, wc);
+            if k < n {
+                return self.take_hot_on(wc, k, None, true);
+            }
+            self.ci = start.wrapping_add(k as u32);
+            if let Some(taken) = wc.get(..k) {
+                self.turned(taken);
+            }
+            return k;
+        }
         // At most 2^32 − 1 at once: the count is the counter's progress.
         let n = wc.len().min(u32::MAX as usize);
         let log = self.log_size;
@@ -602,7 +603,7 @@ impl Cq {
         // At most 2^32 − 1 at once: the count is the counter's progress.
         let n = wc.len().min(u32::MAX as usize);
         let cache = &self.dp.cache;
-        let Some(mut hot) = cache.hot_sq() else {
+        let Some(hot) = cache.hot_sq() else {
             return 0;
         };
         // One QP's runs first; once another QP's completion stops one, the
@@ -612,7 +613,10 @@ impl Cq {
             let run = ring.run64(c as usize * CQE_SIZE, out.len());
             let lap = ((c >> log) & 1) as u8;
             let k = if turns {
-                take_run(run, lap, cache, &mut hot, &mut pending, out)
+                // SQ room first, the run's own as it goes, then the CQ's
+                // (the caller's `set_ci`).
+                hot.publish(pending.take());
+                take_run(run, lap, cache, out)
             } else {
                 let (k, tail) = take_run_one(run, lap, hot, out);
                 if tail.is_some() {
@@ -639,13 +643,27 @@ impl Cq {
         }
         // SQ room first, then the CQ's (the caller's `set_ci`).
         hot.publish(pending);
-        if turns {
-            // Only the loop that moves between QPs may have left the
-            // cache's QP.
-            self.dp.cache.point_at(hot.qpn());
+        if let Some(taken) = wc.get(..got).filter(|_| turns) {
+            self.turned(taken);
         }
         self.ci = c;
         c.wrapping_sub(start) as usize
+    }
+
+    /// After the loop that moves between QPs took `taken`: the cache, which
+    /// only that loop may have left, goes to the last completion's QP, and
+    /// the next call starts with that loop if the last two were of
+    /// different QPs.
+    #[inline(always)]
+    fn turned(&mut self, taken: &[Wc]) {
+        match taken {
+            [.., a, b] => {
+                self.dp.turns = a.qp_num != b.qp_num;
+                self.dp.cache.point_at(b.qp_num);
+            }
+            [b] => self.dp.cache.point_at(b.qp_num),
+            _ => {}
+        }
     }
 
     /// Polls on from `wc[got]` with the general decoder, back to the hot

@@ -22,10 +22,16 @@ pub(crate) struct SqSlot {
     next: AtomicU32,
 }
 
+/// [`QpTrack::key`] of a destroyed QP: no 24-bit QPN.
+const DEAD: u32 = u32::MAX;
+
 /// One QP's outstanding work, shared with the CQs it completes into.
 pub(crate) struct QpTrack {
     pub(crate) qpn: u32,
-    alive: AtomicBool,
+    /// `qpn` while the QP lives, [`DEAD`] once it is destroyed: one
+    /// comparison with a CQE's QPN tells both that the track is that QP's
+    /// and that it is alive.
+    key: AtomicU32,
     /// Per WQEBB index of a WQE's first block: its wr_id and the SQ counter
     /// just past it, side by side so a post or a completion touches one
     /// cache line. A power of two long, so the SQ counter's low bits pick
@@ -43,7 +49,7 @@ impl QpTrack {
     pub(crate) fn new(qpn: u32, sq_bbs: u32, rq_wqes: u32, srq: Option<Arc<SrqTrack>>) -> QpTrack {
         QpTrack {
             qpn,
-            alive: AtomicBool::new(true),
+            key: AtomicU32::new(qpn),
             sq: Pow2Table::new(sq_bbs),
             sq_tail: AtomicU32::new(0),
             rq_wrid: slots(rq_wqes),
@@ -54,11 +60,11 @@ impl QpTrack {
 
     #[inline(always)]
     pub(crate) fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Relaxed)
+        self.key.load(Ordering::Relaxed) != DEAD
     }
 
     pub(crate) fn kill(&self) {
-        self.alive.store(false, Ordering::Relaxed);
+        self.key.store(DEAD, Ordering::Relaxed);
     }
 
     /// The producer's view of the SQ bookkeeping, borrowed once per batch so
@@ -251,57 +257,82 @@ pub(crate) struct PollCache {
     qps: Vec<Arc<QpTrack>>,
     /// `qps[i].qpn`, side by side, so finding a QP reads no track.
     qpns: Vec<u32>,
-    /// Direct-mapped index by the QPN's low bits: a QP's track and its
-    /// place in `qps`, so moving to a cached QP reads its slot and its
-    /// track, nothing else. Only QPs with an SQ are indexed. Where two
-    /// QPNs share a slot the later one has it; the other, and a QP without
-    /// an SQ, is found by a scan of `qpns`.
-    index: Pow2Table<IndexSlot>,
+    /// Direct-mapped index by the QPN's low bits: a QP's track, so moving
+    /// to a cached QP reads its slot and its track, nothing else; an empty
+    /// slot holds a track of no QP (never alive), so a lookup compares a
+    /// key and has no emptiness to check. Only QPs with an SQ are indexed,
+    /// each in a slot of its own unless their QPNs share more low bits
+    /// than [`INDEX_GROWTH`] allows for; then the later one has the slot.
+    /// The other, and a QP without an SQ, is found by a scan of `qpns` (on
+    /// the general path).
+    index: Pow2Table<Arc<QpTrack>>,
+    /// Per slot of `index`: its QP's place in `qps`.
+    index_pos: Pow2Table<u32>,
+    /// The track of the index's empty slots: no QP's, never alive.
+    vacant: Arc<QpTrack>,
     last: usize,
     /// `last` moved (or the cache was refilled) since a lazy poll last
     /// took the cached QP as its own (see [`PollCache::take_current`]).
     switched: bool,
 }
 
-/// One slot of [`PollCache::index`]; empty without a track.
-#[derive(Default)]
-struct IndexSlot {
-    track: Option<Arc<QpTrack>>,
-    pos: u32,
+/// How far [`PollCache::index`] may grow past four slots a QP (a factor)
+/// to give each QP a slot of its own.
+const INDEX_GROWTH: usize = 16;
+
+/// The track of no QP, never alive: what empty slots of
+/// [`PollCache::index`] hold.
+impl Default for QpTrack {
+    fn default() -> QpTrack {
+        QpTrack::new(DEAD, 0, 0, None)
+    }
 }
 
-/// The cached QP's SQ as a poll call's fast path reads it: its QPN and slot
-/// table, taken once per call (and again when the general path moves the
-/// cache), so a completion reloads neither the cache nor the track. Made
-/// only for a live QP with an SQ, so a completion's slot needs no check.
+/// [`PollCache`]'s direct-mapped index by value, for a loop that moves
+/// between QPs to keep its address and mask in registers.
+#[derive(Clone, Copy)]
+pub(crate) struct SqIndex<'a>(Pow2View<'a, Arc<QpTrack>>);
+
+impl<'a> SqIndex<'a> {
+    /// The SQ of `qpn` if its index slot holds it, alive: a load of the
+    /// slot's track and a comparison of its key, as a C driver's
+    /// `table[qpn & mask]`.
+    #[inline(always)]
+    pub(crate) fn find(&self, qpn: u32) -> Option<HotSq<'a>> {
+        let t = &**self.0.at(qpn as usize);
+        // Indexed: it has an SQ.
+        (t.key.load(Ordering::Relaxed) == qpn).then_some(HotSq { track: t })
+    }
+}
+
+/// The cached QP's SQ as a poll call's fast path reads it: its track,
+/// taken once per call (and again when the general path moves the cache),
+/// so a completion reloads nothing to find it; the QPN, slot table and
+/// tail are at fixed offsets from the one register. Made only for a live
+/// QP with an SQ, so a completion's slot needs no check.
 #[derive(Clone, Copy)]
 pub(crate) struct HotSq<'a> {
-    qpn: u32,
-    slots: &'a Pow2Table<SqSlot>,
-    tail: &'a AtomicU32,
+    track: &'a QpTrack,
 }
 
 impl<'a> HotSq<'a> {
     #[inline(always)]
     pub(crate) fn qpn(&self) -> u32 {
-        self.qpn
+        self.track.qpn
     }
 
     /// The slot table as a view, whose address and mask a loop keeps in
     /// registers.
     #[inline(always)]
     pub(crate) fn view(&self) -> SqView<'a> {
-        SqView {
-            slots: self.slots.view(),
-            tail: self.tail,
-        }
+        self.track.sq_view()
     }
 
     /// The wr_id of the WQE at WQEBB index `wqe_counter` and the SQ counter
     /// just past it: what its completion retires everything up to.
     #[inline(always)]
     pub(crate) fn slot(&self, wqe_counter: u16) -> (u64, u32) {
-        let slot = self.slots.at(usize::from(wqe_counter));
+        let slot = self.track.sq.at(usize::from(wqe_counter));
         (
             slot.wr_id.load(Ordering::Relaxed),
             slot.next.load(Ordering::Relaxed),
@@ -312,64 +343,83 @@ impl<'a> HotSq<'a> {
     #[inline(always)]
     pub(crate) fn publish(&self, pending: PendingTail) {
         if let Some(tail) = pending {
-            self.tail.store(tail, Ordering::Release);
+            self.track.set_sq_tail(tail);
         }
     }
 }
 
 /// The SQ tail a poll has retired up to on the QP the cache points at, not
-/// yet published. The hot path publishes once per run of completions and
-/// the general path once per entry, not per completion: a store per
-/// completion would write the shared cache line the producer reads.
+/// yet published. The hot path publishes once per run of one QP's
+/// completions and the general path once per entry, not per completion: a
+/// store per completion would write the shared cache line the producer
+/// reads. (Where QPs take turns, a run is mostly one completion, and the
+/// hot path publishes per completion.)
 pub(crate) type PendingTail = Option<u32>;
 
 impl PollCache {
     pub(crate) fn new(reg: Arc<Registry>) -> PollCache {
+        let index = Pow2Table::<Arc<QpTrack>>::new(1);
+        let vacant = index.at(0).clone();
         PollCache {
             reg,
             qps: Vec::new(),
             qpns: Vec::new(),
-            index: Pow2Table::new(1),
+            index,
+            index_pos: Pow2Table::new(1),
+            vacant,
             last: 0,
             switched: false,
         }
     }
 
-    /// The index slot of `qpn`, if it holds `qpn`'s track.
+    /// The index, for [`SqIndex::find`].
     #[inline(always)]
-    fn indexed(&self, qpn: u32) -> Option<&IndexSlot> {
-        let slot = self.index.at(qpn as usize);
-        matches!(&slot.track, Some(t) if t.qpn == qpn).then_some(slot)
+    pub(crate) fn sq_index(&self) -> SqIndex<'_> {
+        SqIndex(self.index.view())
     }
 
     /// Where `qpn` is in `qps`, if cached: its index slot, else a scan.
     #[inline(always)]
     fn position(&self, qpn: u32) -> Option<usize> {
-        match self.indexed(qpn) {
-            Some(slot) => Some(slot.pos as usize),
-            None => self.qpns.iter().position(|&q| q == qpn),
+        if self.index.at(qpn as usize).qpn == qpn {
+            Some(*self.index_pos.at(qpn as usize) as usize)
+        } else {
+            self.qpns.iter().position(|&q| q == qpn)
         }
     }
 
     /// Rebuilds `qpns` and `index` after `qps` changed.
     fn reindex(&mut self) {
         self.qpns = self.qps.iter().map(|t| t.qpn).collect();
-        // Four slots per QP keep collisions of consecutive QPNs away.
-        let len = (self.qps.len() * 4).next_power_of_two().max(16);
-        let mut index: Vec<IndexSlot> = (0..len).map(|_| IndexSlot::default()).collect();
-        for (i, t) in self
-            .qps
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| !t.sq.is_empty())
-        {
-            index[t.qpn as usize & (len - 1)] = IndexSlot {
-                track: Some(t.clone()),
-                pos: i as u32,
-            };
+        let sqs = || {
+            self.qps
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| !t.sq.is_empty())
+        };
+        // Four slots per QP keep collisions of consecutive QPNs away; more,
+        // up to a bound, for QPNs that share their low bits.
+        let min = (self.qps.len() * 4).next_power_of_two().max(16);
+        let mut len = min;
+        let mut taken = Vec::new();
+        while len < min * INDEX_GROWTH {
+            taken.clear();
+            taken.extend(sqs().map(|(_, t)| t.qpn as usize & (len - 1)));
+            taken.sort_unstable();
+            if taken.windows(2).all(|w| w[0] != w[1]) {
+                break;
+            }
+            len *= 2;
         }
-        if let Some(index) = Pow2Table::from_items(index) {
-            self.index = index;
+        let mut index = vec![self.vacant.clone(); len];
+        let mut pos = vec![0; len];
+        for (i, t) in sqs() {
+            index[t.qpn as usize & (len - 1)] = t.clone();
+            pos[t.qpn as usize & (len - 1)] = i as u32;
+        }
+        if let (Some(index), Some(pos)) = (Pow2Table::from_items(index), Pow2Table::from_items(pos))
+        {
+            (self.index, self.index_pos) = (index, pos);
         }
     }
 
@@ -415,26 +465,7 @@ impl PollCache {
 
     #[inline(always)]
     pub(crate) fn sq_of(t: &QpTrack) -> Option<HotSq<'_>> {
-        (t.is_alive() && !t.sq.is_empty()).then_some(HotSq {
-            qpn: t.qpn,
-            slots: &t.sq,
-            tail: &t.sq_tail,
-        })
-    }
-
-    /// The SQ of `qpn` if the cache holds it (alive, with an SQ); the cache
-    /// stays pointed where it was.
-    #[inline]
-    pub(crate) fn find_sq(&self, qpn: u32) -> Option<HotSq<'_>> {
-        match self.indexed(qpn).and_then(|slot| slot.track.as_deref()) {
-            // Indexed: it has an SQ.
-            Some(t) => t.is_alive().then_some(HotSq {
-                qpn: t.qpn,
-                slots: &t.sq,
-                tail: &t.sq_tail,
-            }),
-            None => Self::sq_of(self.qps.get(self.qpns.iter().position(|&q| q == qpn)?)?),
-        }
+        (t.is_alive() && !t.sq.is_empty()).then_some(HotSq { track: t })
     }
 
     /// Points the cache at `qpn` (cached) after the fast path moved to it.
@@ -497,5 +528,53 @@ impl PollCache {
             self.switched = true;
         }
         Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cache of QPs with SQs numbered `qpns`, each met by the poller.
+    fn cache_of(qpns: &[u32]) -> (PollCache, Vec<Arc<QpTrack>>) {
+        let reg = Arc::new(Registry::default());
+        let tracks: Vec<_> = qpns
+            .iter()
+            .map(|&q| Arc::new(QpTrack::new(q, 8, 0, None)))
+            .collect();
+        for t in &tracks {
+            reg.add(t.clone());
+        }
+        let mut cache = PollCache::new(reg);
+        for &q in qpns {
+            assert!(cache.refresh(q).is_some());
+        }
+        (cache, tracks)
+    }
+
+    #[test]
+    fn qpns_sharing_low_bits_get_slots_of_their_own() {
+        let qpns = [1, 2, 3, 4, 5, 6, 7, 8, 0x41];
+        let (cache, _tracks) = cache_of(&qpns);
+        for q in qpns {
+            assert_eq!(cache.sq_index().find(q).map(|s| s.qpn()), Some(q));
+        }
+        assert!(cache.sq_index().find(9).is_none());
+    }
+
+    #[test]
+    fn the_index_finds_live_qps_only_and_the_cache_the_rest() {
+        // Beyond the index's growth: one of the two has no slot.
+        let (a, b) = (1, 1 | 1 << 20);
+        let (mut cache, tracks) = cache_of(&[a, b, 2]);
+        let found = [a, b].map(|q| cache.sq_index().find(q).is_some());
+        assert_eq!(found.iter().filter(|&&f| f).count(), 1);
+        for q in [a, b, 2] {
+            assert!(cache.switch(q));
+            assert_eq!(cache.hot_sq().map(|s| s.qpn()), Some(q));
+        }
+        tracks[2].kill();
+        assert!(cache.sq_index().find(2).is_none());
+        assert!(!cache.switch(2));
     }
 }
