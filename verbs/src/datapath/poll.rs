@@ -175,8 +175,8 @@ pub(super) fn is_hot_req(op_own: u8, lap: u8) -> bool {
 /// or another QP's); returns how many, and the SQ tail the last one
 /// retires up to. Nothing but the QPN and the slot table carried through
 /// the loop, so a CQ of one QP's completions runs with the fewest
-/// registers; [`take_run`] takes over where QPs take turns (and for
-/// atomics).
+/// registers; [`take_run`] takes over where QPs take turns, the general
+/// path for atomics.
 #[inline(always)]
 fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> (usize, PendingTail) {
     let qpn = sq.qpn();
@@ -213,7 +213,7 @@ fn take_run_one_loop(run: Run64, lap: u8, qpn: u32, slots: SqView<'_>, out: &mut
         // are loaded.
         let c = Cqe64(e.read64b());
         let sop_drop_qpn = c.sop_drop_qpn();
-        // Atomics (length a fixed 8) are left to `take_run`.
+        // Atomics (length a fixed 8) are left to the general path.
         let Some(opcode) = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8) else {
             return k;
         };
