@@ -85,7 +85,9 @@ struct PageWords([AtomicU64; UAR_PAGE_SIZE / 8]);
 
 /// One emulated UAR page.
 pub(crate) struct SimUarPage {
-    words: Box<PageWords>,
+    /// In the page value itself (which is then page-aligned): a store
+    /// goes through the page's address with no pointer to load first.
+    words: PageWords,
     /// The sink's engine, and the page as the engine keys a held doorbell
     /// ([`page_bits`]): a paused engine's repeat is checked on the store
     /// with one load through the page and one compare.
@@ -99,7 +101,7 @@ pub(crate) struct SimUarPage {
 impl SimUarPage {
     pub(crate) fn new(page_id: u32, sink: DoorbellSlot) -> SimUarPage {
         SimUarPage {
-            words: Box::new(PageWords(std::array::from_fn(|_| AtomicU64::new(0)))),
+            words: PageWords(std::array::from_fn(|_| AtomicU64::new(0))),
             engine: Arc::clone(sink.engine()),
             page_bits: page_bits(page_id),
             page_id,
