@@ -24,24 +24,30 @@ pub const BF_HALF: usize = 0x100;
 /// to: one of two known offsets, so that a page can take the store with no
 /// check of where it lands ([`UarPage::write_bf`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BfHalf(usize);
+pub struct BfHalf {
+    /// The second half, `BF_HALF` past the first: a flag rather than the
+    /// offset, so that where it lands is plain to the compiler too.
+    second: bool,
+}
 
 impl BfHalf {
     /// The half at [`BF_OFFSET`], where a register's doorbells start.
-    pub const FIRST: BfHalf = BfHalf(BF_OFFSET);
+    pub const FIRST: BfHalf = BfHalf { second: false };
 
-    /// Offset of the half in the page: [`BF_OFFSET`] or `BF_HALF` past it.
+    /// Offset of the half in the page: [`BF_OFFSET`] or [`BF_HALF`] past it.
     #[inline(always)]
     #[must_use]
     pub const fn offset(self) -> usize {
-        self.0
+        BF_OFFSET + self.second as usize * BF_HALF
     }
 
     /// The half the doorbell after this one goes to.
     #[inline(always)]
     #[must_use]
     pub const fn other(self) -> BfHalf {
-        BfHalf(self.0 ^ BF_HALF)
+        BfHalf {
+            second: !self.second,
+        }
     }
 }
 

@@ -163,12 +163,11 @@ impl UarPage for SimUarPage {
     }
 
     /// [`UarPage::write64`] for an offset known to be a BlueFlame
-    /// register's: no check of where it lands (the wrap to the page, a
-    /// no-op on a `BfHalf`, spares the bounds check).
+    /// register's: no check of where it lands.
     #[inline]
     fn write_bf(&self, half: BfHalf, value: u64) {
         let offset = half.offset();
-        self.words.0[offset % UAR_PAGE_SIZE / 8].store(value, Ordering::Release);
+        self.words.0[offset / 8].store(value, Ordering::Release);
         if self.engine.holds_repeat(self.page_bits, value) {
             return;
         }
