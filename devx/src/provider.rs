@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::live::LiveObject;
+use crate::uar::BfHalf;
 
 /// A provider's name for an object it created (the kernel's IDR handle, the
 /// emulator's table key). Not the PRM object number.
@@ -64,6 +65,12 @@ pub trait UarPage: Send + Sync {
     /// exactly as its bytes are laid out in memory (callers pre-swap to big
     /// endian). A store outside an aligned 8-byte slot of the page is dropped.
     fn write64(&self, offset: usize, value: u64);
+    /// A send doorbell: [`UarPage::write64`] at `half`'s offset, which is
+    /// always in the page and aligned, so a page may store it unchecked.
+    #[inline]
+    fn write_bf(&self, half: BfHalf, value: u64) {
+        self.write64(half.offset(), value);
+    }
     /// The program polled and found nothing to do: a device that runs in
     /// software (the emulated one) does the work pending for it on the
     /// caller's thread, such as receiving what arrived at its network

@@ -16,6 +16,40 @@ pub const BF_OFFSET: usize = 0x800;
 pub const UAR_PAGE_SIZE: usize = 4096;
 /// Offset of the CQ arm doorbell in a UAR page.
 pub const CQ_DOORBELL_OFFSET: usize = 0x20;
+/// Half a 512-byte BlueFlame register (`bf->buf_size`): successive doorbells
+/// alternate halves.
+pub const BF_HALF: usize = 0x100;
+
+/// The half of the BlueFlame register at [`BF_OFFSET`] a send doorbell goes
+/// to: one of two known offsets, so that a page can take the store with no
+/// check of where it lands ([`UarPage::write_bf`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BfHalf {
+    /// The second half, `BF_HALF` past the first: a flag rather than the
+    /// offset, so that where it lands is plain to the compiler too.
+    second: bool,
+}
+
+impl BfHalf {
+    /// The half at [`BF_OFFSET`], where a register's doorbells start.
+    pub const FIRST: BfHalf = BfHalf { second: false };
+
+    /// Offset of the half in the page: [`BF_OFFSET`] or [`BF_HALF`] past it.
+    #[inline(always)]
+    #[must_use]
+    pub const fn offset(self) -> usize {
+        BF_OFFSET + self.second as usize * BF_HALF
+    }
+
+    /// The half the doorbell after this one goes to.
+    #[inline(always)]
+    #[must_use]
+    pub const fn other(self) -> BfHalf {
+        BfHalf {
+            second: !self.second,
+        }
+    }
+}
 
 /// An allocated UAR page. Freed on drop.
 pub struct Uar {
@@ -36,7 +70,7 @@ pub struct Uar {
 /// their toggling of the half.
 pub struct BlueFlame {
     state: AtomicU8,
-    next: Mutex<usize>,
+    next: Mutex<BfHalf>,
 }
 
 const BF_FREE: u8 = 0;
@@ -47,7 +81,7 @@ impl BlueFlame {
     fn new() -> BlueFlame {
         BlueFlame {
             state: AtomicU8::new(BF_FREE),
-            next: Mutex::new(BF_OFFSET),
+            next: Mutex::new(BfHalf::FIRST),
         }
     }
 
@@ -97,11 +131,11 @@ impl BlueFlame {
         self.state.load(Ordering::Acquire) == BF_SHARED
     }
 
-    /// The sharing writers' lock; the guard holds the offset of the half the
-    /// next doorbell goes to.
+    /// The sharing writers' lock; the guard holds the half the next
+    /// doorbell goes to.
     #[inline]
-    pub fn lock(&self) -> MutexGuard<'_, usize> {
-        // Holders only store and toggle an offset, which leaves it valid
+    pub fn lock(&self) -> MutexGuard<'_, BfHalf> {
+        // Holders only store and toggle a half, which leaves it valid
         // even if one panicked: a poisoned lock is still good.
         self.next.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -511,6 +511,79 @@ mod datapath {
     }
 
     #[test]
+    fn each_refusal_names_its_rule_and_requests_at_the_limits_pass() {
+        let (ctx, _sim, _rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(64).unwrap();
+        let ah = Ah::create(&pd, &crate::datapath_support::path_to_self(&ctx)).unwrap();
+        let mut qps = [QpType::Rc, QpType::Uc, QpType::Ud].map(|t| qp(&pd, &cq, t, cap(16, 2, 16)));
+        let (rc, uc, ud) = (0, 1, 2);
+        // Each QP's own limits (the device rounds them up per type).
+        let caps = qps.each_ref().map(|q| q.cap());
+        let s = vec![Sge::new(0x1000, 8, 1); 64];
+        let data = vec![0u8; 1024];
+        let most = |i: usize| &s[..caps[i].max_send_sge as usize];
+        let over = |i: usize| &s[..caps[i].max_send_sge as usize + 1];
+        let fits = |i: usize| &data[..caps[i].max_inline_data as usize];
+        let big = |i: usize| &data[..caps[i].max_inline_data as usize + 1];
+        for (i, wr) in [
+            (rc, SendWr::send(1, most(rc))),
+            (rc, SendWr::send(1, &[]).inline_data(fits(rc))),
+            (rc, SendWr::comp_swap(1, &s[..1], 0, 0, 0, 0)),
+            (uc, SendWr::rdma_write(1, most(uc), 0, 0)),
+            (ud, SendWr::send(1, most(ud)).ud(&ah, 1, 1)),
+            (ud, SendWr::send(1, &[]).inline_data(fits(ud)).ud(&ah, 1, 1)),
+        ] {
+            qps[i].post_send(&wr).unwrap();
+        }
+        let refused = [
+            (rc, SendWr::send(1, over(rc)), "SGEs exceed"),
+            (
+                rc,
+                SendWr::send(1, &[]).inline_data(big(rc)),
+                "inline bytes exceed",
+            ),
+            (
+                rc,
+                SendWr::comp_swap(1, &s[..2], 0, 0, 0, 0),
+                "exactly one SGE",
+            ),
+            (
+                rc,
+                SendWr::rdma_read(1, &[], 0, 0).inline_data(fits(rc)),
+                "cannot be inline",
+            ),
+            (
+                rc,
+                SendWr::send(1, most(rc)).ud(&ah, 1, 1),
+                "UD destination on a connected",
+            ),
+            (uc, SendWr::rdma_read(1, most(uc), 0, 0), "UC QPs have no"),
+            (
+                uc,
+                SendWr::comp_swap(1, &s[..1], 0, 0, 0, 0),
+                "UC QPs have no",
+            ),
+            (ud, SendWr::send(1, most(ud)), "needs a destination"),
+            (
+                ud,
+                SendWr::rdma_write(1, most(ud), 0, 0).ud(&ah, 1, 1),
+                "only send",
+            ),
+            (ud, SendWr::send(1, over(ud)).ud(&ah, 1, 1), "SGEs exceed"),
+        ];
+        for (i, wr, why) in refused {
+            let before = qps[i].send_queue().cur_post();
+            let e = qps[i].post_send(&wr).unwrap_err();
+            assert!(
+                e.is_argument() && e.to_string().contains(why),
+                "{e} ({why})"
+            );
+            assert_eq!(qps[i].send_queue().cur_post(), before);
+        }
+    }
+
+    #[test]
     fn receive_wqes_and_terminator() {
         let (ctx, _sim, rec) = recorded(400);
         let pd = ctx.alloc_pd().unwrap();

@@ -31,11 +31,9 @@ use devx::Uar;
 use super::barrier;
 use super::ring::DbRec;
 
-/// First BlueFlame register of a UAR page (`MLX5_BF_OFFSET`).
-pub use devx::uar::BF_OFFSET;
-/// Half a 512-byte BlueFlame register (`bf->buf_size`): successive doorbells
-/// alternate halves.
-pub const BF_HALF: usize = 0x100;
+/// First BlueFlame register of a UAR page (`MLX5_BF_OFFSET`), and half of
+/// it (`bf->buf_size`): successive doorbells alternate halves.
+pub use devx::uar::{BfHalf, BF_HALF, BF_OFFSET};
 /// `dbrec[1]`: the SND counter.
 const SND_DBR: usize = 1;
 
@@ -59,7 +57,7 @@ pub struct Doorbell {
     /// on the emulated device, as one flag so that it is one compare.
     plain: bool,
     /// The half the next doorbell goes to, on a register of the QP's own.
-    half: usize,
+    half: BfHalf,
 }
 
 // SAFETY: `page` is a shared reference to a `UarPage`, which is `Send` and
@@ -92,16 +90,16 @@ impl Doorbell {
             shared: !dedicated,
             wc,
             plain: dedicated && !wc,
-            half: BF_OFFSET,
+            half: BfHalf::FIRST,
         }
     }
 
     /// The register offset the next doorbell goes to.
     pub fn bf_offset(&self) -> usize {
         if self.shared {
-            *self.uar.blue_flame().lock()
+            self.uar.blue_flame().lock().offset()
         } else {
-            self.half
+            self.half.offset()
         }
     }
 
@@ -121,22 +119,22 @@ impl Doorbell {
         if self.plain {
             let at = self.next_half();
             barrier::wc_start(false);
-            self.page().write64(at, ctrl8);
+            self.page().write_bf(at, ctrl8);
             barrier::wc_flush(false);
         } else if !self.shared {
             // The QP's own register, write-combining.
             let at = self.next_half();
             barrier::wc_start(true);
-            self.page().write64(at, ctrl8);
+            self.page().write_bf(at, ctrl8);
             barrier::wc_flush(true);
         } else {
             // Read before the page's (dynamic) store, as `next_half` is.
             let wc = self.wc;
             let mut next = self.uar.blue_flame().lock();
             barrier::wc_start_locked();
-            self.page().write64(*next, ctrl8);
+            self.page().write_bf(*next, ctrl8);
             barrier::wc_flush(wc);
-            *next ^= BF_HALF;
+            *next = next.other();
         }
     }
 
@@ -151,9 +149,9 @@ impl Doorbell {
     /// takes the other. Taken before the page's (dynamic) store, which the
     /// compiler cannot tell leaves the doorbell alone.
     #[inline(always)]
-    fn next_half(&mut self) -> usize {
+    fn next_half(&mut self) -> BfHalf {
         let at = self.half;
-        self.half ^= BF_HALF;
+        self.half = at.other();
         at
     }
 
@@ -163,7 +161,7 @@ impl Doorbell {
     /// writers and stays where it is.
     pub(crate) fn reset(&mut self) {
         self.dbrec.store(SND_DBR, 0);
-        self.half = BF_OFFSET;
+        self.half = BfHalf::FIRST;
     }
 }
 

@@ -38,7 +38,7 @@ pub(crate) const LOW_24: u32 = 0xff_ffff;
 use devx::Uar;
 
 pub use bind::{next_rkey, MwBind};
-pub use doorbell::{Doorbell, BF_HALF, BF_OFFSET};
+pub use doorbell::{BfHalf, Doorbell, BF_HALF, BF_OFFSET};
 pub use lazy::{Completion, Poll};
 pub use poll::RawCqe;
 pub use recv::RecvQueue;
@@ -102,13 +102,13 @@ impl QpDataPath {
             cur_post: 0,
             tail_seen: 0,
             bbs: l.sq.wqe_cnt,
-            shape: SqShape {
+            shape: SqShape::new(
                 qpn,
-                qp_type: init.qp_type,
-                max_sge: l.cap.max_send_sge,
-                max_inline: l.cap.max_inline_data,
-                fm_ce_se: if init.sq_sig_all { CTRL_SIGNALED } else { 0 },
-            },
+                init.qp_type,
+                l.cap.max_send_sge,
+                l.cap.max_inline_data,
+                if init.sq_sig_all { CTRL_SIGNALED } else { 0 },
+            ),
             db: Doorbell::new(dbrec, uar, dedicated),
             track: track.clone(),
             state: SendState::new(l.sq.wqe_cnt),

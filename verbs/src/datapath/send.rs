@@ -41,7 +41,7 @@ impl std::fmt::Debug for SendQueue {
     }
 }
 
-// `extern "C"`: cannot unwind, see `wqe::bad`.
+// `extern "C"`: cannot unwind, see `wqe::refuse`.
 #[cold]
 #[inline(never)]
 #[allow(improper_ctypes_definitions)]

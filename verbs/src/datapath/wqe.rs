@@ -35,6 +35,47 @@ pub(crate) struct SqShape {
     /// `fm_ce_se` bits every WQE carries: [`CTRL_SIGNALED`] on a QP made
     /// with `sq_sig_all`, else none.
     pub fm_ce_se: u8,
+    /// What a request may carry, by whether it names a UD destination
+    /// (index 1) or not (0); see [`Ends`].
+    pub ends: [Ends; 2],
+}
+
+/// One past the most SGEs and inline bytes a request may carry, both 0
+/// where the request does not suit the QP's type (a UD destination on a
+/// connected QP, none on a UD QP): [`plan`] checks a request's type and
+/// size with one compare, and tells what failed apart out of line.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ends {
+    pub sge: u32,
+    pub inline: u32,
+}
+
+impl SqShape {
+    pub(crate) fn new(
+        qpn: u32,
+        qp_type: QpType,
+        max_sge: u32,
+        max_inline: u32,
+        fm_ce_se: u8,
+    ) -> SqShape {
+        let ends = |suits: bool| Ends {
+            sge: if suits { max_sge.saturating_add(1) } else { 0 },
+            inline: if suits {
+                max_inline.saturating_add(1)
+            } else {
+                0
+            },
+        };
+        let ud = qp_type == QpType::Ud;
+        SqShape {
+            qpn,
+            qp_type,
+            max_sge,
+            max_inline,
+            fm_ce_se,
+            ends: [ends(!ud), ends(ud)],
+        }
+    }
 }
 
 /// A request's size, once it passed validation.
@@ -152,111 +193,105 @@ pub(crate) fn ctrl8(c: Words<4>) -> u64 {
     c.pair(0).to_be()
 }
 
-/// Why [`plan`] refused a request. A plain value built where the check
-/// fails, so the compiler knows on each path whether `plan` succeeded; the
-/// [`Error`] is made out of line by [`Reject::error`].
+/// What [`plan`] found of a request it refused: plain values built where
+/// the check fails, so the compiler knows on each path whether `plan`
+/// succeeded. Which rule failed, and the [`Error`], are worked out out of
+/// line by [`Reject::error`].
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Reject {
-    Bad(&'static str),
-    InlineTooLong(usize, u32),
-    TooManySges(usize, u32),
+pub(crate) struct Reject {
+    qp_type: QpType,
+    max_sge: u32,
+    max_inline: u32,
+    op: OpKind,
+    ud: bool,
+    sges: usize,
+    inline: Option<usize>,
+}
+
+/// What [`Reject`] keeps of a request's operation.
+#[derive(Debug, Clone, Copy)]
+struct OpKind {
+    send: bool,
+    read: bool,
+    atomic: bool,
 }
 
 impl Reject {
-    /// The error, made by a cold call per reason that takes the reason's
-    /// fields as plain arguments: were the whole value passed, its bytes a
-    /// reason leaves unset would be copied too, and what the posting loop
-    /// last stored there (the request's size, in the `Result` `plan`
-    /// returns) would be kept for them in every request.
     #[inline(always)]
     pub(crate) fn error(self) -> Error {
-        match self {
-            Reject::Bad(msg) => bad(msg),
-            Reject::InlineTooLong(len, max) => inline_too_long(len, max),
-            Reject::TooManySges(n, max) => too_many_sges(n, max),
-        }
+        refuse(self)
     }
 }
 
-// Out of line so the checks in `plan` stay a few compares on the posting
-// path. `extern "C"`: a call that cannot unwind needs no cleanup of the
-// caller's batch, so the batch's counters can stay in registers across the
-// posting loop (a panic in here aborts instead).
-
+/// The rules [`plan`] checks, one by one in the order they are reported.
+/// Out of line so the checks in `plan` stay a compare or two on the posting
+/// path. `extern "C"`: a call that cannot unwind needs no cleanup of the
+/// caller's batch, so the batch's counters can stay in registers across
+/// the posting loop (a panic in here aborts instead).
 #[cold]
 #[inline(never)]
 #[allow(improper_ctypes_definitions)]
-extern "C" fn bad(msg: &'static str) -> Error {
-    Error::argument(VERB, msg)
-}
-
-#[cold]
-#[inline(never)]
-#[allow(improper_ctypes_definitions)]
-extern "C" fn inline_too_long(len: usize, max: u32) -> Error {
+extern "C" fn refuse(r: Reject) -> Error {
+    let bad = |msg: &str| Error::argument(VERB, msg);
+    let op = r.op;
+    match r.qp_type {
+        QpType::Ud if !op.send => return bad("UD QPs only send (SEND, SEND_WITH_IMM)"),
+        QpType::Ud if !r.ud => return bad("a UD send needs a destination (`ud`)"),
+        QpType::Ud => {}
+        QpType::Uc if op.read || op.atomic => return bad("UC QPs have no RDMA READ or atomics"),
+        _ if r.ud => return bad("a UD destination on a connected QP"),
+        _ => {}
+    }
+    if op.atomic {
+        return bad("an atomic takes exactly one SGE for the original value");
+    }
+    if let Some(len) = r.inline {
+        if op.read {
+            return bad("RDMA READ cannot be inline");
+        }
+        return Error::argument(
+            VERB,
+            format!(
+                "{len} inline bytes exceed the QP's max_inline_data {}",
+                r.max_inline
+            ),
+        );
+    }
     Error::argument(
         VERB,
-        format!("{len} inline bytes exceed the QP's max_inline_data {max}"),
+        format!("{} SGEs exceed the QP's max_send_sge {}", r.sges, r.max_sge),
     )
 }
 
-#[cold]
-#[inline(never)]
-#[allow(improper_ctypes_definitions)]
-extern "C" fn too_many_sges(n: usize, max: u32) -> Error {
-    Error::argument(VERB, format!("{n} SGEs exceed the QP's max_send_sge {max}"))
-}
-
 /// Checks `wr` against the QP and sizes its WQE; nothing is written.
+///
+/// The QP's type and the request's SGE count or inline length take one
+/// compare against [`SqShape::ends`]; the rules on the operation fold away
+/// for a request whose operation the compiler sees. What failed is told
+/// apart out of line ([`Reject::error`]).
 #[inline(always)]
 pub(crate) fn plan(shape: &SqShape, wr: &SendWr<'_>) -> std::result::Result<Plan, Reject> {
     let op = &wr.op;
-    match shape.qp_type {
-        QpType::Ud => {
-            if !op.is_send() {
-                return Err(Reject::Bad("UD QPs only send (SEND, SEND_WITH_IMM)"));
-            }
-            if wr.ud.is_none() {
-                return Err(Reject::Bad("a UD send needs a destination (`ud`)"));
-            }
-        }
-        QpType::Uc if matches!(op, SendOp::RdmaRead { .. }) || op.is_atomic() => {
-            return Err(Reject::Bad("UC QPs have no RDMA READ or atomics"));
-        }
-        _ if wr.ud.is_some() => {
-            return Err(Reject::Bad("a UD destination on a connected QP"));
-        }
-        _ => {}
-    }
+    let ud = wr.ud.is_some();
+    let end = shape.ends[usize::from(ud)];
     let mut ds: u32 = 1;
     let mut dense = true;
-    if shape.qp_type == QpType::Ud {
+    // Past `end`, a destination means a UD QP.
+    if ud {
         ds += 3;
     }
     if !op.is_send() {
         ds += 1;
     }
-    if op.is_atomic() {
-        if wr.sgl.len() != 1 || wr.inline.is_some() {
-            return Err(Reject::Bad(
-                "an atomic takes exactly one SGE for the original value",
-            ));
-        }
+    let fits = if op.is_atomic() {
         ds += 2;
+        wr.sgl.len() == 1 && wr.inline.is_none() && end.sge != 0
     } else if let Some(data) = wr.inline {
-        if matches!(op, SendOp::RdmaRead { .. }) {
-            return Err(Reject::Bad("RDMA READ cannot be inline"));
-        }
-        if data.len() > shape.max_inline as usize {
-            return Err(Reject::InlineTooLong(data.len(), shape.max_inline));
-        }
         if !data.is_empty() {
             ds += (4 + data.len() as u32).div_ceil(DS as u32);
         }
+        !matches!(op, SendOp::RdmaRead { .. }) && data.len() < end.inline as usize
     } else {
-        if wr.sgl.len() > shape.max_sge as usize {
-            return Err(Reject::TooManySges(wr.sgl.len(), shape.max_sge));
-        }
         let n = match wr.sgl {
             // One entry is the common case: no loop for it.
             [s] => u32::from(s.length != 0),
@@ -264,6 +299,27 @@ pub(crate) fn plan(shape: &SqShape, wr: &SendWr<'_>) -> std::result::Result<Plan
         };
         dense = n as usize == wr.sgl.len();
         ds += n;
+        wr.sgl.len() < end.sge as usize
+    };
+    // The operation's rules by type: a UD QP (a request past `end` with a
+    // destination) only sends; UC has no RDMA READ or atomics.
+    let op_suits = (!ud || op.is_send())
+        && !(shape.qp_type == QpType::Uc
+            && (matches!(op, SendOp::RdmaRead { .. }) || op.is_atomic()));
+    if !(fits && op_suits) {
+        return Err(Reject {
+            qp_type: shape.qp_type,
+            max_sge: shape.max_sge,
+            max_inline: shape.max_inline,
+            op: OpKind {
+                send: op.is_send(),
+                read: matches!(op, SendOp::RdmaRead { .. }),
+                atomic: op.is_atomic(),
+            },
+            ud,
+            sges: wr.sgl.len(),
+            inline: wr.inline.map(<[u8]>::len),
+        });
     }
     Ok(Plan {
         ds,

@@ -38,6 +38,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
+use prm_layouts::fields;
+use prm_layouts::words::Words;
+
 use super::fw::state::State;
 use super::fw::Firmware;
 use msg::Reply;
@@ -54,14 +57,32 @@ pub trait DoorbellSink: Send + Sync {
 /// BlueFlame / doorbell registers of a UAR page (prm-guide §5.6).
 pub(crate) const BF_REGS: std::ops::Range<usize> = 0x800..0x1000;
 
-/// [`Engine::last_held`] when nothing is held: no (page, 24-bit QPN) packs
-/// to it.
+/// [`Engine::last_held`] when nothing is held: no [`held_key`] is all ones
+/// (the ctrl segment's DS byte is never part of one).
 const NO_HELD: u64 = u64::MAX;
 
-/// A held doorbell as one word, for [`Engine::last_held`].
+/// The bits of a send doorbell's value (the first 8 bytes of the WQE's
+/// ctrl segment as they are in memory) that hold the QPN.
+const QPN_BITS: u64 = Words::<2>::new()
+    .with(fields::wqe_ctrl_seg::QPN, u32::MAX)
+    .pair(0)
+    .to_be();
+
+/// UAR page `page` in the bytes of a doorbell's value that
+/// [`QPN_BITS`] leaves out (the ctrl segment's first dword: WQE index and
+/// opcode), for [`held_key`]; worked out once per page.
+pub(crate) const fn page_bits(page: u32) -> u64 {
+    Words::<2>([page, 0]).pair(0).to_be()
+}
+
+const _: () = assert!(page_bits(u32::MAX) & QPN_BITS == 0);
+
+/// A held doorbell as one word, for [`Engine::last_held`]: the QPN bits of
+/// its value, `value`, with its page's [`page_bits`]. An AND and an OR, so
+/// that a UAR page checks a repeat on its store with one compare.
 #[inline(always)]
-fn held_key(page: u32, qpn: u32) -> u64 {
-    u64::from(page) << 32 | u64::from(qpn)
+fn held_key(page_bits: u64, value: u64) -> u64 {
+    value & QPN_BITS | page_bits
 }
 
 /// The QPN a send doorbell names: `value` is the first 8 bytes of the
@@ -485,17 +506,18 @@ impl Engine {
     /// it is cleared): the caller runs the QP, and `last_held` stays clear.
     #[cold]
     #[inline(never)]
-    fn hold(&self, page_id: u32, qpn: u32) -> bool {
+    fn hold(&self, page_id: u32, value: u64) -> bool {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         if !self.paused.load(Ordering::Acquire) {
             return false;
         }
+        let qpn = doorbell_qpn(value);
         if held.last() != Some(&(page_id, qpn)) {
             held.push((page_id, qpn));
         }
         if self.installed.load(Ordering::Acquire) {
             self.last_held
-                .store(held_key(page_id, qpn), Ordering::Release);
+                .store(held_key(page_bits(page_id), value), Ordering::Release);
         }
         true
     }
@@ -517,13 +539,13 @@ impl Engine {
         self.installed.load(Ordering::Acquire)
     }
 
-    /// Whether a send doorbell of UAR page `page_id` (ctrl bytes `value`)
-    /// repeats the last one this engine, paused and installed, held:
-    /// running the QP will execute everything posted to it so far, so the
-    /// repeat adds nothing.
+    /// Whether a send doorbell (ctrl bytes `value`) of the UAR page whose
+    /// [`page_bits`] are `page_bits` repeats the last one this engine,
+    /// paused and installed, held: running the QP will execute everything
+    /// posted to it so far, so the repeat adds nothing.
     #[inline(always)]
-    pub(crate) fn holds_repeat(&self, page_id: u32, value: u64) -> bool {
-        self.last_held.load(Ordering::Acquire) == held_key(page_id, doorbell_qpn(value))
+    pub(crate) fn holds_repeat(&self, page_bits: u64, value: u64) -> bool {
+        self.last_held.load(Ordering::Acquire) == held_key(page_bits, value)
     }
 
     #[inline(never)]
@@ -558,12 +580,11 @@ impl DoorbellSink for Engine {
         if !BF_REGS.contains(&offset) {
             return;
         }
-        let qpn = doorbell_qpn(value);
-        if self.paused.load(Ordering::Acquire) && self.hold(page_id, qpn) {
+        if self.paused.load(Ordering::Acquire) && self.hold(page_id, value) {
             return;
         }
         self.run_qp(
-            qpn,
+            doorbell_qpn(value),
             Entry {
                 page: Some(page_id),
                 by_timer: false,

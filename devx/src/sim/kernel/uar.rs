@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::provider::UarPage;
-use crate::sim::engine::{DoorbellSink, Engine, BF_REGS};
+use crate::sim::engine::{page_bits, DoorbellSink, Engine, BF_REGS};
+use crate::uar::BfHalf;
 
 /// A device's doorbell sink slot, shared by all its UAR pages.
 pub(crate) type DoorbellSlot = Arc<SinkSlot>;
@@ -59,11 +60,9 @@ impl SinkSlot {
         self.deliver_other(page_id, offset, value);
     }
 
-    /// Whether send doorbell `value` of page `page_id` repeats the last one
-    /// the engine held, paused and installed: nothing to deliver.
-    #[inline(always)]
-    pub(crate) fn holds_repeat(&self, page_id: u32, value: u64) -> bool {
-        self.engine.holds_repeat(page_id, value)
+    /// The device's engine, fixed at creation.
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
     }
 
     #[cold]
@@ -86,7 +85,14 @@ struct PageWords([AtomicU64; UAR_PAGE_SIZE / 8]);
 
 /// One emulated UAR page.
 pub(crate) struct SimUarPage {
-    words: Box<PageWords>,
+    /// In the page value itself (which is then page-aligned): a store
+    /// goes through the page's address with no pointer to load first.
+    words: PageWords,
+    /// The sink's engine, and the page as the engine keys a held doorbell
+    /// ([`page_bits`]): a paused engine's repeat is checked on the store
+    /// with one load through the page and one compare.
+    engine: Arc<Engine>,
+    page_bits: u64,
     page_id: u32,
     freed: AtomicBool,
     sink: DoorbellSlot,
@@ -95,7 +101,9 @@ pub(crate) struct SimUarPage {
 impl SimUarPage {
     pub(crate) fn new(page_id: u32, sink: DoorbellSlot) -> SimUarPage {
         SimUarPage {
-            words: Box::new(PageWords(std::array::from_fn(|_| AtomicU64::new(0)))),
+            words: PageWords(std::array::from_fn(|_| AtomicU64::new(0))),
+            engine: Arc::clone(sink.engine()),
+            page_bits: page_bits(page_id),
             page_id,
             freed: AtomicBool::new(false),
             sink,
@@ -148,7 +156,19 @@ impl UarPage for SimUarPage {
         word.store(value, Ordering::Release);
         // A paused engine's repeat, the doorbell of a posting loop timed
         // alone, ends here; a freed page's would be dropped as well.
-        if BF_REGS.contains(&offset) && self.sink.holds_repeat(self.page_id, value) {
+        if BF_REGS.contains(&offset) && self.engine.holds_repeat(self.page_bits, value) {
+            return;
+        }
+        self.hand_on(offset, value);
+    }
+
+    /// [`UarPage::write64`] for an offset known to be a BlueFlame
+    /// register's: no check of where it lands.
+    #[inline]
+    fn write_bf(&self, half: BfHalf, value: u64) {
+        let offset = half.offset();
+        self.words.0[offset / 8].store(value, Ordering::Release);
+        if self.engine.holds_repeat(self.page_bits, value) {
             return;
         }
         self.hand_on(offset, value);
@@ -220,6 +240,24 @@ mod tests {
         }
         assert_eq!(dev.engine_held(), 3);
         assert_eq!(p.read64(0x800), Some(ctrl8(5)));
+        dev.pause_engine(false);
+        assert_eq!(dev.engine_held(), 0);
+    }
+
+    #[test]
+    fn blue_flame_halves_land_in_the_page_and_repeats_are_per_page_and_qp() {
+        let (dev, p) = paused_page();
+        let other = SimUarPage::new(4, Arc::clone(&dev.shared.doorbell));
+        let (first, second) = (BfHalf::FIRST, BfHalf::FIRST.other());
+        assert_ne!(first.offset(), second.offset());
+        p.write_bf(first, ctrl8(5));
+        p.write_bf(second, ctrl8(5));
+        assert_eq!(dev.engine_held(), 1);
+        other.write_bf(first, ctrl8(5));
+        p.write_bf(first, ctrl8(6));
+        assert_eq!(dev.engine_held(), 3);
+        assert_eq!(p.read64(first.offset()), Some(ctrl8(6)));
+        assert_eq!(p.read64(second.offset()), Some(ctrl8(5)));
         dev.pause_engine(false);
         assert_eq!(dev.engine_held(), 0);
     }
