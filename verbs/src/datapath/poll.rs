@@ -233,17 +233,11 @@ fn take_run_one_loop(run: Run64, lap: u8, qpn: u32, slots: SqView<'_>, out: &mut
 /// general path looks.
 #[inline(always)]
 fn take_run(run: Run64, lap: u8, index: SqIndex<'_>, out: &mut [Wc]) -> usize {
-    // One index for both, so one bound: `run64` gave no more entries than
-    // `out` has room for.
-    let Some(out) = out.get_mut(..run.len()) else {
-        return 0;
-    };
-    for k in 0..out.len() {
-        let (Some(w), Some(e)) = (out.get_mut(k), run.get(k)) else {
-            return k;
-        };
+    let n = run.len().min(out.len());
+    let mut pairs = run.beside(out);
+    while let Some((e, w)) = pairs.next() {
         if !is_hot_req(e.load_acquire(OP_OWN), lap) {
-            return k;
+            return n - pairs.len() - 1;
         }
         // The entry is ours: read it as a CQE64. Only the fields used
         // below are loaded.
@@ -252,14 +246,14 @@ fn take_run(run: Run64, lap: u8, index: SqIndex<'_>, out: &mut [Wc]) -> usize {
         // `qpn` here is none the index holds.
         let (qpn, opcode) = WcOpcode::counted_req(c.sop_drop_qpn());
         let Some(sq) = index.find(qpn) else {
-            return k;
+            return n - pairs.len() - 1;
         };
         let (wr_id, tail) = sq.slot(c.wqe_counter());
         // SQ room first, then the CQ's (the caller's `set_ci`).
         sq.publish(Some(tail));
         w.set_req(wr_id, opcode, c.byte_cnt(), qpn);
     }
-    out.len()
+    n
 }
 
 /// Decodes any software-owned CQE; `None` for a resize marker. Also returns
