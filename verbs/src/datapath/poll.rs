@@ -202,10 +202,10 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> (usize, P
 /// [`take_run_one`]'s loop, with `out` as long as `run`.
 #[inline(always)]
 fn take_run_one_loop(run: Run64, lap: u8, qpn: u32, slots: SqView<'_>, out: &mut [Wc]) -> usize {
-    for k in 0..out.len() {
-        let (Some(w), Some(e)) = (out.get_mut(k), run.get(k)) else {
-            return k;
-        };
+    let n = run.len().min(out.len());
+    let mut pairs = run.beside(out);
+    while let Some((e, w)) = pairs.next() {
+        let k = n - pairs.len() - 1;
         if !is_hot_req(e.load_acquire(OP_OWN), lap) {
             return k;
         }
@@ -220,7 +220,7 @@ fn take_run_one_loop(run: Run64, lap: u8, qpn: u32, slots: SqView<'_>, out: &mut
         // The wr_id alone: the SQ tail is the run's last completion's.
         w.set_req(slots.wr_id(c.wqe_counter()), opcode, c.byte_cnt(), qpn);
     }
-    out.len()
+    n
 }
 
 /// The hot path over one stretch of the ring in lap `lap`: takes successful
@@ -492,10 +492,7 @@ impl Cq {
         let c = Cqe64(e.read64b());
         // Atomics (length a fixed 8) go the general way.
         let (qpn, opcode) = WcOpcode::counted_req(c.sop_drop_qpn());
-        let sq = self.dp.cache.hot_sq()?;
-        if qpn != sq.qpn() {
-            return None;
-        }
+        let sq = self.dp.cache.hot_sq_of(qpn)?;
         let (wr_id, tail) = sq.slot(c.wqe_counter());
         // SQ room first, then the CQ's.
         sq.publish(Some(tail));

@@ -271,6 +271,10 @@ pub(crate) struct PollCache {
     /// The track of the index's empty slots: no QP's, never alive.
     vacant: Arc<QpTrack>,
     last: usize,
+    /// `qps[last]` if it has an SQ, else `vacant`: so the cached QP's SQ
+    /// is a load and a comparison of its key away, with no bound or
+    /// emptiness to check.
+    hot: Arc<QpTrack>,
     /// `last` moved (or the cache was refilled) since a lazy poll last
     /// took the cached QP as its own (see [`PollCache::take_current`]).
     switched: bool,
@@ -366,6 +370,7 @@ impl PollCache {
             qpns: Vec::new(),
             index,
             index_pos: Pow2Table::new(1),
+            hot: vacant.clone(),
             vacant,
             last: 0,
             switched: false,
@@ -447,7 +452,27 @@ impl PollCache {
     /// The SQ of the cached QP, if it is still alive and has one.
     #[inline(always)]
     pub(crate) fn hot_sq(&self) -> Option<HotSq<'_>> {
-        self.qps.get(self.last).and_then(|t| Self::sq_of(t))
+        let t = &*self.hot;
+        t.is_alive().then_some(HotSq { track: t })
+    }
+
+    /// The SQ of the cached QP if that is `qpn`'s, alive and with an SQ:
+    /// one comparison with its key.
+    #[inline(always)]
+    pub(crate) fn hot_sq_of(&self, qpn: u32) -> Option<HotSq<'_>> {
+        let t = &*self.hot;
+        (t.key.load(Ordering::Relaxed) == qpn).then_some(HotSq { track: t })
+    }
+
+    /// Points the cache at `qps[i]`.
+    #[inline(always)]
+    fn set_last(&mut self, i: usize) {
+        self.switched |= self.last != i;
+        self.last = i;
+        self.hot = match self.qps.get(i) {
+            Some(t) if t.has_sq() => t.clone(),
+            _ => self.vacant.clone(),
+        };
     }
 
     /// Whether `last` moved (or the cache was refilled) since
@@ -463,15 +488,11 @@ impl PollCache {
         self.qps.get(self.last).filter(|t| t.is_alive())
     }
 
-    #[inline(always)]
-    pub(crate) fn sq_of(t: &QpTrack) -> Option<HotSq<'_>> {
-        (t.is_alive() && !t.sq.is_empty()).then_some(HotSq { track: t })
-    }
-
-    /// Points the cache at `qpn` (cached) after the fast path moved to it.
+    /// Points the cache at `qpn` (cached, with an SQ) after the fast path
+    /// moved to it.
     #[inline]
     pub(crate) fn point_at(&mut self, qpn: u32) {
-        if !matches!(self.qps.get(self.last), Some(t) if t.qpn == qpn) {
+        if self.hot.qpn != qpn {
             self.switch(qpn);
         }
     }
@@ -506,8 +527,9 @@ impl PollCache {
         let found = self.position(qpn);
         match found.and_then(|i| Some(i).zip(self.qps.get(i))) {
             Some((i, t)) if t.is_alive() => {
-                self.switched |= self.last != i;
-                self.last = i;
+                if i != self.last {
+                    self.set_last(i);
+                }
                 true
             }
             _ => false,
@@ -524,7 +546,7 @@ impl PollCache {
             self.qps.retain(|t| t.is_alive());
             self.qps.push(t);
             self.reindex();
-            self.last = self.qps.len() - 1;
+            self.set_last(self.qps.len() - 1);
             self.switched = true;
         }
         Some(())
