@@ -212,9 +212,12 @@ fn take_run_one_loop(run: Run64, lap: u8, qpn: u32, slots: SqView<'_>, out: &mut
         // The entry is ours: read it as a CQE64. Only the fields used below
         // are loaded.
         let c = Cqe64(e.read64b());
+        let sop_drop_qpn = c.sop_drop_qpn();
         // Atomics (length a fixed 8) are left to the general path.
-        let (cqe_qpn, opcode) = WcOpcode::counted_req(c.sop_drop_qpn());
-        if cqe_qpn != qpn {
+        let Some(opcode) = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8) else {
+            return k;
+        };
+        if sop_drop_qpn & LOW_24 != qpn {
             return k;
         }
         // The wr_id alone: the SQ tail is the run's last completion's.
@@ -242,10 +245,13 @@ fn take_run(run: Run64, lap: u8, index: SqIndex<'_>, out: &mut [Wc]) -> usize {
         // The entry is ours: read it as a CQE64. Only the fields used
         // below are loaded.
         let c = Cqe64(e.read64b());
-        // Atomics (length a fixed 8) are left to the general path: their
-        // `qpn` here is none the index holds.
-        let (qpn, opcode) = WcOpcode::counted_req(c.sop_drop_qpn());
-        let Some(sq) = index.find(qpn) else {
+        let sop_drop_qpn = c.sop_drop_qpn();
+        // Atomics (length a fixed 8) are left to the general path.
+        let Some(opcode) = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8) else {
+            return n - pairs.len() - 1;
+        };
+        let qpn = sop_drop_qpn & LOW_24;
+        let Some(sq) = index.find(sop_drop_qpn, qpn) else {
             return n - pairs.len() - 1;
         };
         let (wr_id, tail) = sq.slot(c.wqe_counter());
@@ -490,8 +496,10 @@ impl Cq {
             return None;
         }
         let c = Cqe64(e.read64b());
+        let sop_drop_qpn = c.sop_drop_qpn();
         // Atomics (length a fixed 8) go the general way.
-        let (qpn, opcode) = WcOpcode::counted_req(c.sop_drop_qpn());
+        let opcode = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8)?;
+        let qpn = sop_drop_qpn & LOW_24;
         let sq = self.dp.cache.hot_sq_of(qpn)?;
         let (wr_id, tail) = sq.slot(c.wqe_counter());
         // SQ room first, then the CQ's.

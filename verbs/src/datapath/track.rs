@@ -300,10 +300,13 @@ pub(crate) struct SqIndex<'a>(Pow2View<'a, Arc<QpTrack>>);
 impl<'a> SqIndex<'a> {
     /// The SQ of `qpn` if its index slot holds it, alive: a load of the
     /// slot's track and a comparison of its key, as a C driver's
-    /// `table[qpn & mask]`.
+    /// `table[qpn & mask]`. The slot is picked by `bits`, whose low 24 bits
+    /// are `qpn` (a CQE's `sop_drop_qpn`, say), so it is found without
+    /// waiting for the QPN to be cut out; past 2^24 slots, `bits` may pick
+    /// another slot than `qpn`'s, whose key is then another QPN.
     #[inline(always)]
-    pub(crate) fn find(&self, qpn: u32) -> Option<HotSq<'a>> {
-        let t = &**self.0.at(qpn as usize);
+    pub(crate) fn find(&self, bits: u32, qpn: u32) -> Option<HotSq<'a>> {
+        let t = &**self.0.at(bits as usize);
         // Indexed: it has an SQ.
         (t.key.load(Ordering::Relaxed) == qpn).then_some(HotSq { track: t })
     }
@@ -579,9 +582,12 @@ mod tests {
         let qpns = [1, 2, 3, 4, 5, 6, 7, 8, 0x41];
         let (cache, _tracks) = cache_of(&qpns);
         for q in qpns {
-            assert_eq!(cache.sq_index().find(q).map(|s| s.qpn()), Some(q));
+            assert_eq!(cache.sq_index().find(q, q).map(|s| s.qpn()), Some(q));
+            // Bits above the QPN (a CQE's opcode) do not move the slot.
+            let bits = u32::from(prm_layouts::SendOpcode::Send as u8) << 24 | q;
+            assert_eq!(cache.sq_index().find(bits, q).map(|s| s.qpn()), Some(q));
         }
-        assert!(cache.sq_index().find(9).is_none());
+        assert!(cache.sq_index().find(9, 9).is_none());
     }
 
     #[test]
@@ -589,14 +595,14 @@ mod tests {
         // Beyond the index's growth: one of the two has no slot.
         let (a, b) = (1, 1 | 1 << 20);
         let (mut cache, tracks) = cache_of(&[a, b, 2]);
-        let found = [a, b].map(|q| cache.sq_index().find(q).is_some());
+        let found = [a, b].map(|q| cache.sq_index().find(q, q).is_some());
         assert_eq!(found.iter().filter(|&&f| f).count(), 1);
         for q in [a, b, 2] {
             assert!(cache.switch(q));
             assert_eq!(cache.hot_sq().map(|s| s.qpn()), Some(q));
         }
         tracks[2].kill();
-        assert!(cache.sq_index().find(2).is_none());
+        assert!(cache.sq_index().find(2, 2).is_none());
         assert!(!cache.switch(2));
     }
 }
