@@ -716,6 +716,89 @@ mod datapath {
         }
     }
 
+    /// QPs taking turns with atomics, RDMA READs and an error completion
+    /// among their sends, over several laps of a small ring, polled a few
+    /// at a time, one at a time and many at a time: every completion names
+    /// its QP's request with its opcode and length (an atomic's 8), the
+    /// error its status, and each QP's send queue room comes back.
+    #[test]
+    fn atomics_and_an_error_amid_qps_taking_turns() {
+        let (ctx, _sim, _rec) = recorded(500);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(15).unwrap();
+        let entries = cq.memory().entries;
+        assert_eq!(entries, 16);
+        let s = [Sge::new(0x1000, 8, 1)];
+        let mut wc = [Wc::default(); 32];
+        let mut qps = rc_qps_on(&pd, &cq, 3);
+        for (round, width) in [4, 1, 32, 3, 4, 2].into_iter().enumerate() {
+            let mut expect = Vec::new();
+            let mut ahead = 0;
+            for i in 0..4u64 {
+                for (q, qp) in qps.iter_mut().enumerate() {
+                    let id = round as u64 * 100 + i * 10 + q as u64;
+                    let counted = 1000 + id as u32;
+                    let (wr, opcode, len) = match (i + q as u64 + round as u64) % 4 {
+                        0 => (
+                            SendWr::fetch_add(id, &s, 0x2000, 7, 1),
+                            WcOpcode::FetchAdd,
+                            8,
+                        ),
+                        1 => (
+                            SendWr::rdma_read(id, &s, 0x2000, 7),
+                            WcOpcode::RdmaRead,
+                            counted,
+                        ),
+                        2 if q == 1 => (
+                            SendWr::comp_swap(id, &s, 0x2000, 7, 0, 1),
+                            WcOpcode::CompSwap,
+                            8,
+                        ),
+                        _ => (SendWr::send(id, &s), WcOpcode::Send, counted),
+                    };
+                    let at = qp.send_queue().cur_post() as u16;
+                    qp.post_send(&wr).unwrap();
+                    // One error completion a round, on the third QP.
+                    let err = i == 2 && q == 2;
+                    let mut c = cqe(if err { 0xd } else { 0x0 }, 0, qp.qpn(), at);
+                    c[56] = wr.op.mlx5_opcode() as u8;
+                    c[44..48].copy_from_slice(&counted.to_be_bytes());
+                    if err {
+                        c[55] = 0x13;
+                    }
+                    let slot = cq.consumer_index() + ahead;
+                    c[63] |= ((slot / entries) & 1) as u8;
+                    put_cqe(&cq, slot, c);
+                    ahead += 1;
+                    if err {
+                        expect.push((qp.qpn(), id, opcode, None, WcStatus::RemAccessErr));
+                    } else {
+                        expect.push((qp.qpn(), id, opcode, Some(len), WcStatus::Success));
+                    }
+                }
+            }
+            let mut got = Vec::new();
+            while got.len() < expect.len() {
+                let k = cq.poll(&mut wc[..width.min(expect.len() - got.len())]);
+                assert!(k > 0, "{} of {}", got.len(), expect.len());
+                got.extend_from_slice(&wc[..k]);
+            }
+            assert_eq!(cq.poll(&mut wc), 0);
+            for (i, (w, &(qpn, id, opcode, len, status))) in got.iter().zip(&expect).enumerate() {
+                let what = format!("round {round}, completion {i}");
+                assert_eq!((w.qp_num, w.wr_id, w.status), (qpn, id, status), "{what}");
+                assert_eq!(w.opcode, opcode, "{what}");
+                if let Some(len) = len {
+                    assert_eq!(w.byte_len, len, "{what}");
+                }
+            }
+            for qp in &mut qps {
+                assert_eq!(qp.send_queue().in_use(), 0);
+            }
+            assert_eq!(cq.doorbell_ci(), cq.consumer_index());
+        }
+    }
+
     #[test]
     fn garbage_is_a_general_error_not_a_panic() {
         let (ctx, _sim, _rec) = recorded(500);

@@ -302,10 +302,9 @@ impl Cursor<'_> {
         let h = self.hot?;
         // The entry is ours: only the fields used below are loaded.
         let cqe = Cqe64(e.read64b());
-        let sop_drop_qpn = cqe.sop_drop_qpn();
-        let opcode = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8)?;
+        let (cqe_qpn, opcode) = WcOpcode::counted_req(cqe.sop_drop_qpn());
         let qpn = h.track.qpn;
-        if sop_drop_qpn & LOW_24 != qpn {
+        if cqe_qpn != qpn {
             return None;
         }
         Some(Wc {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::ring::{DbRec, Ring64, Run64};
-use super::track::{HotSq, PendingTail, PollCache, QpTrack, Registry, SqView};
+use super::track::{HotSq, PendingTail, PollCache, QpTrack, Registry, SqIndex, SqView};
 use super::wc::{Wc, WcOpcode, WcStatus};
 use super::LOW_24;
 use crate::cq::{Cq, CQE_SIZE};
@@ -202,73 +202,65 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> (usize, P
 /// [`take_run_one`]'s loop, with `out` as long as `run`.
 #[inline(always)]
 fn take_run_one_loop(run: Run64, lap: u8, qpn: u32, slots: SqView<'_>, out: &mut [Wc]) -> usize {
-    for k in 0..out.len() {
-        let (Some(w), Some(e)) = (out.get_mut(k), run.get(k)) else {
-            return k;
-        };
+    let n = run.len().min(out.len());
+    let mut pairs = run.beside(out);
+    while let Some((e, w)) = pairs.next() {
+        let k = n - pairs.len() - 1;
         if !is_hot_req(e.load_acquire(OP_OWN), lap) {
             return k;
         }
         // The entry is ours: read it as a CQE64. Only the fields used below
         // are loaded.
         let c = Cqe64(e.read64b());
-        let sop_drop_qpn = c.sop_drop_qpn();
         // Atomics (length a fixed 8) are left to the general path.
-        let Some(opcode) = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8) else {
-            return k;
-        };
-        if sop_drop_qpn & LOW_24 != qpn {
+        let (cqe_qpn, opcode) = WcOpcode::counted_req(c.sop_drop_qpn());
+        if cqe_qpn != qpn {
             return k;
         }
         // The wr_id alone: the SQ tail is the run's last completion's.
         w.set_req(slots.wr_id(c.wqe_counter()), opcode, c.byte_cnt(), qpn);
     }
-    out.len()
+    n
 }
 
 /// The hot path over one stretch of the ring in lap `lap`: takes successful
-/// requester completions of the indexed QPs into `out` until an entry is
-/// not one (or not software's); returns how many. Where QPs take turns most
-/// completions are of another QP than the one before, so each looks its QP
-/// up in the index, as a C driver's `table[qpn & mask]`, and publishes the
-/// SQ tail it retires up to, the store a move to another QP makes anyway.
-/// A QP the index lacks (or has dead) ends the run: the general path
-/// looks. Out of line, so its loop has every register to itself.
-#[inline(never)]
-fn take_run(run: Run64, lap: u8, cache: &PollCache, out: &mut [Wc]) -> usize {
-    // One index for both, so one bound: `run64` gave no more entries than
-    // `out` has room for.
-    let Some(out) = out.get_mut(..run.len()) else {
-        return 0;
-    };
-    let index = cache.sq_index();
-    'run: {
-        for k in 0..out.len() {
-            let (Some(w), Some(e)) = (out.get_mut(k), run.get(k)) else {
-                break 'run k;
-            };
-            if !is_hot_req(e.load_acquire(OP_OWN), lap) {
-                break 'run k;
-            }
-            // The entry is ours: read it as a CQE64. Only the fields used
-            // below are loaded.
-            let c = Cqe64(e.read64b());
-            let sop_drop_qpn = c.sop_drop_qpn();
-            let Some(opcode) = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8)
-            else {
-                break 'run k;
-            };
-            let qpn = sop_drop_qpn & LOW_24;
-            let Some(sq) = index.find(qpn) else {
-                break 'run k;
-            };
-            let (wr_id, tail) = sq.slot(c.wqe_counter());
-            // SQ room first, then the CQ's (the caller's `set_ci`).
-            sq.publish(Some(tail));
-            w.set_req(wr_id, opcode, c.byte_cnt(), qpn);
+/// requester completions of the QPs in `index` into `out` until an entry
+/// is not one (or not software's); returns how many. Where QPs take turns
+/// most completions are of another QP than the one before, so each looks
+/// its QP up in the index, as a C driver's `table[qpn & mask]`, and
+/// publishes the SQ tail it retires up to, the store a move to another QP
+/// makes anyway. A QP the index lacks (or has dead) ends the run: the
+/// general path looks.
+#[inline(always)]
+fn take_run(run: Run64, lap: u8, index: SqIndex<'_>, out: &mut [Wc]) -> usize {
+    let n = run.len().min(out.len());
+    let mut pairs = run.beside(out);
+    while let Some((e, w)) = pairs.next() {
+        if !is_hot_req(e.load_acquire(OP_OWN), lap) {
+            return n - pairs.len() - 1;
         }
-        out.len()
+        // The entry is ours: read it as a CQE64. Only the fields used
+        // below are loaded.
+        let c = Cqe64(e.read64b());
+        let sop_drop_qpn = c.sop_drop_qpn();
+        // Atomics (length a fixed 8) are left to the general path. Not
+        // through `WcOpcode::counted_req`: here the QPN picks the index
+        // slot, and cut out with a mask it does not wait for the opcode
+        // table's load (by time, about 10% a completion where QPs take
+        // turns).
+        let Some(opcode) = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8) else {
+            return n - pairs.len() - 1;
+        };
+        let qpn = sop_drop_qpn & LOW_24;
+        let Some(sq) = index.find(sop_drop_qpn, qpn) else {
+            return n - pairs.len() - 1;
+        };
+        let (wr_id, tail) = sq.slot(c.wqe_counter());
+        // SQ room first, then the CQ's (the caller's `set_ci`).
+        sq.publish(Some(tail));
+        w.set_req(wr_id, opcode, c.byte_cnt(), qpn);
     }
+    n
 }
 
 /// Decodes any software-owned CQE; `None` for a resize marker. Also returns
@@ -419,14 +411,74 @@ impl Cq {
                 return 1;
             }
         }
+        if self.dp.turns {
+            return self.poll_turns(wc);
+        }
         self.poll_many(wc)
     }
 
     #[inline(never)]
     fn poll_many(&mut self, wc: &mut [Wc]) -> usize {
-        let got = self.poll_ring(wc);
+        let start = self.ci;
+        let got = self.take_hot(wc);
+        self.poll_rest(wc, start, got)
+    }
+
+    /// A poll that follows one whose last two completions were of
+    /// different QPs: the loop that moves between QPs from the first
+    /// entry, and where that fills `wc`, nothing else to set up or look
+    /// at. Out of line, as the one call such a poll makes.
+    #[inline(never)]
+    fn poll_turns(&mut self, wc: &mut [Wc]) -> usize {
+        let start = self.ci;
+        // At most 2^32 − 1 at once: the count is the counter's progress.
+        let n = wc.len().min(u32::MAX as usize);
+        let run = self.ring().run64(start as usize * CQE_SIZE, n);
+        let lap = ((start >> self.log_size) & 1) as u8;
+        let k = take_run(run, lap, self.dp.cache.sq_index(), wc);
+        match wc.get(..k) {
+            Some(taken @ [_, ..]) if k == n => {
+                let c = start.wrapping_add(k as u32);
+                self.ci = c;
+                self.turned(taken);
+                self.dp.dbrec.store(SET_CI, c & LOW_24);
+                k
+            }
+            _ => self.poll_turns_on(wc, k),
+        }
+    }
+
+    /// [`Cq::poll_turns`] on from `wc[got]`, where its loop stopped short
+    /// of filling `wc` (at the ring's end or an entry of another kind).
+    #[inline(never)]
+    fn poll_turns_on(&mut self, wc: &mut [Wc], got: usize) -> usize {
+        let start = self.ci;
+        let got = self.take_hot_on(wc, got, None, true);
+        self.poll_rest(wc, start, got)
+    }
+
+    /// A poll's end, after its hot path took `got` completions (moving the
+    /// consumer counter from `start`): the general path for the rest, the
+    /// consumer index published, and an empty poll's second look.
+    #[inline(always)]
+    fn poll_rest(&mut self, wc: &mut [Wc], start: u32, got: usize) -> usize {
+        let got = self.poll_general(wc, start, got);
         if got == 0 && !wc.is_empty() {
             return self.poll_after_progress(wc);
+        }
+        got
+    }
+
+    /// The general path from `wc[got]` on if the next entry is software's,
+    /// then the consumer index published if the consumer counter moved
+    /// from `start`; the count in all.
+    #[inline(always)]
+    fn poll_general(&mut self, wc: &mut [Wc], start: u32, mut got: usize) -> usize {
+        if got < wc.len() && self.next_is_sw_owned() {
+            got = self.take_general(wc, got);
+        }
+        if self.ci != start {
+            self.dp.dbrec.store(SET_CI, self.ci & LOW_24);
         }
         got
     }
@@ -445,14 +497,9 @@ impl Cq {
             return None;
         }
         let c = Cqe64(e.read64b());
-        let sop_drop_qpn = c.sop_drop_qpn();
         // Atomics (length a fixed 8) go the general way.
-        let opcode = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8)?;
-        let sq = self.dp.cache.hot_sq()?;
-        let qpn = sop_drop_qpn & LOW_24;
-        if qpn != sq.qpn() {
-            return None;
-        }
+        let (qpn, opcode) = WcOpcode::counted_req(c.sop_drop_qpn());
+        let sq = self.dp.cache.hot_sq_of(qpn)?;
         let (wr_id, tail) = sq.slot(c.wqe_counter());
         // SQ room first, then the CQ's.
         sq.publish(Some(tail));
@@ -461,25 +508,14 @@ impl Cq {
         Some((wr_id, opcode, c.byte_cnt(), qpn))
     }
 
-    #[inline(always)]
-    fn poll_ring(&mut self, wc: &mut [Wc]) -> usize {
-        let start = self.ci;
-        let mut got = self.take_hot(wc);
-        if got < wc.len() && self.next_is_sw_owned() {
-            got = self.take_general(wc, got);
-        }
-        if self.ci != start {
-            self.dp.dbrec.store(SET_CI, self.ci & LOW_24);
-        }
-        got
-    }
-
     /// An empty poll's second look, out of line: the found-something path
     /// stays short.
     #[inline(never)]
     fn poll_after_progress(&mut self, wc: &mut [Wc]) -> usize {
         if self.uar().progress() {
-            self.poll_ring(wc)
+            let start = self.ci;
+            let got = self.take_hot(wc);
+            self.poll_general(wc, start, got)
         } else {
             0
         }
@@ -545,26 +581,15 @@ impl Cq {
     /// and sets nothing up for the rest.
     #[inline(always)]
     fn take_hot(&mut self, wc: &mut [Wc]) -> usize {
+        if self.dp.turns {
+            // QPs took turns at the end of the last call: the loop that
+            // moves between QPs from the start.
+            return self.take_hot_on(wc, 0, None, true);
+        }
         let start = self.ci;
         let Some(hot) = self.dp.cache.hot_sq() else {
             return 0;
         };
-        if self.dp.turns {
-            // QPs took turns at the end of the last call: the first
-            // stretch with the loop that moves between QPs.
-            let n = wc.len().min(u32::MAX as usize);
-            let run = self.ring().run64(start as usize * CQE_SIZE, n);
-            let lap = ((start >> self.log_size) & 1) as u8;
-            let k = take_run(run, lap, &self.dp.cache, wc);
-            if k < n {
-                return self.take_hot_on(wc, k, None, true);
-            }
-            self.ci = start.wrapping_add(k as u32);
-            if let Some(taken) = wc.get(..k) {
-                self.turned(taken);
-            }
-            return k;
-        }
         // At most 2^32 − 1 at once: the count is the counter's progress.
         let n = wc.len().min(u32::MAX as usize);
         let log = self.log_size;
@@ -603,26 +628,32 @@ impl Cq {
         // At most 2^32 − 1 at once: the count is the counter's progress.
         let n = wc.len().min(u32::MAX as usize);
         let cache = &self.dp.cache;
-        let Some(hot) = cache.hot_sq() else {
-            return 0;
-        };
+        // Only a stretch of one QP's completions needs it, and has it: the
+        // caller found it for the first (`turns` false).
+        let hot = cache.hot_sq();
         // One QP's runs first; once another QP's completion stops one, the
         // loop that moves between QPs.
         while let Some(out) = wc.get_mut(got..n) {
             // A stretch up to the ring's end: one lap, no wrapping.
             let run = ring.run64(c as usize * CQE_SIZE, out.len());
             let lap = ((c >> log) & 1) as u8;
-            let k = if turns {
-                // SQ room first, the run's own as it goes, then the CQ's
-                // (the caller's `set_ci`).
-                hot.publish(pending.take());
-                take_run(run, lap, cache, out)
-            } else {
-                let (k, tail) = take_run_one(run, lap, hot, out);
-                if tail.is_some() {
-                    pending = tail;
+            let k = match hot {
+                Some(hot) if !turns => {
+                    let (k, tail) = take_run_one(run, lap, hot, out);
+                    if tail.is_some() {
+                        pending = tail;
+                    }
+                    k
                 }
-                k
+                _ => {
+                    // SQ room first, the run's own as it goes, then the
+                    // CQ's (the caller's `set_ci`).
+                    if let Some(hot) = hot {
+                        hot.publish(pending.take());
+                    }
+                    turns = true;
+                    take_run(run, lap, cache.sq_index(), out)
+                }
             };
             c = c.wrapping_add(k as u32);
             got += k;
@@ -642,7 +673,9 @@ impl Cq {
             }
         }
         // SQ room first, then the CQ's (the caller's `set_ci`).
-        hot.publish(pending);
+        if let Some(hot) = hot {
+            hot.publish(pending);
+        }
         if let Some(taken) = wc.get(..got).filter(|_| turns) {
             self.turned(taken);
         }

@@ -192,6 +192,48 @@ impl Run64 {
     }
 }
 
+impl Run64 {
+    /// The run's entries beside `out`'s items, pair by pair, as many pairs
+    /// as the shorter has: the entry moves with the item, so a loop over
+    /// the pairs has one bound, `out`'s end.
+    #[inline(always)]
+    pub(crate) fn beside<T>(self, out: &mut [T]) -> Beside<'_, T> {
+        let n = self.len.min(out.len());
+        Beside {
+            addr: self.addr,
+            items: out[..n].iter_mut(),
+        }
+    }
+}
+
+/// [`Run64::beside`]'s pairs: an entry of the run and an item of the
+/// slice. No more items than the run has entries, so each entry lies
+/// inside it.
+pub(crate) struct Beside<'a, T> {
+    /// The next pair's entry.
+    addr: usize,
+    items: std::slice::IterMut<'a, T>,
+}
+
+impl<'a, T> Iterator for Beside<'a, T> {
+    type Item = (Entry64, &'a mut T);
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<(Entry64, &'a mut T)> {
+        let w = self.items.next()?;
+        let e = Entry64 { addr: self.addr };
+        self.addr += 64;
+        Some((e, w))
+    }
+
+    #[inline(always)]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.items.size_hint()
+    }
+}
+
+impl<T> ExactSizeIterator for Beside<'_, T> {}
+
 /// A walk through a [`Ring64`], entry by entry, wrapping at its end: the
 /// entry's address, so a step is an add and a compare, with no offset to
 /// wrap per entry. Made only by [`Ring64::walk64`]; the entry stays a

@@ -271,6 +271,10 @@ pub(crate) struct PollCache {
     /// The track of the index's empty slots: no QP's, never alive.
     vacant: Arc<QpTrack>,
     last: usize,
+    /// `qps[last]` if it has an SQ, else `vacant`: so the cached QP's SQ
+    /// is a load and a comparison of its key away, with no bound or
+    /// emptiness to check.
+    hot: Arc<QpTrack>,
     /// `last` moved (or the cache was refilled) since a lazy poll last
     /// took the cached QP as its own (see [`PollCache::take_current`]).
     switched: bool,
@@ -296,10 +300,13 @@ pub(crate) struct SqIndex<'a>(Pow2View<'a, Arc<QpTrack>>);
 impl<'a> SqIndex<'a> {
     /// The SQ of `qpn` if its index slot holds it, alive: a load of the
     /// slot's track and a comparison of its key, as a C driver's
-    /// `table[qpn & mask]`.
+    /// `table[qpn & mask]`. The slot is picked by `bits`, whose low 24 bits
+    /// are `qpn` (a CQE's `sop_drop_qpn`, say), so it is found without
+    /// waiting for the QPN to be cut out; past 2^24 slots, `bits` may pick
+    /// another slot than `qpn`'s, whose key is then another QPN.
     #[inline(always)]
-    pub(crate) fn find(&self, qpn: u32) -> Option<HotSq<'a>> {
-        let t = &**self.0.at(qpn as usize);
+    pub(crate) fn find(&self, bits: u32, qpn: u32) -> Option<HotSq<'a>> {
+        let t = &**self.0.at(bits as usize);
         // Indexed: it has an SQ.
         (t.key.load(Ordering::Relaxed) == qpn).then_some(HotSq { track: t })
     }
@@ -366,6 +373,7 @@ impl PollCache {
             qpns: Vec::new(),
             index,
             index_pos: Pow2Table::new(1),
+            hot: vacant.clone(),
             vacant,
             last: 0,
             switched: false,
@@ -447,7 +455,27 @@ impl PollCache {
     /// The SQ of the cached QP, if it is still alive and has one.
     #[inline(always)]
     pub(crate) fn hot_sq(&self) -> Option<HotSq<'_>> {
-        self.qps.get(self.last).and_then(|t| Self::sq_of(t))
+        let t = &*self.hot;
+        t.is_alive().then_some(HotSq { track: t })
+    }
+
+    /// The SQ of the cached QP if that is `qpn`'s, alive and with an SQ:
+    /// one comparison with its key.
+    #[inline(always)]
+    pub(crate) fn hot_sq_of(&self, qpn: u32) -> Option<HotSq<'_>> {
+        let t = &*self.hot;
+        (t.key.load(Ordering::Relaxed) == qpn).then_some(HotSq { track: t })
+    }
+
+    /// Points the cache at `qps[i]`.
+    #[inline(always)]
+    fn set_last(&mut self, i: usize) {
+        self.switched |= self.last != i;
+        self.last = i;
+        self.hot = match self.qps.get(i) {
+            Some(t) if t.has_sq() => t.clone(),
+            _ => self.vacant.clone(),
+        };
     }
 
     /// Whether `last` moved (or the cache was refilled) since
@@ -463,15 +491,11 @@ impl PollCache {
         self.qps.get(self.last).filter(|t| t.is_alive())
     }
 
-    #[inline(always)]
-    pub(crate) fn sq_of(t: &QpTrack) -> Option<HotSq<'_>> {
-        (t.is_alive() && !t.sq.is_empty()).then_some(HotSq { track: t })
-    }
-
-    /// Points the cache at `qpn` (cached) after the fast path moved to it.
+    /// Points the cache at `qpn` (cached, with an SQ) after the fast path
+    /// moved to it.
     #[inline]
     pub(crate) fn point_at(&mut self, qpn: u32) {
-        if !matches!(self.qps.get(self.last), Some(t) if t.qpn == qpn) {
+        if self.hot.qpn != qpn {
             self.switch(qpn);
         }
     }
@@ -506,8 +530,9 @@ impl PollCache {
         let found = self.position(qpn);
         match found.and_then(|i| Some(i).zip(self.qps.get(i))) {
             Some((i, t)) if t.is_alive() => {
-                self.switched |= self.last != i;
-                self.last = i;
+                if i != self.last {
+                    self.set_last(i);
+                }
                 true
             }
             _ => false,
@@ -524,7 +549,7 @@ impl PollCache {
             self.qps.retain(|t| t.is_alive());
             self.qps.push(t);
             self.reindex();
-            self.last = self.qps.len() - 1;
+            self.set_last(self.qps.len() - 1);
             self.switched = true;
         }
         Some(())
@@ -557,9 +582,12 @@ mod tests {
         let qpns = [1, 2, 3, 4, 5, 6, 7, 8, 0x41];
         let (cache, _tracks) = cache_of(&qpns);
         for q in qpns {
-            assert_eq!(cache.sq_index().find(q).map(|s| s.qpn()), Some(q));
+            assert_eq!(cache.sq_index().find(q, q).map(|s| s.qpn()), Some(q));
+            // Bits above the QPN (a CQE's opcode) do not move the slot.
+            let bits = u32::from(prm_layouts::SendOpcode::Send as u8) << 24 | q;
+            assert_eq!(cache.sq_index().find(bits, q).map(|s| s.qpn()), Some(q));
         }
-        assert!(cache.sq_index().find(9).is_none());
+        assert!(cache.sq_index().find(9, 9).is_none());
     }
 
     #[test]
@@ -567,14 +595,14 @@ mod tests {
         // Beyond the index's growth: one of the two has no slot.
         let (a, b) = (1, 1 | 1 << 20);
         let (mut cache, tracks) = cache_of(&[a, b, 2]);
-        let found = [a, b].map(|q| cache.sq_index().find(q).is_some());
+        let found = [a, b].map(|q| cache.sq_index().find(q, q).is_some());
         assert_eq!(found.iter().filter(|&&f| f).count(), 1);
         for q in [a, b, 2] {
             assert!(cache.switch(q));
             assert_eq!(cache.hot_sq().map(|s| s.qpn()), Some(q));
         }
         tracks[2].kill();
-        assert!(cache.sq_index().find(2).is_none());
+        assert!(cache.sq_index().find(2, 2).is_none());
         assert!(!cache.switch(2));
     }
 }

@@ -4,6 +4,8 @@ use std::fmt;
 
 use prm_layouts::{CqeSyndrome, SendOpcode};
 
+use super::LOW_24;
+
 /// Completion status (`ibv_wc_status`), decoded from the error CQE syndrome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum WcStatus {
@@ -184,7 +186,62 @@ impl WcOpcode {
         const COUNTED: [Option<WcOpcode>; 0x100] = counted();
         COUNTED[usize::from(op)]
     }
+
+    /// A requester CQE's `sop_drop_qpn` (the WQE's opcode in the top byte,
+    /// the QPN below) read for a fast path that takes only the requester
+    /// opcodes whose completion's length is the CQE's byte count (all but
+    /// the atomics, whose length is a fixed 8): the QPN and the opcode, or,
+    /// for any other opcode, a value above 24 bits in place of the QPN,
+    /// which equals no QPN. So one comparison with the QPN a fast path
+    /// expects (or a track's key) checks both, and the copy of the byte
+    /// count needs no test.
+    #[inline(always)]
+    pub(crate) fn counted_req(sop_drop_qpn: u32) -> (u32, WcOpcode) {
+        let d = COUNTED_REQ[(sop_drop_qpn >> OPCODE_SHIFT) as usize];
+        (sop_drop_qpn ^ d.strip, d.opcode)
+    }
 }
+
+/// Where a requester CQE's `sop_drop_qpn` holds the WQE's opcode: above
+/// the 24-bit QPN.
+const OPCODE_SHIFT: u32 = LOW_24.count_ones();
+
+/// [`WcOpcode::counted_req`]'s entry for one opcode: what an xor with
+/// `sop_drop_qpn` leaves the QPN (the opcode's bits, plus the lowest bit
+/// above the QPN for an opcode the fast path leaves), and the opcode.
+/// Eight bytes, so the index scales with no multiply.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct CountedReq {
+    strip: u32,
+    opcode: WcOpcode,
+}
+
+const COUNTED_REQ: [CountedReq; 0x100] = {
+    let mut t = [CountedReq {
+        strip: 0,
+        opcode: WcOpcode::Send,
+    }; 0x100];
+    let mut i = 0;
+    while i < t.len() {
+        let counted = match SEND_OPCODES[i] {
+            Some(WcOpcode::CompSwap | WcOpcode::FetchAdd) | None => None,
+            Some(o) => Some(o),
+        };
+        t[i] = match counted {
+            Some(opcode) => CountedReq {
+                strip: (i as u32) << OPCODE_SHIFT,
+                opcode,
+            },
+            None => CountedReq {
+                strip: (i as u32) << OPCODE_SHIFT ^ (LOW_24 + 1),
+                opcode: WcOpcode::Send,
+            },
+        };
+        i += 1;
+    }
+    t
+};
 
 /// One work completion. 32 bytes, laid out so that a successful requester
 /// completion (wr_id, length and QPN, the rest zero) is written in few
@@ -266,5 +323,28 @@ impl fmt::Display for Wc {
             self.hw_err_synd,
             self.hw_synd_type >> 4
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every opcode byte: a counted requester opcode gives back the QPN and
+    /// its opcode; any other (atomics, undefined values) a value that is no
+    /// QPN, nor a dead track's key.
+    #[test]
+    fn counted_req_gives_the_qpn_only_for_counted_opcodes() {
+        for op in 0..=u8::MAX {
+            for qpn in [0, 1, 0x123, LOW_24] {
+                let (got, opcode) = WcOpcode::counted_req(u32::from(op) << OPCODE_SHIFT | qpn);
+                match WcOpcode::from_send_opcode(op) {
+                    Some(WcOpcode::CompSwap | WcOpcode::FetchAdd) | None => {
+                        assert!(got > LOW_24 && got != u32::MAX, "{op:#x}: {got:#x}")
+                    }
+                    Some(o) => assert_eq!((got, opcode), (qpn, o), "{op:#x}"),
+                }
+            }
+        }
     }
 }
