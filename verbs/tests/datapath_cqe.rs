@@ -41,9 +41,35 @@ mod datapath {
     fn put_send_done(cq: &Cq, ahead: u32, qpn: u32, wqe_counter: u16) {
         let mut c = cqe(0x0, 0, qpn, wqe_counter);
         c[56] = 0x0a;
+        put_ahead(cq, ahead, c);
+    }
+
+    /// Writes CQE `c` `ahead` entries past the consumer index, with the
+    /// owner bit of that entry's lap.
+    fn put_ahead(cq: &Cq, ahead: u32, mut c: [u8; 64]) {
         let slot = cq.consumer_index() + ahead;
         c[63] |= ((slot / cq.memory().entries) & 1) as u8;
         put_cqe(cq, slot % cq.memory().entries, c);
+    }
+
+    /// Polls `cq` `width` at a time (never more than are still to come)
+    /// until `got` holds `n` completions; each poll must find one.
+    fn poll_until(cq: &mut Cq, got: &mut Vec<Wc>, n: usize, width: usize) {
+        let mut wc = [Wc::default(); 32];
+        while got.len() < n {
+            let k = cq.poll(&mut wc[..width.min(n - got.len())]);
+            assert!(k > 0, "{} of {n}", got.len());
+            got.extend_from_slice(&wc[..k]);
+        }
+    }
+
+    /// Every QP's send queue room came back and the CQ's doorbell record
+    /// follows its consumer index.
+    fn assert_all_retired(qps: &mut [Qp], cq: &Cq) {
+        for qp in qps {
+            assert_eq!(qp.send_queue().in_use(), 0);
+        }
+        assert_eq!(cq.doorbell_ci(), cq.consumer_index());
     }
 
     #[test]
@@ -129,10 +155,7 @@ mod datapath {
                 }
                 got += k;
             }
-            for qp in &mut qps {
-                assert_eq!(qp.send_queue().in_use(), 0);
-            }
-            assert_eq!(cq.doorbell_ci(), cq.consumer_index());
+            assert_all_retired(&mut qps, &cq);
         }
     }
 
@@ -633,11 +656,7 @@ mod datapath {
                 expect.push((qps[q].qpn(), id));
             }
             let mut got = Vec::new();
-            while got.len() < expect.len() {
-                let k = cq.poll(&mut wc[..width.min(expect.len() - got.len())]);
-                assert!(k > 0, "{} of {}", got.len(), expect.len());
-                got.extend_from_slice(&wc[..k]);
-            }
+            poll_until(&mut cq, &mut got, expect.len(), width);
             assert_eq!(cq.poll(&mut wc), 0);
             for (i, (w, &(qpn, id))) in got.iter().zip(&expect).enumerate() {
                 assert_eq!(
@@ -646,10 +665,7 @@ mod datapath {
                     "width {width}, completion {i}"
                 );
             }
-            for qp in &mut qps {
-                assert_eq!(qp.send_queue().in_use(), 0);
-            }
-            assert_eq!(cq.doorbell_ci(), cq.consumer_index());
+            assert_all_retired(&mut qps, &cq);
         }
     }
 
@@ -688,17 +704,9 @@ mod datapath {
                 }
             }
             let mut got = Vec::new();
-            while got.len() < 3 {
-                let k = cq.poll(&mut wc[..width.min(3 - got.len())]);
-                assert!(k > 0);
-                got.extend_from_slice(&wc[..k]);
-            }
+            poll_until(&mut cq, &mut got, 3, width);
             drop(qps.remove(1));
-            while got.len() < expect.len() {
-                let k = cq.poll(&mut wc[..width.min(expect.len() - got.len())]);
-                assert!(k > 0, "{} of {}", got.len(), expect.len());
-                got.extend_from_slice(&wc[..k]);
-            }
+            poll_until(&mut cq, &mut got, expect.len(), width);
             assert_eq!(cq.poll(&mut wc), 0);
             for (i, (w, &(qpn, id))) in got.iter().zip(&expect).enumerate() {
                 assert_eq!(w.qp_num, qpn, "completion {i}");
@@ -709,10 +717,7 @@ mod datapath {
                     None => assert_eq!(w.status, WcStatus::GeneralErr, "completion {i}"),
                 }
             }
-            for qp in &mut qps {
-                assert_eq!(qp.send_queue().in_use(), 0);
-            }
-            assert_eq!(cq.doorbell_ci(), cq.consumer_index());
+            assert_all_retired(&mut qps, &cq);
         }
     }
 
@@ -766,9 +771,7 @@ mod datapath {
                     if err {
                         c[55] = 0x13;
                     }
-                    let slot = cq.consumer_index() + ahead;
-                    c[63] |= ((slot / entries) & 1) as u8;
-                    put_cqe(&cq, slot, c);
+                    put_ahead(&cq, ahead, c);
                     ahead += 1;
                     if err {
                         expect.push((qp.qpn(), id, opcode, None, WcStatus::RemAccessErr));
@@ -778,11 +781,7 @@ mod datapath {
                 }
             }
             let mut got = Vec::new();
-            while got.len() < expect.len() {
-                let k = cq.poll(&mut wc[..width.min(expect.len() - got.len())]);
-                assert!(k > 0, "{} of {}", got.len(), expect.len());
-                got.extend_from_slice(&wc[..k]);
-            }
+            poll_until(&mut cq, &mut got, expect.len(), width);
             assert_eq!(cq.poll(&mut wc), 0);
             for (i, (w, &(qpn, id, opcode, len, status))) in got.iter().zip(&expect).enumerate() {
                 let what = format!("round {round}, completion {i}");
@@ -792,10 +791,7 @@ mod datapath {
                     assert_eq!(w.byte_len, len, "{what}");
                 }
             }
-            for qp in &mut qps {
-                assert_eq!(qp.send_queue().in_use(), 0);
-            }
-            assert_eq!(cq.doorbell_ci(), cq.consumer_index());
+            assert_all_retired(&mut qps, &cq);
         }
     }
 

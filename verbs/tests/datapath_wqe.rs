@@ -340,6 +340,39 @@ mod datapath {
         assert_eq!(qp.send_queue().in_use(), 0);
     }
 
+    /// Posts `filler`s until the SQ counter is at WQEBB `start` of the ring,
+    /// retiring them as the queue fills (`last`: the last one's counter),
+    /// then retires them all.
+    fn fill_to(
+        qp: &mut Qp,
+        cq: &mut Cq,
+        ci: &mut u32,
+        last: &mut u32,
+        start: u32,
+        filler: &SendWr,
+    ) {
+        let n = qp.send_queue_memory().entries;
+        while qp.send_queue().cur_post() % n != start {
+            if qp.send_queue().in_use() == n - 1 {
+                retire_all(qp, cq, ci, *last);
+            }
+            *last = qp.send_queue().cur_post();
+            qp.post_send(filler).unwrap();
+        }
+        retire_all(qp, cq, ci, *last);
+    }
+
+    /// Posts `wr` alone, or as a batch of one.
+    fn post_one(qp: &mut Qp, wr: &SendWr, batch: bool) {
+        if batch {
+            let mut b = qp.send_batch();
+            b.post(wr).unwrap();
+            b.ring();
+        } else {
+            qp.post_send(wr).unwrap();
+        }
+    }
+
     #[test]
     fn inline_data_of_each_boundary_length_lands_whole_and_wraps_at_the_ring_end() {
         let (ctx, _sim, _rec) = recorded(400);
@@ -362,24 +395,12 @@ mod datapath {
                     case = case.wrapping_add(1);
                     let data: Vec<u8> = (0..len).map(|i| (i as u8 ^ case) | 1).collect();
                     retire_all(&mut qp, &mut cq, &mut ci, last);
-                    while qp.send_queue().cur_post() % n != start {
-                        if qp.send_queue().in_use() == n - 1 {
-                            retire_all(&mut qp, &mut cq, &mut ci, last);
-                        }
-                        last = qp.send_queue().cur_post();
-                        qp.post_send(&SendWr::send(0, &[]).unsignaled()).unwrap();
-                    }
-                    retire_all(&mut qp, &mut cq, &mut ci, last);
+                    let filler = SendWr::send(0, &[]).unsignaled();
+                    fill_to(&mut qp, &mut cq, &mut ci, &mut last, start, &filler);
                     let at = qp.send_queue().cur_post();
                     last = at;
                     let wr = SendWr::send(u64::from(len as u32), &[]).inline_data(&data);
-                    if batch {
-                        let mut b = qp.send_batch();
-                        b.post(&wr).unwrap();
-                        b.ring();
-                    } else {
-                        qp.post_send(&wr).unwrap();
-                    }
+                    post_one(&mut qp, &wr, batch);
                     let what = format!("{len} bytes at WQEBB {start}, batch {batch}");
                     // ds = ctrl + ceil((4 + len) / 16), no inline segment for 0.
                     let ds = if len == 0 {
@@ -433,30 +454,16 @@ mod datapath {
                 // ring's first half.
                 let n = qp.send_queue_memory().entries;
                 let start = if end { n - 1 } else { n / 2 - 1 };
-                let mut last = 0;
-                while qp.send_queue().cur_post() % n != start {
-                    if qp.send_queue().in_use() == n - 1 {
-                        retire_all(qp, &mut cq, &mut ci, last);
-                    }
-                    last = qp.send_queue().cur_post();
-                    let filler = SendWr::send(0, &[]).unsignaled();
-                    let filler = if is_ud { filler.ud(&ah, 1, 1) } else { filler };
-                    qp.post_send(&filler).unwrap();
-                }
-                retire_all(qp, &mut cq, &mut ci, last);
+                let filler = SendWr::send(0, &[]).unsignaled();
+                let filler = if is_ud { filler.ud(&ah, 1, 1) } else { filler };
+                fill_to(qp, &mut cq, &mut ci, &mut 0, start, &filler);
                 let at = qp.send_queue().cur_post();
                 let wr = if is_ud {
                     SendWr::send(1, &sgl[..1]).ud(&ah, 0x12, 0x3456)
                 } else {
                     SendWr::rdma_write(1, &sgl, 0x0102_0304_0506_0708, 0xfeed)
                 };
-                if batch {
-                    let mut b = qp.send_batch();
-                    b.post(&wr).unwrap();
-                    b.ring();
-                } else {
-                    qp.post_send(&wr).unwrap();
-                }
+                post_one(qp, &wr, batch);
                 let what = format!("UD {is_ud}, batch {batch}, at WQEBB {start}");
                 assert_eq!(qp.send_queue().cur_post(), at + 2, "{what}");
                 let w = sq_bytes(qp, at, 128);
