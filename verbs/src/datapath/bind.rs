@@ -134,7 +134,8 @@ impl SendQueue {
         let ds: u32 = if bind { 12 } else { 8 };
         let nbb = (ds * DS as u32).div_ceil(WQEBB);
         let next = self.cur_post.wrapping_add(nbb);
-        if !has_room(next, self.bbs, &mut self.tail_seen, self.track.sq_view()) {
+        // The state takes sends: its limit is the SQ's size.
+        if !has_room(next, &self.state, self.track.sq_view()) {
             return Err(Error::QueueFull {
                 verb: VERB,
                 queue: "send queue",

@@ -47,7 +47,7 @@ pub struct Doorbell {
     page: NonNull<dyn UarPage>,
     uar: Arc<Uar>,
     /// The register is shared with other QPs: its half lives under the
-    /// UAR's lock. Otherwise it is the QP's own and `half` holds it.
+    /// UAR's lock. Otherwise it is the QP's own and `rung` holds it.
     shared: bool,
     /// The register is write-combining memory (a mapped device BAR), which
     /// steps 3 and 5 fence; an emulated device's page is ordinary memory,
@@ -56,8 +56,10 @@ pub struct Doorbell {
     /// Neither: the QP's own register in ordinary memory, the common case
     /// on the emulated device, as one flag so that it is one compare.
     plain: bool,
-    /// The half the next doorbell goes to, on a register of the QP's own.
-    half: BfHalf,
+    /// The half the last doorbell went to, on a register of the QP's own
+    /// (the second before the first doorbell): the next one takes the
+    /// other, and the value toggled is the value rung.
+    rung: BfHalf,
 }
 
 // SAFETY: `page` is a shared reference to a `UarPage`, which is `Send` and
@@ -90,7 +92,7 @@ impl Doorbell {
             shared: !dedicated,
             wc,
             plain: dedicated && !wc,
-            half: BfHalf::FIRST,
+            rung: BfHalf::FIRST.other(),
         }
     }
 
@@ -99,7 +101,7 @@ impl Doorbell {
         if self.shared {
             self.uar.blue_flame().lock().offset()
         } else {
-            self.half.offset()
+            self.rung.other().offset()
         }
     }
 
@@ -145,14 +147,13 @@ impl Doorbell {
         unsafe { self.page.as_ref() }
     }
 
-    /// The half of the QP's own register to ring now; the next doorbell
-    /// takes the other. Taken before the page's (dynamic) store, which the
-    /// compiler cannot tell leaves the doorbell alone.
+    /// The half of the QP's own register to ring now. Taken before the
+    /// page's (dynamic) store, which the compiler cannot tell leaves the
+    /// doorbell alone.
     #[inline(always)]
     fn next_half(&mut self) -> BfHalf {
-        let at = self.half;
-        self.half = at.other();
-        at
+        self.rung = self.rung.other();
+        self.rung
     }
 
     /// The QP went back to RST: the SND counter restarts at 0 with the
@@ -161,7 +162,7 @@ impl Doorbell {
     /// writers and stays where it is.
     pub(crate) fn reset(&mut self) {
         self.dbrec.store(SND_DBR, 0);
-        self.half = BfHalf::FIRST;
+        self.rung = BfHalf::FIRST.other();
     }
 }
 

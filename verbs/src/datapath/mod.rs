@@ -100,7 +100,6 @@ impl QpDataPath {
         let sq = SendQueue {
             ring,
             cur_post: 0,
-            tail_seen: 0,
             bbs: l.sq.wqe_cnt,
             shape: SqShape::new(
                 qpn,
@@ -135,7 +134,7 @@ impl QpDataPath {
     /// The QP went back to RST: counters restart at 0.
     pub(crate) fn reset(&mut self) {
         self.sq.cur_post = 0;
-        self.sq.tail_seen = 0;
+        self.sq.state.set_end(self.sq.state.end_at(0));
         self.sq.db.reset();
         self.rq.reset();
         self.sq.track.reset();

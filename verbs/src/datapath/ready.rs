@@ -38,9 +38,13 @@ impl PostState {
 /// past the cached tail: the queue's size in the states that take sends,
 /// none in the others. The room check of a single post then also refuses a
 /// QP that takes no sends, and only then is the state read, to name it.
+///
+/// The cached tail is kept as the SQ counter posts may fill up to (the
+/// tail plus that limit): a post compares its end with one value.
 pub(crate) struct SendState {
     state: PostState,
     limit: AtomicU32,
+    end: AtomicU32,
     bbs: u32,
 }
 
@@ -50,14 +54,42 @@ impl SendState {
         SendState {
             state: PostState::new(),
             limit: AtomicU32::new(0),
+            end: AtomicU32::new(0),
             bbs,
         }
     }
 
+    /// The QP reached state `s`. Transitions come from the QP's owner,
+    /// never during a post (which holds the queue exclusively).
     pub(crate) fn set(&self, s: QpState) {
         self.state.set(s);
         let limit = if sends_allowed(s.raw()) { self.bbs } else { 0 };
+        let tail = self.tail();
         self.limit.store(limit, Ordering::Relaxed);
+        self.end.store(tail.wrapping_add(limit), Ordering::Relaxed);
+    }
+
+    /// The SQ tail as last read.
+    pub(crate) fn tail(&self) -> u32 {
+        self.end().wrapping_sub(self.limit())
+    }
+
+    /// The SQ counter posts may fill up to as of the cached tail.
+    #[inline(always)]
+    pub(crate) fn end(&self) -> u32 {
+        self.end.load(Ordering::Relaxed)
+    }
+
+    /// Caches `end` (from [`SendState::end_at`] or a batch's copy).
+    #[inline(always)]
+    pub(crate) fn set_end(&self, end: u32) {
+        self.end.store(end, Ordering::Relaxed);
+    }
+
+    /// The SQ counter posts may fill up to with the SQ tail at `tail`.
+    #[inline(always)]
+    pub(crate) fn end_at(&self, tail: u32) -> u32 {
+        tail.wrapping_add(self.limit())
     }
 
     #[inline(always)]

@@ -18,14 +18,13 @@ pub struct SendQueue {
     pub(crate) ring: Ring64,
     /// Next free WQEBB (free running).
     pub(crate) cur_post: u32,
-    /// The SQ tail as last read. The tail only moves forward, so room this
-    /// shows is there; the shared tail is read again only when it shows none.
-    pub(crate) tail_seen: u32,
     pub(crate) bbs: u32,
     pub(crate) shape: SqShape,
     pub(crate) db: Doorbell,
     pub(crate) track: Arc<QpTrack>,
-    /// The QP's state as of its last transition (see `ready`).
+    /// The QP's state as of its last transition (see `ready`), and the SQ
+    /// tail as last read. The tail only moves forward, so room that shows is
+    /// there; the shared tail is read again only when it shows none.
     pub(crate) state: SendState,
 }
 
@@ -66,15 +65,16 @@ extern "C" fn no_room(qpn: u32, state: u8) -> Error {
     }
 }
 
-/// Whether WQEBBs up to (not including) `next` fit in an SQ of `bbs`,
-/// refreshing the cached tail only when it says they do not.
+/// Whether WQEBBs up to (not including) `next` fit, refreshing the cached
+/// tail only when it says they do not (never on a QP that takes no sends).
 #[inline(always)]
-pub(crate) fn has_room(next: u32, bbs: u32, tail_seen: &mut u32, view: SqView<'_>) -> bool {
-    if next.wrapping_sub(*tail_seen) <= bbs {
+pub(crate) fn has_room(next: u32, state: &SendState, view: SqView<'_>) -> bool {
+    if fits(next, state.end()) {
         return true;
     }
-    *tail_seen = view.tail();
-    next.wrapping_sub(*tail_seen) <= bbs
+    let end = state.end_at(view.tail());
+    state.set_end(end);
+    fits(next, end)
 }
 
 /// Whether WQEBBs up to (not including) SQ counter `next` lie within
@@ -120,7 +120,7 @@ impl SendQueue {
         let next = at.wrapping_add(p.nbb);
         let view = self.track.sq_view();
         // No room in a QP that takes no sends: one check for both.
-        if !has_room(next, self.state.limit(), &mut self.tail_seen, view) {
+        if !has_room(next, &self.state, view) {
             return Err(no_room(shape.qpn, self.state.raw()));
         }
         let ctrl8 = wqe::write(&ring, at, &shape, wr, p);
@@ -139,7 +139,6 @@ impl SendQueue {
         let SendQueue {
             ring,
             cur_post,
-            tail_seen,
             bbs: _,
             shape,
             db,
@@ -150,14 +149,13 @@ impl SendQueue {
             ring: *ring,
             shape: *shape,
             cur_post: *cur_post,
-            // `cur_post − tail_seen ≤ bbs` always: WQEs are written only into
+            // `cur_post − tail ≤ bbs` always: WQEs are written only into
             // room the cached tail shows. A closed QP's limit is 0, so its
             // posts take the out-of-room path, which reports the state.
-            limit: tail_seen.wrapping_add(state.limit()),
+            limit: state.end(),
             view: track.sq_view(),
             home: Home {
                 cur_post,
-                tail_seen,
                 db,
                 qpn: &shape.qpn,
                 state,
@@ -174,7 +172,6 @@ impl SendQueue {
 /// the queue exclusively, so none of it changes meanwhile.
 struct Home<'a> {
     cur_post: &'a mut u32,
-    tail_seen: &'a mut u32,
     db: &'a mut Doorbell,
     qpn: &'a u32,
     state: &'a SendState,
@@ -226,7 +223,7 @@ impl SendBatch<'_> {
     /// (never on a QP that takes no sends).
     #[inline(always)]
     fn refresh_room(&mut self, next: u32) -> bool {
-        self.limit = self.view.tail().wrapping_add(self.home.state.limit());
+        self.limit = self.home.state.end_at(self.view.tail());
         fits(next, self.limit)
     }
 
@@ -283,8 +280,8 @@ impl SendBatch<'_> {
     #[inline(always)]
     fn flush(&mut self) {
         // The state cannot change while the batch holds the queue, so this
-        // is the tail last read (a closed QP's limit is 0: its tail as it was).
-        *self.home.tail_seen = self.limit.wrapping_sub(self.home.state.limit());
+        // is the tail last read plus the state's limit.
+        self.home.state.set_end(self.limit);
         // Something was written when the counter moved: the queue's copy is
         // only brought up to date here. (Asking `count` instead would keep
         // it counting in the posting loop, where only `len` reads it.)
