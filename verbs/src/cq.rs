@@ -25,6 +25,13 @@ use crate::util::{
 
 /// Bytes per CQE (`cqe_sz` 0).
 pub const CQE_SIZE: usize = Cqe64::SIZE_BYTES;
+
+/// [`Cq::ring_mask`] of a ring of `2^log` entries (a CQ has at most 2^24,
+/// so the length fits a `u32`).
+fn ring_mask(log: u32) -> u32 {
+    ((CQE_SIZE as u64) << log).wrapping_sub(1) as u32
+}
+
 /// MODIFY_CQ op_mod: 0 modifies moderation, 1 resizes (CQH `MLX5_CQ_OPMOD_RESIZE`).
 const MODIFY_CQ_OPMOD_RESIZE: u16 = 1;
 /// resize_field_select: log size, page offset, page size.
@@ -149,6 +156,9 @@ pub struct Cq {
     /// Ring start in this process (an address, so `Cq` stays `Send`).
     pub(crate) ring_addr: usize,
     pub(crate) log_size: u32,
+    /// The ring's length in bytes less one, `CQE_SIZE << log_size` − 1: a
+    /// poll finds an entry's place and its lap with no shift by `log_size`.
+    pub(crate) ring_mask: u32,
     /// Consumer counter (free running), for the data path's poll.
     pub(crate) ci: u32,
     pub(crate) dp: Poller,
@@ -301,6 +311,7 @@ impl Cq {
             shared: Arc::new(shared),
             ring_addr,
             log_size: log2(n),
+            ring_mask: ring_mask(log2(n)),
             ci: 0,
             dp,
         })
@@ -476,6 +487,7 @@ impl Cq {
         carry_unpolled(&current, self.log_size, &ring, log, self.ci);
         self.ring_addr = ring.addr();
         self.log_size = log;
+        self.ring_mask = ring_mask(log);
         std::mem::replace(&mut *current, ring)
     }
 
@@ -518,6 +530,7 @@ impl Cq {
             shared,
             ring_addr,
             log_size,
+            ring_mask,
             ci,
             dp,
         } = self;
@@ -525,6 +538,7 @@ impl Cq {
             shared,
             ring_addr,
             log_size,
+            ring_mask,
             ci,
             dp,
         };

@@ -72,6 +72,51 @@ mod datapath {
         assert_eq!(cq.doorbell_ci(), cq.consumer_index());
     }
 
+    /// Polls for one completion and for several, with QPs taking turns,
+    /// find entries by the owner bit of their lap before and after a
+    /// resize changes the ring's size.
+    #[test]
+    fn polls_follow_the_laps_of_a_resized_ring() {
+        let (ctx, _sim, _rec) = recorded(500);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(3).unwrap();
+        let mut qps = rc_qps_on(&pd, &cq, 2);
+        let s = [Sge::new(0x1000, 8, 1)];
+        let mut id = 0u64;
+        for size in [3, 15, 3] {
+            if size != cq.cqe() {
+                cq.resize(size).unwrap();
+            }
+            let n = cq.memory().entries;
+            // Three laps, one completion at a time.
+            for _ in 0..3 * n {
+                let qp = &mut qps[(id % 2) as usize];
+                let at = qp.send_queue().cur_post() as u16;
+                qp.post_send(&SendWr::send(id, &s)).unwrap();
+                put_send_done(&cq, 0, qp.qpn(), at);
+                let mut wc = [Wc::default()];
+                assert_eq!(cq.poll(&mut wc), 1);
+                assert_eq!((wc[0].wr_id, wc[0].status), (id, WcStatus::Success));
+                id += 1;
+            }
+            // Three laps, the QPs taking turns within each poll.
+            for _ in 0..3 * n / 2 {
+                let first = id;
+                for (ahead, qp) in qps.iter_mut().enumerate() {
+                    let at = qp.send_queue().cur_post() as u16;
+                    qp.post_send(&SendWr::send(id, &s)).unwrap();
+                    put_send_done(&cq, ahead as u32, qp.qpn(), at);
+                    id += 1;
+                }
+                let mut wc = [Wc::default(); 4];
+                assert_eq!(cq.poll(&mut wc), 2);
+                assert_eq!([wc[0].wr_id, wc[1].wr_id], [first, first + 1]);
+                assert!(wc[..2].iter().all(|w| w.status == WcStatus::Success));
+            }
+            assert_eq!(cq.poll(&mut [Wc::default(); 4]), 0);
+        }
+    }
+
     #[test]
     fn owner_bit_wraps_with_the_consumer_index() {
         let (ctx, _sim, _rec) = recorded(500);

@@ -434,7 +434,7 @@ impl Cq {
         // At most 2^32 − 1 at once: the count is the counter's progress.
         let n = wc.len().min(u32::MAX as usize);
         let run = self.ring().run64(start as usize * CQE_SIZE, n);
-        let lap = ((start >> self.log_size) & 1) as u8;
+        let lap = self.lap(start);
         let k = take_run(run, lap, self.dp.cache.sq_index(), wc);
         match wc.get(..k) {
             Some(taken @ [_, ..]) if k == n => {
@@ -492,7 +492,7 @@ impl Cq {
     fn take_one(&mut self) -> Option<(u64, WcOpcode, u32, u32)> {
         let ci = self.ci;
         let e = self.ring().entry64(ci as usize * CQE_SIZE);
-        let lap = ((ci >> self.log_size) & 1) as u8;
+        let lap = self.lap(ci);
         if !is_hot_req(e.load_acquire(OP_OWN), lap) {
             return None;
         }
@@ -548,13 +548,27 @@ impl Cq {
     /// The CQE ring.
     #[inline(always)]
     pub(super) fn ring(&self) -> Ring64 {
-        // `log_size` is below 32 (a CQ has at most 2^24 entries): masked, the
-        // compiler sees the length is a whole entry or more, with no check.
-        let len = CQE_SIZE << (self.log_size % u32::BITS);
+        let len = self.ring_len();
         // SAFETY: `ring_addr` is this CQ's current ring of `2^log_size`
-        // 64-byte entries, kept mapped by the CQ; `resize` (which moves it)
-        // needs `&mut self`, so it cannot run while a poll uses the copy.
+        // 64-byte entries (`ring_mask + 1` bytes), kept mapped by the CQ;
+        // `resize` (which moves it) needs `&mut self`, so it cannot run
+        // while a poll uses the copy.
         unsafe { Ring64::new(self.ring_addr, len) }
+    }
+
+    /// The ring's length in bytes. With the low six bits set (as they are)
+    /// and widened from 32 bits, the compiler sees it is a whole entry or
+    /// more and does not overflow, with no check.
+    #[inline(always)]
+    fn ring_len(&self) -> usize {
+        (self.ring_mask as usize | (CQE_SIZE - 1)) + 1
+    }
+
+    /// The owner bit software expects at consumer counter `ci`: the
+    /// counter's bit `log_size`, the ring length's bit of its byte offset.
+    #[inline(always)]
+    fn lap(&self, ci: u32) -> u8 {
+        u8::from((ci as usize * CQE_SIZE) & self.ring_len() != 0)
     }
 
     /// Whether the entry at the consumer counter is software's.
@@ -594,7 +608,7 @@ impl Cq {
         let n = wc.len().min(u32::MAX as usize);
         let log = self.log_size;
         let run = self.ring().run64(start as usize * CQE_SIZE, n);
-        let (k, pending) = take_run_one(run, ((start >> log) & 1) as u8, hot, wc);
+        let (k, pending) = take_run_one(run, self.lap(start), hot, wc);
         let c = start.wrapping_add(k as u32);
         if k == n
             || run
@@ -622,7 +636,6 @@ impl Cq {
         mut turns: bool,
     ) -> usize {
         let ring = self.ring();
-        let log = self.log_size;
         let start = self.ci;
         let mut c = start.wrapping_add(got as u32);
         // At most 2^32 − 1 at once: the count is the counter's progress.
@@ -636,7 +649,7 @@ impl Cq {
         while let Some(out) = wc.get_mut(got..n) {
             // A stretch up to the ring's end: one lap, no wrapping.
             let run = ring.run64(c as usize * CQE_SIZE, out.len());
-            let lap = ((c >> log) & 1) as u8;
+            let lap = self.lap(c);
             let k = match hot {
                 Some(hot) if !turns => {
                     let (k, tail) = take_run_one(run, lap, hot, out);
