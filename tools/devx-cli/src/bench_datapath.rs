@@ -350,7 +350,8 @@ fn ud_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
 /// of `entries` for WQE `wqe_counter` of QP `qpn`, as the device would.
 fn put_cqe(m: &verbs::QueueMemory, c_idx: u64, qpn: u32, wqe_counter: u16) {
     let entries = u64::from(m.entries);
-    let i = (c_idx % entries) as usize;
+    // The ring holds a power of two entries: a mask, as a device indexes.
+    let i = (c_idx & (entries - 1)) as usize;
     let owner = ((c_idx >> entries.trailing_zeros()) & 1) as u8;
     let c = prm_layouts::Cqe64::new()
         .with_byte_cnt(64)
