@@ -25,20 +25,24 @@ pub(crate) struct SqSlot {
 /// [`QpTrack::key`] of a destroyed QP: no 24-bit QPN.
 const DEAD: u32 = u32::MAX;
 
-/// One QP's outstanding work, shared with the CQs it completes into.
+/// One QP's outstanding work, shared with the CQs it completes into. In
+/// field order and cache-line aligned: what a completion reads (the key,
+/// the slot table's address and mask) and writes (the SQ tail) share the
+/// first cache line.
+#[repr(C, align(64))]
 pub(crate) struct QpTrack {
-    pub(crate) qpn: u32,
     /// `qpn` while the QP lives, [`DEAD`] once it is destroyed: one
     /// comparison with a CQE's QPN tells both that the track is that QP's
     /// and that it is alive.
     key: AtomicU32,
+    /// First WQEBB not yet retired (free running).
+    sq_tail: AtomicU32,
     /// Per WQEBB index of a WQE's first block: its wr_id and the SQ counter
     /// just past it, side by side so a post or a completion touches one
     /// cache line. A power of two long, so the SQ counter's low bits pick
     /// a slot with no bounds check; without an SQ, `get` finds none.
     sq: Pow2Table<SqSlot>,
-    /// First WQEBB not yet retired (free running).
-    sq_tail: AtomicU32,
+    pub(crate) qpn: u32,
     rq_wrid: Box<[AtomicU64]>,
     /// Receive WQEs completed (free running).
     rq_tail: AtomicU32,
