@@ -100,7 +100,6 @@ impl QpDataPath {
         let sq = SendQueue {
             ring,
             cur_post: 0,
-            bbs: l.sq.wqe_cnt,
             shape: SqShape::new(
                 qpn,
                 init.qp_type,

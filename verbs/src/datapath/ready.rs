@@ -97,6 +97,11 @@ impl SendState {
         self.state.raw()
     }
 
+    /// The queue's size in WQEBBs.
+    pub(crate) fn bbs(&self) -> u32 {
+        self.bbs
+    }
+
     /// WQEBBs in use (posted, not retired) a post may bring the queue to.
     #[inline(always)]
     pub(crate) fn limit(&self) -> u32 {

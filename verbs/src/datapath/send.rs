@@ -18,7 +18,6 @@ pub struct SendQueue {
     pub(crate) ring: Ring64,
     /// Next free WQEBB (free running).
     pub(crate) cur_post: u32,
-    pub(crate) bbs: u32,
     pub(crate) shape: SqShape,
     pub(crate) db: Doorbell,
     pub(crate) track: Arc<QpTrack>,
@@ -35,7 +34,7 @@ impl std::fmt::Debug for SendQueue {
             "SendQueue(qpn {:#x}, {} of {} WQEBBs in use)",
             self.shape.qpn,
             self.in_use(),
-            self.bbs
+            self.state.bbs()
         )
     }
 }
@@ -139,7 +138,6 @@ impl SendQueue {
         let SendQueue {
             ring,
             cur_post,
-            bbs: _,
             shape,
             db,
             track,
