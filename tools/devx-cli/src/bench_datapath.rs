@@ -369,6 +369,57 @@ fn put_cqe(m: &verbs::QueueMemory, c_idx: u64, qpn: u32, wqe_counter: u16) {
     }
 }
 
+/// A fresh CQ as the device writes it in `ping_ns`: the fields of a
+/// requester completion, then its owner byte, where the C twin's device
+/// writes the same. Its entries hold only such CQEs, so the fields it
+/// leaves are the zeros the CQ was created with.
+struct DeviceCq {
+    addr: usize,
+    mask: u64,
+    log_size: u32,
+}
+
+impl DeviceCq {
+    fn new(m: &verbs::QueueMemory) -> DeviceCq {
+        let entries = u64::from(m.entries);
+        DeviceCq {
+            addr: m.addr,
+            mask: entries - 1,
+            log_size: entries.trailing_zeros(),
+        }
+    }
+
+    /// Requester CQE `c_idx` (consumer counter, free running) for WQE
+    /// `wqe_counter` of QP `qpn`, an RDMA WRITE of 64 bytes.
+    #[inline(always)]
+    fn put(&self, c_idx: u64, qpn: u32, wqe_counter: u16) {
+        use prm_layouts::fields::cqe64 as f;
+        let slot = (self.addr + 64 * (c_idx & self.mask) as usize) as *mut u8;
+        let sop_drop_qpn =
+            f::SOP_DROP_QPN.put((u32::from(SendOpcode::RdmaWrite.raw()) << 24) | qpn);
+        let op_own = f::OPCODE.put(CqeOpcode::Req.raw().into())
+            | f::OWNER.put(((c_idx >> self.log_size) & 1) as u32);
+        // SAFETY: slot `c_idx & mask` of the CQ's live ring, each field
+        // inside its 64 bytes; the device writes no CQE meanwhile (its
+        // engine is paused). The owner byte, which hands the entry to the
+        // poller, is stored last, with release.
+        unsafe {
+            slot.add(f::BYTE_CNT.byte)
+                .cast::<[u8; 4]>()
+                .write(f::BYTE_CNT.put(64).to_be_bytes());
+            slot.add(f::SOP_DROP_QPN.byte)
+                .cast::<[u8; 4]>()
+                .write(sop_drop_qpn.to_be_bytes());
+            slot.add(f::WQE_COUNTER.byte)
+                .cast::<[u8; 2]>()
+                .write(wqe_counter.to_be_bytes());
+            // The dword's low byte, last in memory: opcode and owner.
+            std::sync::atomic::AtomicU8::from_ptr(slot.add(f::OWNER.byte + 3))
+                .store(op_own as u8, std::sync::atomic::Ordering::Release);
+        }
+    }
+}
+
 /// ns per CQE polled from full rings of CQEs of 8 QPs taking turns.
 fn poll_shared_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
     let mut cq = a.ctx.create_cq(POLL_CQ).map_err(e("create_cq"))?;
@@ -412,7 +463,7 @@ fn poll_shared_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
 /// as the device would (engine paused), then polled.
 fn ping_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
     let (mut cq, mut qp) = extra_qp(a, b, QpType::Rc, cap(1, 0))?;
-    let m = cq.memory();
+    let device = DeviceCq::new(&cq.memory());
     let sge = [Sge::from_mr(&a.mr, 0, 64)];
     let (raddr, rkey) = (b.mr.addr() as u64, b.mr.rkey());
     let mut wc = [Wc::default()];
@@ -425,7 +476,7 @@ fn ping_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
             res = Err(format!("bench datapath: post_send: {err}"));
             break;
         }
-        put_cqe(&m, u64::from(cq.consumer_index()), qp.qpn(), at as u16);
+        device.put(u64::from(cq.consumer_index()), qp.qpn(), at as u16);
         if cq.poll(&mut wc) != 1 || wc[0].wr_id != i {
             res = Err(format!("bench datapath: ping {i} polled {:?}", wc[0]));
             break;
