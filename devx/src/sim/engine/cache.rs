@@ -35,13 +35,16 @@ pub(crate) struct Cache {
     /// The last access that passed: its key, PD and need, and the key's
     /// range. A WQE after WQE names the same key from the same QP, so the
     /// next access then needs only its bounds checked.
-    last: Option<Passed>,
+    last: Option<Grant>,
 }
 
-/// An access [`Cache::resolve`] let through, for [`Cache::last`].
+/// A key that passed every check but the bounds for one PD and need (an
+/// access [`Cache::resolve`] let through, or [`Cache::grant`]): what is
+/// left to check of a later access with the same key, PD and need is its
+/// range. Valid for the firmware epoch it was made in.
 #[derive(Debug, Clone, Copy)]
-struct Passed {
-    key: u32,
+pub(crate) struct Grant {
+    pub(crate) key: u32,
     pd: u32,
     need: Need,
     start_addr: u64,
@@ -49,11 +52,11 @@ struct Passed {
     span: Span,
 }
 
-impl Passed {
+impl Grant {
     /// `[addr, addr + len)` of the key's range, as [`Cache::resolve`]'s
     /// bounds check gives it.
     #[inline(always)]
-    fn range(&self, addr: u64, len: u64) -> Result<Span, KeyFault> {
+    pub(crate) fn range(&self, addr: u64, len: u64) -> Result<Span, KeyFault> {
         let off = addr.checked_sub(self.start_addr).ok_or(KeyFault::Bounds)?;
         let end = off.checked_add(len).ok_or(KeyFault::Bounds)?;
         if end > self.len {
@@ -131,6 +134,31 @@ impl Cache {
         pd: u32,
         need: Need,
     ) -> Result<Span, KeyFault> {
+        match self.pass(st, key, pd, need)? {
+            Some(g) => g.range(addr, len),
+            None => keys::resolve(st, key, addr, len, pd, need),
+        }
+    }
+
+    /// `key` checked for `pd` and `need`, but not yet for an address
+    /// range, for a run of accesses that only differ in their range:
+    /// `None` when the key fails a check, or is one whose accesses always
+    /// take the uncached path ([`keys::resolve`]); [`Cache::resolve`]
+    /// tells those apart.
+    pub(crate) fn grant(&mut self, st: &State, key: u32, pd: u32, need: Need) -> Option<Grant> {
+        self.pass(st, key, pd, need).ok().flatten()
+    }
+
+    /// The checks of [`Cache::resolve`] but the bounds; `Ok(None)` for a
+    /// key without a cached span. A key that passes becomes
+    /// [`Cache::last`].
+    fn pass(
+        &mut self,
+        st: &State,
+        key: u32,
+        pd: u32,
+        need: Need,
+    ) -> Result<Option<Grant>, KeyFault> {
         self.sync(st);
         let info = match self.keys.iter().find(|(k, _)| *k == key) {
             Some((_, i)) => *i,
@@ -145,7 +173,7 @@ impl Cache {
         };
         let m = info.ok_or(KeyFault::BadKey)?;
         let Some(span) = m.span else {
-            return keys::resolve(st, key, addr, len, pd, need);
+            return Ok(None);
         };
         if m.pd != pd {
             return Err(KeyFault::Pd);
@@ -153,7 +181,7 @@ impl Cache {
         if !keys::granted(m.access, need) {
             return Err(KeyFault::Access);
         }
-        let passed = Passed {
+        let grant = Grant {
             key,
             pd,
             need,
@@ -161,8 +189,8 @@ impl Cache {
             len: m.len,
             span,
         };
-        self.last = Some(passed);
-        passed.range(addr, len)
+        self.last = Some(grant);
+        Ok(Some(grant))
     }
 }
 

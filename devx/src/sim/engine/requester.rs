@@ -472,6 +472,9 @@ fn direct_writes(
     };
     let took = peer.try_locked(|pst, pinner| {
         let mut view = None;
+        // The peer's checks that hold for the run, made for the first
+        // WRITE and again only when the key changes.
+        let mut target: Option<responder::WriteTarget> = None;
         let mut len = len;
         let mut took = false;
         // Each pass settles a WQE, moving `ci` towards `pi`.
@@ -480,16 +483,25 @@ fn direct_writes(
             let Some((src, r)) = one_sge_write(st, &mut inner.cache, v, w) else {
                 break;
             };
-            let data = responder::Payload::Span(src);
-            let reply = responder::deliver_write(
-                pst,
-                pinner,
-                &mut view,
-                v.remote_qpn,
-                r.raddr(),
-                r.rkey(),
-                data,
-            );
+            let (raddr, rkey) = (r.raddr(), r.rkey());
+            if target.is_none_or(|t| t.rkey() != rkey) {
+                target = responder::write_target(pst, pinner, &mut view, v.remote_qpn, rkey);
+            }
+            let reply = match target.and_then(|t| t.place(rkey, raddr, src.len() as u64)) {
+                Some(dst) => {
+                    src.copy_to(&dst);
+                    Reply::Ack
+                }
+                None => responder::deliver_write(
+                    pst,
+                    pinner,
+                    &mut view,
+                    v.remote_qpn,
+                    raddr,
+                    rkey,
+                    responder::Payload::Span(src),
+                ),
+            };
             took = true;
             let bbs = queue::wqebbs(len);
             if reply == Reply::Ack && ctrl(w).fm_ce_se() & CE_CQE == 0 && inner.rnr.is_empty() {
