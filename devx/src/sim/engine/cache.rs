@@ -113,12 +113,8 @@ impl Cache {
         pd: u32,
         need: Need,
     ) -> Result<Span, KeyFault> {
-        if self.epoch == Some(st.epoch) {
-            if let Some(p) = &self.last {
-                if (p.key, p.pd, p.need) == (key, pd, need) {
-                    return p.range(addr, len);
-                }
-            }
+        if let Some(g) = self.last_for(st, key, pd, need) {
+            return g.range(addr, len);
         }
         self.resolve_new(st, key, addr, len, pd, need)
     }
@@ -146,7 +142,20 @@ impl Cache {
     /// take the uncached path ([`keys::resolve`]); [`Cache::resolve`]
     /// tells those apart.
     pub(crate) fn grant(&mut self, st: &State, key: u32, pd: u32, need: Need) -> Option<Grant> {
+        if let Some(g) = self.last_for(st, key, pd, need) {
+            return Some(g);
+        }
         self.pass(st, key, pd, need).ok().flatten()
+    }
+
+    /// [`Cache::last`] when it is for `key`, `pd` and `need` in this epoch.
+    #[inline(always)]
+    fn last_for(&self, st: &State, key: u32, pd: u32, need: Need) -> Option<Grant> {
+        if self.epoch != Some(st.epoch) {
+            return None;
+        }
+        self.last
+            .filter(|g| (g.key, g.pd, g.need) == (key, pd, need))
     }
 
     /// The checks of [`Cache::resolve`] but the bounds; `Ok(None)` for a

@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use super::cache::Cache;
+use super::cache::{Cache, Grant};
 use super::cqe::{self, Completion};
 use super::flush;
 use super::keys::Need;
@@ -475,12 +475,17 @@ fn direct_writes(
         // The peer's checks that hold for the run, made for the first
         // WRITE and again only when the key changes.
         let mut target: Option<responder::WriteTarget> = None;
+        // The local checks that hold for the run, likewise.
+        let mut source = RunSource {
+            max_msg: v.max_msg(),
+            grant: None,
+        };
         let mut len = len;
         let mut took = false;
         // Each pass settles a WQE, moving `ci` towards `pi`.
         for _ in 0..v.sq_bbs {
             let w = &wqe[..len];
-            let Some((src, r)) = one_sge_write(st, &mut inner.cache, v, w) else {
+            let Some((src, r)) = source.one_sge_write(st, &mut inner.cache, v, w) else {
                 break;
             };
             let (raddr, rkey) = (r.raddr(), r.rkey());
@@ -538,38 +543,54 @@ fn direct_writes(
     took
 }
 
-/// An RDMA WRITE WQE of an RC QP with one data segment (not inline, not
-/// empty) that passes the local checks [`execute`] makes: the source span
-/// and the remote address segment. `None` otherwise, for the other paths
-/// to take it.
-fn one_sge_write(
-    st: &State,
-    cache: &mut Cache,
-    v: &QpView,
-    wqe: &[u8],
-) -> Option<(super::dma::Span, WqeRaddrSeg)> {
-    let (Op::Write, data_off) = layout(v.service, send_opcode(wqe))? else {
-        return None;
-    };
-    let seg = WqeDataSeg::from_slice(wqe.get(data_off..)?)?;
-    if wqe.len() != data_off + DS {
-        return None;
+/// What [`direct_writes`] checks once for a run of RDMA WRITEs of one RC
+/// QP: its largest message, and the local key of the last WRITE (checked
+/// for the QP's PD and local read), so that a WRITE with the same key
+/// needs only its range checked.
+struct RunSource {
+    max_msg: u64,
+    grant: Option<Grant>,
+}
+
+impl RunSource {
+    /// An RDMA WRITE WQE (the caller checked the opcode, and that the QP is
+    /// RC) with one data segment (not inline, not empty) that passes the
+    /// local checks [`execute`] makes: the source span and the remote
+    /// address segment. `None` otherwise, for the other paths to take it.
+    #[inline(always)]
+    fn one_sge_write(
+        &mut self,
+        st: &State,
+        cache: &mut Cache,
+        v: &QpView,
+        wqe: &[u8],
+    ) -> Option<(super::dma::Span, WqeRaddrSeg)> {
+        // `layout` of an RC RDMA WRITE.
+        const DATA_OFF: usize = WqeCtrlSeg::SIZE_BYTES + WqeRaddrSeg::SIZE_BYTES;
+        debug_assert_eq!(
+            layout(v.service, send_opcode(wqe)),
+            Some((Op::Write, DATA_OFF))
+        );
+        if wqe.len() != DATA_OFF + DS {
+            return None;
+        }
+        let seg = WqeDataSeg::from_slice(&wqe[DATA_OFF..])?;
+        let bc = seg.byte_count();
+        if bc == 0 || bc & INLINE != 0 || u64::from(bc) > self.max_msg {
+            return None;
+        }
+        let (lkey, addr, len) = (seg.lkey(), seg.addr(), u64::from(bc));
+        if self.grant.is_none_or(|g| g.key != lkey) {
+            self.grant = cache.grant(st, lkey, v.pd, Need::LocalRead);
+        }
+        let src = match self.grant {
+            Some(g) => g.range(addr, len),
+            // A key that fails, or one the cache never grants: decided
+            // the long way.
+            None => cache.resolve(st, lkey, addr, len, v.pd, Need::LocalRead),
+        };
+        Some((src.ok()?, raddr(wqe)))
     }
-    let bc = seg.byte_count();
-    if bc == 0 || bc & INLINE != 0 || u64::from(bc) > v.max_msg() {
-        return None;
-    }
-    let src = cache
-        .resolve(
-            st,
-            seg.lkey(),
-            seg.addr(),
-            u64::from(bc),
-            v.pd,
-            Need::LocalRead,
-        )
-        .ok()?;
-    Some((src, raddr(wqe)))
 }
 
 /// The in-process link's fast path for RC RDMA WRITEs without immediate:
