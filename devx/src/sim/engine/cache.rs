@@ -1,9 +1,11 @@
 //! What the engine resolved from the firmware tables (QP contexts with their
-//! ring and doorbell spans, MKEY checks down to the backing UMEM span), kept
+//! ring and doorbell spans, CQ memory, MKEY checks down to the backing UMEM
+//! span), kept
 //! for one firmware epoch. Every command bumps the epoch, so nothing cached
 //! outlives a create, modify or destroy; in particular no span survives the
 //! deregistration of its UMEM.
 
+use super::cqe::{self, CqMemory};
 use super::dma::Span;
 use super::keys::{self, KeyFault, Need};
 use super::queue::{self, QpView};
@@ -30,6 +32,8 @@ struct KeyInfo {
 pub(crate) struct Cache {
     epoch: Option<u64>,
     qps: Vec<QpView>,
+    /// `None`: the CQ or its memory is gone.
+    cqs: Vec<(u32, Option<CqMemory>)>,
     /// `None`: the key does not resolve (a [`KeyFault::BadKey`]).
     keys: Vec<(u32, Option<KeyInfo>)>,
     /// The last access that passed: its key, PD and need, and the key's
@@ -74,6 +78,7 @@ impl Cache {
     fn sync(&mut self, st: &State) {
         if self.epoch != Some(st.epoch) {
             self.qps.clear();
+            self.cqs.clear();
             self.keys.clear();
             self.last = None;
             self.epoch = Some(st.epoch);
@@ -97,6 +102,20 @@ impl Cache {
         v.sq_ci = q.hw_sq_wqebb_counter();
         v.rq_ci = q.hw_rq_counter();
         Some(v)
+    }
+
+    /// [`cqe::memory`] of CQ `cqn`.
+    pub(crate) fn cq_memory(&mut self, st: &State, cqn: u32) -> Option<CqMemory> {
+        self.sync(st);
+        if let Some((_, m)) = self.cqs.iter().find(|(n, _)| *n == cqn) {
+            return *m;
+        }
+        let m = cqe::memory(st, cqn);
+        if self.cqs.len() >= MAX_ENTRIES {
+            self.cqs.clear();
+        }
+        self.cqs.push((cqn, m));
+        m
     }
 
     /// [`keys::resolve`] with the key's lookup and UMEM resolution cached;

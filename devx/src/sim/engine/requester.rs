@@ -784,10 +784,10 @@ fn settle(
     inner.rnr.retain(|w| w.qpn != v.qpn);
     match out {
         Outcome::Done(Some(c)) => {
-            cqe::push(st, v.cqn_snd, &c);
+            cqe::push_cached(st, &mut inner.cache, v.cqn_snd, &c);
         }
         Outcome::Error(s) => {
-            cqe::push(st, v.cqn_snd, &error_cqe(v, wqe, s));
+            cqe::push_cached(st, &mut inner.cache, v.cqn_snd, &error_cqe(v, wqe, s));
             *ci = ci.wrapping_add(bbs);
             // This thread owns the send queue: the loop flushes it next.
             flush::to_error(st, v.qpn, true);
