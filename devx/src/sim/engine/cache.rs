@@ -88,20 +88,31 @@ impl Cache {
     /// [`queue::qp_view`], with the context's data-path fields (state and
     /// the consumer counters, which the engine itself changes) read fresh.
     pub(crate) fn qp_view(&mut self, st: &State, qpn: u32) -> Option<QpView> {
+        self.qp_view_ref(st, qpn).copied()
+    }
+
+    /// [`Cache::qp_view`] in place, for a caller that reads a few fields.
+    pub(crate) fn qp_view_ref(&mut self, st: &State, qpn: u32) -> Option<&QpView> {
         self.sync(st);
-        let Some(mut v) = self.qps.iter().find(|v| v.qpn == qpn).copied() else {
-            let v = queue::qp_view(st, qpn)?;
-            if self.qps.len() >= MAX_ENTRIES {
-                self.qps.clear();
+        let i = match self.qps.iter().position(|v| v.qpn == qpn) {
+            Some(i) => {
+                let q = &st.qp.peek(qpn)?.obj.qpc;
+                let v = &mut self.qps[i];
+                v.state = q.state();
+                v.sq_ci = q.hw_sq_wqebb_counter();
+                v.rq_ci = q.hw_rq_counter();
+                i
             }
-            self.qps.push(v);
-            return Some(v);
+            None => {
+                let v = queue::qp_view(st, qpn)?;
+                if self.qps.len() >= MAX_ENTRIES {
+                    self.qps.clear();
+                }
+                self.qps.push(v);
+                self.qps.len() - 1
+            }
         };
-        let q = &st.qp.peek(qpn)?.obj.qpc;
-        v.state = q.state();
-        v.sq_ci = q.hw_sq_wqebb_counter();
-        v.rq_ci = q.hw_rq_counter();
-        Some(v)
+        self.qps.get(i)
     }
 
     /// [`cqe::memory`] of CQ `cqn`.
@@ -160,6 +171,7 @@ impl Cache {
     /// `None` when the key fails a check, or is one whose accesses always
     /// take the uncached path ([`keys::resolve`]); [`Cache::resolve`]
     /// tells those apart.
+    #[inline]
     pub(crate) fn grant(&mut self, st: &State, key: u32, pd: u32, need: Need) -> Option<Grant> {
         if let Some(g) = self.last_for(st, key, pd, need) {
             return Some(g);

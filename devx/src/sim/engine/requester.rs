@@ -231,6 +231,9 @@ fn drive_with(
         return Step::Idle;
     };
     let mut ci = v.sq_ci;
+    // The view's state is the QP's until a WQE settles (a doorbell's
+    // first pass reads it from there, not from the table again).
+    let mut state_known = resume.is_none();
     match resume {
         Some(mut b) if !b.writes.is_empty() => {
             let mut posted = true;
@@ -284,7 +287,11 @@ fn drive_with(
         }
     }
     loop {
-        let s = st.qp.peek(qpn).map_or(state::RST, |e| e.obj.qpc.state());
+        let s = if std::mem::take(&mut state_known) {
+            v.state
+        } else {
+            st.qp.peek(qpn).map_or(state::RST, |e| e.obj.qpc.state())
+        };
         if flush::flushing(s) {
             if let Some(now) = queue::qp_view(st, qpn) {
                 flush::flush_sq(st, &now, &mut ci);
@@ -490,7 +497,7 @@ fn direct_writes(
             };
             let (raddr, rkey) = (r.raddr(), r.rkey());
             if target.is_none_or(|t| t.rkey() != rkey) {
-                target = responder::write_target(pst, pinner, &mut view, v.remote_qpn, rkey);
+                target = responder::write_target(pst, &mut pinner.cache, v.remote_qpn, rkey);
             }
             let reply = match target.and_then(|t| t.place(rkey, raddr, src.len() as u64)) {
                 Some(dst) => {

@@ -168,28 +168,22 @@ impl WriteTarget {
     }
 }
 
-/// [`WriteTarget`] of QP `qpn` as `view` (see [`deliver_write`]) under
-/// `rkey`; `None` when a WRITE there would not pass, or its key always
-/// takes the uncached path: [`deliver_write`] then handles each.
+/// [`WriteTarget`] of QP `qpn` under `rkey`; `None` when a WRITE there
+/// would not pass, or its key always takes the uncached path:
+/// [`deliver_write`] then handles each.
 pub(crate) fn write_target(
     st: &State,
-    inner: &mut Inner,
-    view: &mut Option<QpView>,
+    cache: &mut Cache,
     qpn: u32,
     rkey: u32,
 ) -> Option<WriteTarget> {
-    if view.is_none() {
-        *view = inner.cache.qp_view(st, qpn);
-    }
-    let v = view.as_ref()?;
+    let v = cache.qp_view_ref(st, qpn)?;
     if v.service != st::RC || !matches!(v.state, state::RTR | state::RTS) || !v.rwe {
         return None;
     }
-    let grant = inner.cache.grant(st, rkey, v.pd, Need::RemoteWrite)?;
-    Some(WriteTarget {
-        max_msg: v.max_msg(),
-        grant,
-    })
+    let (pd, max_msg) = (v.pd, v.max_msg());
+    let grant = cache.grant(st, rkey, pd, Need::RemoteWrite)?;
+    Some(WriteTarget { max_msg, grant })
 }
 
 /// A responder-side error: the receive WQE (if one was consumed) completes
