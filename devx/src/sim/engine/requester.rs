@@ -49,8 +49,9 @@ const MAX_BATCH: usize = 64;
 /// What a doorbell loop returns to its caller.
 pub(crate) enum Step {
     Idle,
-    /// Deliver this to the peer device, then resume with its replies.
-    Remote(Arc<Engine>, Batch),
+    /// Deliver this to the peer device, then resume with its replies
+    /// (boxed, so that a step moves as two words).
+    Remote(Arc<Engine>, Box<Batch>),
 }
 
 /// Consecutive WQEs of one QP whose messages go to the same other device.
@@ -199,7 +200,7 @@ pub(crate) fn drive(
     inner: &mut Inner,
     qpn: u32,
     entry: Entry,
-    resume: Option<Batch>,
+    resume: Option<Box<Batch>>,
 ) -> Step {
     // One WQE buffer per engine, not zeroed per doorbell: only the bytes
     // read for the current WQE are ever looked at.
@@ -218,7 +219,7 @@ fn drive_with(
     inner: &mut Inner,
     qpn: u32,
     entry: Entry,
-    resume: Option<Batch>,
+    resume: Option<Box<Batch>>,
     wqe: &mut [u8; MAX_SQ_WQE],
 ) -> Step {
     let Some(v) = inner.cache.qp_view(st, qpn) else {
