@@ -451,7 +451,10 @@ fn issue_ahead(
 /// straight from this device's registered memory into the peer's, after
 /// the local checks [`execute`] makes and the peer's [`deliver`] would
 /// make ([`responder::deliver_write`]), and settles at once: the CQE if
-/// signaled, or the error CQE and ERR on a NAK (which ends the run). False
+/// signaled, or the error CQE and ERR on a NAK (which ends the run). The
+/// checks that hold for the whole run (the QPs', and each key's but its
+/// range: [`RunSource`], [`responder::WriteTarget`]) are made once per
+/// key; nothing else runs meanwhile that could change them. False
 /// when it took nothing: the WQE is not such a WRITE, fails locally, is not
 /// for another device of this process, or the peer is busy; [`write_run`]
 /// or [`execute`] take it then.
