@@ -6,6 +6,7 @@
 mod dp;
 
 use dp::*;
+use prm_layouts::CqeSyndrome;
 
 // Named so `cargo test -p devx sim_datapath` selects these tests.
 mod sim_datapath_batch {
@@ -164,5 +165,148 @@ mod sim_datapath_batch {
         assert_eq!(p.cq_a.poll().map(|c| c.opcode), Some(0));
         assert_eq!(local.mem.read(64, 32), vec![0x5a; 32]);
         assert_eq!(remote.mem.read(128, 32), vec![0x5a; 32]);
+    }
+
+    /// One WRITE of a run: 64 bytes from `src_off` under local key `lkey`
+    /// to `dst_off` under `rkey` (offsets from the regions' starts).
+    struct W {
+        lkey: u32,
+        src: u64,
+        rkey: u32,
+        dst: u64,
+    }
+
+    /// Rings the WRITEs `ws` (all signaled) with one doorbell from `p.a`
+    /// and gives the completions `(opcode, syndrome, wqe_counter)` and the
+    /// WQE counters posted.
+    fn run_writes(p: &mut Pair, ws: &[W]) -> (Vec<Seen>, Vec<u16>) {
+        let mut idx = Vec::new();
+        let mut head = 0;
+        for w in ws {
+            let segs = [raddr_seg(w.dst, w.rkey), data_seg(64, w.lkey, w.src)];
+            let (i, h) =
+                p.a.write_wqe(WRITE, SIGNALED, [0; 4], &[&segs[0], &segs[1]]);
+            idx.push(i);
+            head = h;
+        }
+        p.a.ring(head);
+        let c = p
+            .cq_a
+            .poll_all()
+            .iter()
+            .map(|c| (c.opcode, c.syndrome, c.wqe_counter))
+            .collect();
+        (c, idx)
+    }
+
+    /// A run whose WRITEs change local and remote keys as they go: each
+    /// lands where its own keys say.
+    #[test]
+    fn a_run_of_writes_switching_keys_lands_each_under_its_own_keys() {
+        let (na, nb) = (Node::new(1166), Node::new(1167));
+        let mut p = rc_pair_on(&na, Some(&nb), RC, 7);
+        let srcs = [na.mr(64, ALL), na.mr(64, ALL)];
+        let dsts = [nb.mr(512, ALL), nb.mr(512, ALL)];
+        srcs[0].mem.fill(0x11);
+        srcs[1].mem.fill(0x22);
+        // Source: 0 0 1 1 0 1; destination: 0 1 1 0 0 1.
+        let pick = [(0, 0), (0, 1), (1, 1), (1, 0), (0, 0), (1, 1)];
+        let ws: Vec<W> = pick
+            .iter()
+            .enumerate()
+            .map(|(i, &(s, d))| W {
+                lkey: srcs[s].key,
+                src: srcs[s].addr(),
+                rkey: dsts[d].key,
+                dst: dsts[d].addr() + i as u64 * 64,
+            })
+            .collect();
+        let (c, idx) = run_writes(&mut p, &ws);
+        let ok: Vec<Seen> = idx.iter().map(|&i| (0, 0, i)).collect();
+        assert_eq!(c, ok);
+        for (i, &(s, d)) in pick.iter().enumerate() {
+            let want = if s == 0 { 0x11 } else { 0x22 };
+            assert_eq!(dsts[d].mem.read(i * 64, 64), vec![want; 64], "WRITE {i}");
+            assert_eq!(dsts[1 - d].mem.read(i * 64, 64), vec![0; 64], "WRITE {i}");
+        }
+    }
+
+    /// The third WRITE of a run reaches past its rkey's range, under the
+    /// same key as the two before it: it completes in error by name, the
+    /// rest are flushed, and nothing lands from it on.
+    #[test]
+    fn a_write_past_its_rkeys_range_mid_run_fails_with_a_remote_access_error() {
+        let (na, nb) = (Node::new(1168), Node::new(1169));
+        let mut p = rc_pair_on(&na, Some(&nb), RC, 7);
+        let src = na.mr(64, ALL);
+        let dst = nb.mr(512, ALL);
+        src.mem.fill(0xab);
+        let at = |i: u64| match i {
+            2 => dst.addr() + 512 - 32,
+            _ => dst.addr() + i * 64,
+        };
+        let ws: Vec<W> = (0..6)
+            .map(|i| W {
+                lkey: src.key,
+                src: src.addr(),
+                rkey: dst.key,
+                dst: at(i),
+            })
+            .collect();
+        let (c, idx) = run_writes(&mut p, &ws);
+        let access = CqeSyndrome::RemoteAccessErr.raw();
+        let flush = CqeSyndrome::WrFlushErr.raw();
+        assert_eq!(
+            c,
+            vec![
+                (0, 0, idx[0]),
+                (0, 0, idx[1]),
+                (REQ_ERR, access, idx[2]),
+                (REQ_ERR, flush, idx[3]),
+                (REQ_ERR, flush, idx[4]),
+                (REQ_ERR, flush, idx[5]),
+            ]
+        );
+        assert_eq!(dst.mem.read(0, 128), vec![0xab; 128]);
+        assert_eq!(dst.mem.read(128, 384), vec![0; 384]);
+        assert_eq!(na.qp_state(&p.a), ERR);
+        assert_eq!(nb.qp_state(&p.b), ERR);
+    }
+
+    /// The same with the third WRITE's source past its lkey's range: a
+    /// local protection error, and the peer's QP unharmed.
+    #[test]
+    fn a_write_past_its_lkeys_range_mid_run_fails_with_a_local_protection_error() {
+        let (na, nb) = (Node::new(1170), Node::new(1171));
+        let mut p = rc_pair_on(&na, Some(&nb), RC, 7);
+        let src = na.mr(128, ALL);
+        let dst = nb.mr(512, ALL);
+        src.mem.fill(0xcd);
+        let ws: Vec<W> = (0..6)
+            .map(|i| W {
+                lkey: src.key,
+                src: src.addr() + if i == 2 { 96 } else { 0 },
+                rkey: dst.key,
+                dst: dst.addr() + i * 64,
+            })
+            .collect();
+        let (c, idx) = run_writes(&mut p, &ws);
+        let prot = CqeSyndrome::LocalProtErr.raw();
+        let flush = CqeSyndrome::WrFlushErr.raw();
+        assert_eq!(
+            c,
+            vec![
+                (0, 0, idx[0]),
+                (0, 0, idx[1]),
+                (REQ_ERR, prot, idx[2]),
+                (REQ_ERR, flush, idx[3]),
+                (REQ_ERR, flush, idx[4]),
+                (REQ_ERR, flush, idx[5]),
+            ]
+        );
+        assert_eq!(dst.mem.read(0, 128), vec![0xcd; 128]);
+        assert_eq!(dst.mem.read(128, 384), vec![0; 384]);
+        assert_eq!(na.qp_state(&p.a), ERR);
+        assert_ne!(nb.qp_state(&p.b), ERR);
     }
 }

@@ -1,9 +1,11 @@
 //! What the engine resolved from the firmware tables (QP contexts with their
-//! ring and doorbell spans, MKEY checks down to the backing UMEM span), kept
+//! ring and doorbell spans, CQ memory, MKEY checks down to the backing UMEM
+//! span), kept
 //! for one firmware epoch. Every command bumps the epoch, so nothing cached
 //! outlives a create, modify or destroy; in particular no span survives the
 //! deregistration of its UMEM.
 
+use super::cqe::{self, CqMemory};
 use super::dma::Span;
 use super::keys::{self, KeyFault, Need};
 use super::queue::{self, QpView};
@@ -30,18 +32,23 @@ struct KeyInfo {
 pub(crate) struct Cache {
     epoch: Option<u64>,
     qps: Vec<QpView>,
+    /// `None`: the CQ or its memory is gone.
+    cqs: Vec<(u32, Option<CqMemory>)>,
     /// `None`: the key does not resolve (a [`KeyFault::BadKey`]).
     keys: Vec<(u32, Option<KeyInfo>)>,
     /// The last access that passed: its key, PD and need, and the key's
     /// range. A WQE after WQE names the same key from the same QP, so the
     /// next access then needs only its bounds checked.
-    last: Option<Passed>,
+    last: Option<Grant>,
 }
 
-/// An access [`Cache::resolve`] let through, for [`Cache::last`].
+/// A key that passed every check but the bounds for one PD and need (an
+/// access [`Cache::resolve`] let through, or [`Cache::grant`]): what is
+/// left to check of a later access with the same key, PD and need is its
+/// range. Valid for the firmware epoch it was made in.
 #[derive(Debug, Clone, Copy)]
-struct Passed {
-    key: u32,
+pub(crate) struct Grant {
+    pub(crate) key: u32,
     pd: u32,
     need: Need,
     start_addr: u64,
@@ -49,11 +56,11 @@ struct Passed {
     span: Span,
 }
 
-impl Passed {
+impl Grant {
     /// `[addr, addr + len)` of the key's range, as [`Cache::resolve`]'s
     /// bounds check gives it.
     #[inline(always)]
-    fn range(&self, addr: u64, len: u64) -> Result<Span, KeyFault> {
+    pub(crate) fn range(&self, addr: u64, len: u64) -> Result<Span, KeyFault> {
         let off = addr.checked_sub(self.start_addr).ok_or(KeyFault::Bounds)?;
         let end = off.checked_add(len).ok_or(KeyFault::Bounds)?;
         if end > self.len {
@@ -71,6 +78,7 @@ impl Cache {
     fn sync(&mut self, st: &State) {
         if self.epoch != Some(st.epoch) {
             self.qps.clear();
+            self.cqs.clear();
             self.keys.clear();
             self.last = None;
             self.epoch = Some(st.epoch);
@@ -80,20 +88,45 @@ impl Cache {
     /// [`queue::qp_view`], with the context's data-path fields (state and
     /// the consumer counters, which the engine itself changes) read fresh.
     pub(crate) fn qp_view(&mut self, st: &State, qpn: u32) -> Option<QpView> {
+        self.qp_view_ref(st, qpn).copied()
+    }
+
+    /// [`Cache::qp_view`] in place, for a caller that reads a few fields.
+    pub(crate) fn qp_view_ref(&mut self, st: &State, qpn: u32) -> Option<&QpView> {
         self.sync(st);
-        let Some(mut v) = self.qps.iter().find(|v| v.qpn == qpn).copied() else {
-            let v = queue::qp_view(st, qpn)?;
-            if self.qps.len() >= MAX_ENTRIES {
-                self.qps.clear();
+        let i = match self.qps.iter().position(|v| v.qpn == qpn) {
+            Some(i) => {
+                let q = &st.qp.peek(qpn)?.obj.qpc;
+                let v = &mut self.qps[i];
+                v.state = q.state();
+                v.sq_ci = q.hw_sq_wqebb_counter();
+                v.rq_ci = q.hw_rq_counter();
+                i
             }
-            self.qps.push(v);
-            return Some(v);
+            None => {
+                let v = queue::qp_view(st, qpn)?;
+                if self.qps.len() >= MAX_ENTRIES {
+                    self.qps.clear();
+                }
+                self.qps.push(v);
+                self.qps.len() - 1
+            }
         };
-        let q = &st.qp.peek(qpn)?.obj.qpc;
-        v.state = q.state();
-        v.sq_ci = q.hw_sq_wqebb_counter();
-        v.rq_ci = q.hw_rq_counter();
-        Some(v)
+        self.qps.get(i)
+    }
+
+    /// [`cqe::memory`] of CQ `cqn`.
+    pub(crate) fn cq_memory(&mut self, st: &State, cqn: u32) -> Option<CqMemory> {
+        self.sync(st);
+        if let Some((_, m)) = self.cqs.iter().find(|(n, _)| *n == cqn) {
+            return *m;
+        }
+        let m = cqe::memory(st, cqn);
+        if self.cqs.len() >= MAX_ENTRIES {
+            self.cqs.clear();
+        }
+        self.cqs.push((cqn, m));
+        m
     }
 
     /// [`keys::resolve`] with the key's lookup and UMEM resolution cached;
@@ -110,12 +143,8 @@ impl Cache {
         pd: u32,
         need: Need,
     ) -> Result<Span, KeyFault> {
-        if self.epoch == Some(st.epoch) {
-            if let Some(p) = &self.last {
-                if (p.key, p.pd, p.need) == (key, pd, need) {
-                    return p.range(addr, len);
-                }
-            }
+        if let Some(g) = self.last_for(st, key, pd, need) {
+            return g.range(addr, len);
         }
         self.resolve_new(st, key, addr, len, pd, need)
     }
@@ -131,6 +160,45 @@ impl Cache {
         pd: u32,
         need: Need,
     ) -> Result<Span, KeyFault> {
+        match self.pass(st, key, pd, need)? {
+            Some(g) => g.range(addr, len),
+            None => keys::resolve(st, key, addr, len, pd, need),
+        }
+    }
+
+    /// `key` checked for `pd` and `need`, but not yet for an address
+    /// range, for a run of accesses that only differ in their range:
+    /// `None` when the key fails a check, or is one whose accesses always
+    /// take the uncached path ([`keys::resolve`]); [`Cache::resolve`]
+    /// tells those apart.
+    #[inline]
+    pub(crate) fn grant(&mut self, st: &State, key: u32, pd: u32, need: Need) -> Option<Grant> {
+        if let Some(g) = self.last_for(st, key, pd, need) {
+            return Some(g);
+        }
+        self.pass(st, key, pd, need).ok().flatten()
+    }
+
+    /// [`Cache::last`] when it is for `key`, `pd` and `need` in this epoch.
+    #[inline(always)]
+    fn last_for(&self, st: &State, key: u32, pd: u32, need: Need) -> Option<Grant> {
+        if self.epoch != Some(st.epoch) {
+            return None;
+        }
+        self.last
+            .filter(|g| (g.key, g.pd, g.need) == (key, pd, need))
+    }
+
+    /// The checks of [`Cache::resolve`] but the bounds; `Ok(None)` for a
+    /// key without a cached span. A key that passes becomes
+    /// [`Cache::last`].
+    fn pass(
+        &mut self,
+        st: &State,
+        key: u32,
+        pd: u32,
+        need: Need,
+    ) -> Result<Option<Grant>, KeyFault> {
         self.sync(st);
         let info = match self.keys.iter().find(|(k, _)| *k == key) {
             Some((_, i)) => *i,
@@ -145,7 +213,7 @@ impl Cache {
         };
         let m = info.ok_or(KeyFault::BadKey)?;
         let Some(span) = m.span else {
-            return keys::resolve(st, key, addr, len, pd, need);
+            return Ok(None);
         };
         if m.pd != pd {
             return Err(KeyFault::Pd);
@@ -153,7 +221,7 @@ impl Cache {
         if !keys::granted(m.access, need) {
             return Err(KeyFault::Access);
         }
-        let passed = Passed {
+        let grant = Grant {
             key,
             pd,
             need,
@@ -161,8 +229,8 @@ impl Cache {
             len: m.len,
             span,
         };
-        self.last = Some(passed);
-        passed.range(addr, len)
+        self.last = Some(grant);
+        Ok(Some(grant))
     }
 }
 

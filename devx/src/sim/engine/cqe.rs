@@ -4,6 +4,7 @@
 
 use prm_layouts::{Cqe64, CqeOpcode, CqeSyndrome, ErrCqe};
 
+use super::cache::Cache;
 use super::dma::Span;
 use super::notify;
 use crate::sim::fw::state::State;
@@ -74,43 +75,68 @@ impl Completion {
     }
 }
 
+/// The memory of one CQ: its ring and its doorbell record, resolved from
+/// the CQ's context and UMEMs. Commands alone change either (and bump
+/// the firmware epoch), so a [`Cache`] keeps them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CqMemory {
+    ring: Span,
+    dbr: Span,
+}
+
+/// Where CQ `cqn`'s entries and doorbell record are; `None` when the CQ
+/// or either memory is gone.
+pub(crate) fn memory(st: &State, cqn: u32) -> Option<CqMemory> {
+    let cq = &st.cq.peek(cqn)?.obj;
+    let n = 1u64 << cq.cqc.log_cq_size();
+    let ring = st
+        .umem
+        .peek(cq.umem)
+        .and_then(|u| Span::of_umem(&u.obj, cq.umem_offset, n * cq.cqe_bytes()))?;
+    let dbr = st
+        .umem
+        .peek(cq.dbr_umem)
+        .and_then(|u| Span::of_umem(&u.obj, cq.dbr_addr, 8))?;
+    Some(CqMemory { ring, dbr })
+}
+
 /// Writes `cqe` into CQ `cqn`. Returns false when the completion was
 /// dropped: no such CQ, ring memory gone, or the CQ is full (the CQ then
 /// enters the overflow state and drops every later completion, as
 /// firmware does for a CQ without overrun-ignore).
 pub(crate) fn push(st: &mut State, cqn: u32, cqe: &Completion) -> bool {
-    let Some(e) = st.cq.peek(cqn) else {
+    match memory(st, cqn) {
+        Some(m) => push_to(st, cqn, m, cqe),
+        None => false,
+    }
+}
+
+/// [`push`], with the CQ's memory as `cache` keeps it.
+pub(crate) fn push_cached(st: &mut State, cache: &mut Cache, cqn: u32, cqe: &Completion) -> bool {
+    match cache.cq_memory(st, cqn) {
+        Some(m) => push_to(st, cqn, m, cqe),
+        None => false,
+    }
+}
+
+/// [`push`] into `mem`, CQ `cqn`'s memory.
+fn push_to(st: &mut State, cqn: u32, mem: CqMemory, cqe: &Completion) -> bool {
+    let Some(e) = st.cq.peek_mut(cqn) else {
         return false;
     };
-    let cq = &e.obj;
+    let cq = &mut e.obj;
     if cq.cqc.status() != 0 {
         return false;
     }
     let log = cq.cqc.log_cq_size();
     let n = 1u32 << log;
     let stride = cq.cqe_bytes();
-    let Some(ring) = st
-        .umem
-        .peek(cq.umem)
-        .and_then(|u| Span::of_umem(&u.obj, cq.umem_offset, u64::from(n) * stride))
-    else {
-        return false;
-    };
-    let Some(dbr) = st
-        .umem
-        .peek(cq.dbr_umem)
-        .and_then(|u| Span::of_umem(&u.obj, cq.dbr_addr, 8))
-    else {
-        return false;
-    };
     let pi = cq.cqc.producer_counter();
-    let ci = dbr.read_be32(0).unwrap_or(0) & 0x00ff_ffff;
+    let ci = mem.dbr.read_be32(0).unwrap_or(0) & 0x00ff_ffff;
     let oi = cq.cqc.oi() == 1;
     let overrun = pi.wrapping_sub(ci) & 0x00ff_ffff >= n;
     if overrun && !oi {
-        if let Some(e) = st.cq.peek_mut(cqn) {
-            e.obj.cqc.set_status(CQ_STATUS_OVERFLOW);
-        }
+        cq.cqc.set_status(CQ_STATUS_OVERFLOW);
         notify::overrun(st, cqn);
         return false;
     }
@@ -119,16 +145,11 @@ pub(crate) fn push(st: &mut State, cqn: u32, cqe: &Completion) -> bool {
     let bytes = c.0;
     // A 128-byte CQE carries the CQE64 in its second half.
     let at = (pi & (n - 1)) as usize * stride as usize + (stride as usize - 64);
-    if !ring.write_publish(at, &bytes) {
+    if !mem.ring.write_publish(at, &bytes) {
         return false;
     }
-    let armed = match st.cq.peek_mut(cqn) {
-        Some(e) => {
-            e.obj.cqc.set_producer_counter((pi + 1) & 0x00ff_ffff);
-            e.obj.arm.is_some()
-        }
-        None => false,
-    };
+    cq.cqc.set_producer_counter((pi + 1) & 0x00ff_ffff);
+    let armed = cq.arm.is_some();
     let solicited = cqe.se || cqe.is_error();
     // The common case (not armed, not solicited) costs no second lookup.
     if armed || solicited {

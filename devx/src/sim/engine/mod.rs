@@ -126,7 +126,7 @@ pub(crate) struct Inner {
     /// The message of the last [`requester`] WQE bound for another device.
     pub(crate) outgoing: Option<msg::Msg>,
     /// Reused batch storage.
-    pub(crate) batch: Option<Batch>,
+    pub(crate) batch: Option<Box<Batch>>,
     /// Reused receive WQE buffer.
     pub(crate) recv: Vec<u8>,
     /// Reused send WQE buffer.
@@ -315,7 +315,7 @@ impl Engine {
     /// line, so the doorbell around it stays small enough to inline.
     #[inline(never)]
     fn run_qp(&self, qpn: u32, entry: Entry) {
-        let mut resume: Option<Batch> = None;
+        let mut resume: Option<Box<Batch>> = None;
         loop {
             let step = self.fw.with_mut(|st| {
                 let mut inner = self.lock_inner();

@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use super::cache::Cache;
+use super::cache::{Cache, Grant};
 use super::cqe::{self, Completion};
 use super::flush;
 use super::keys::Need;
@@ -49,8 +49,9 @@ const MAX_BATCH: usize = 64;
 /// What a doorbell loop returns to its caller.
 pub(crate) enum Step {
     Idle,
-    /// Deliver this to the peer device, then resume with its replies.
-    Remote(Arc<Engine>, Batch),
+    /// Deliver this to the peer device, then resume with its replies
+    /// (boxed, so that a step moves as two words).
+    Remote(Arc<Engine>, Box<Batch>),
 }
 
 /// Consecutive WQEs of one QP whose messages go to the same other device.
@@ -199,7 +200,7 @@ pub(crate) fn drive(
     inner: &mut Inner,
     qpn: u32,
     entry: Entry,
-    resume: Option<Batch>,
+    resume: Option<Box<Batch>>,
 ) -> Step {
     // One WQE buffer per engine, not zeroed per doorbell: only the bytes
     // read for the current WQE are ever looked at.
@@ -218,7 +219,7 @@ fn drive_with(
     inner: &mut Inner,
     qpn: u32,
     entry: Entry,
-    resume: Option<Batch>,
+    resume: Option<Box<Batch>>,
     wqe: &mut [u8; MAX_SQ_WQE],
 ) -> Step {
     let Some(v) = inner.cache.qp_view(st, qpn) else {
@@ -231,6 +232,9 @@ fn drive_with(
         return Step::Idle;
     };
     let mut ci = v.sq_ci;
+    // The view's state is the QP's until a WQE settles (a doorbell's
+    // first pass reads it from there, not from the table again).
+    let mut state_known = resume.is_none();
     match resume {
         Some(mut b) if !b.writes.is_empty() => {
             let mut posted = true;
@@ -284,7 +288,11 @@ fn drive_with(
         }
     }
     loop {
-        let s = st.qp.peek(qpn).map_or(state::RST, |e| e.obj.qpc.state());
+        let s = if std::mem::take(&mut state_known) {
+            v.state
+        } else {
+            st.qp.peek(qpn).map_or(state::RST, |e| e.obj.qpc.state())
+        };
         if flush::flushing(s) {
             if let Some(now) = queue::qp_view(st, qpn) {
                 flush::flush_sq(st, &now, &mut ci);
@@ -443,7 +451,10 @@ fn issue_ahead(
 /// straight from this device's registered memory into the peer's, after
 /// the local checks [`execute`] makes and the peer's [`deliver`] would
 /// make ([`responder::deliver_write`]), and settles at once: the CQE if
-/// signaled, or the error CQE and ERR on a NAK (which ends the run). False
+/// signaled, or the error CQE and ERR on a NAK (which ends the run). The
+/// checks that hold for the whole run (the QPs', and each key's but its
+/// range: [`RunSource`], [`responder::WriteTarget`]) are made once per
+/// key; nothing else runs meanwhile that could change them. False
 /// when it took nothing: the WQE is not such a WRITE, fails locally, is not
 /// for another device of this process, or the peer is busy; [`write_run`]
 /// or [`execute`] take it then.
@@ -472,24 +483,41 @@ fn direct_writes(
     };
     let took = peer.try_locked(|pst, pinner| {
         let mut view = None;
+        // The peer's checks that hold for the run, made for the first
+        // WRITE and again only when the key changes.
+        let mut target: Option<responder::WriteTarget> = None;
+        // The local checks that hold for the run, likewise.
+        let mut source = RunSource {
+            max_msg: v.max_msg(),
+            grant: None,
+        };
         let mut len = len;
         let mut took = false;
         // Each pass settles a WQE, moving `ci` towards `pi`.
         for _ in 0..v.sq_bbs {
             let w = &wqe[..len];
-            let Some((src, r)) = one_sge_write(st, &mut inner.cache, v, w) else {
+            let Some((src, r)) = source.one_sge_write(st, &mut inner.cache, v, w) else {
                 break;
             };
-            let data = responder::Payload::Span(src);
-            let reply = responder::deliver_write(
-                pst,
-                pinner,
-                &mut view,
-                v.remote_qpn,
-                r.raddr(),
-                r.rkey(),
-                data,
-            );
+            let (raddr, rkey) = (r.raddr(), r.rkey());
+            if target.is_none_or(|t| t.rkey() != rkey) {
+                target = responder::write_target(pst, &mut pinner.cache, v.remote_qpn, rkey);
+            }
+            let reply = match target.and_then(|t| t.place(rkey, raddr, src.len() as u64)) {
+                Some(dst) => {
+                    src.copy_to(&dst);
+                    Reply::Ack
+                }
+                None => responder::deliver_write(
+                    pst,
+                    pinner,
+                    &mut view,
+                    v.remote_qpn,
+                    raddr,
+                    rkey,
+                    responder::Payload::Span(src),
+                ),
+            };
             took = true;
             let bbs = queue::wqebbs(len);
             if reply == Reply::Ack && ctrl(w).fm_ce_se() & CE_CQE == 0 && inner.rnr.is_empty() {
@@ -526,38 +554,54 @@ fn direct_writes(
     took
 }
 
-/// An RDMA WRITE WQE of an RC QP with one data segment (not inline, not
-/// empty) that passes the local checks [`execute`] makes: the source span
-/// and the remote address segment. `None` otherwise, for the other paths
-/// to take it.
-fn one_sge_write(
-    st: &State,
-    cache: &mut Cache,
-    v: &QpView,
-    wqe: &[u8],
-) -> Option<(super::dma::Span, WqeRaddrSeg)> {
-    let (Op::Write, data_off) = layout(v.service, send_opcode(wqe))? else {
-        return None;
-    };
-    let seg = WqeDataSeg::from_slice(wqe.get(data_off..)?)?;
-    if wqe.len() != data_off + DS {
-        return None;
+/// What [`direct_writes`] checks once for a run of RDMA WRITEs of one RC
+/// QP: its largest message, and the local key of the last WRITE (checked
+/// for the QP's PD and local read), so that a WRITE with the same key
+/// needs only its range checked.
+struct RunSource {
+    max_msg: u64,
+    grant: Option<Grant>,
+}
+
+impl RunSource {
+    /// An RDMA WRITE WQE (the caller checked the opcode, and that the QP is
+    /// RC) with one data segment (not inline, not empty) that passes the
+    /// local checks [`execute`] makes: the source span and the remote
+    /// address segment. `None` otherwise, for the other paths to take it.
+    #[inline(always)]
+    fn one_sge_write(
+        &mut self,
+        st: &State,
+        cache: &mut Cache,
+        v: &QpView,
+        wqe: &[u8],
+    ) -> Option<(super::dma::Span, WqeRaddrSeg)> {
+        // `layout` of an RC RDMA WRITE.
+        const DATA_OFF: usize = WqeCtrlSeg::SIZE_BYTES + WqeRaddrSeg::SIZE_BYTES;
+        debug_assert_eq!(
+            layout(v.service, send_opcode(wqe)),
+            Some((Op::Write, DATA_OFF))
+        );
+        if wqe.len() != DATA_OFF + DS {
+            return None;
+        }
+        let seg = WqeDataSeg::from_slice(&wqe[DATA_OFF..])?;
+        let bc = seg.byte_count();
+        if bc == 0 || bc & INLINE != 0 || u64::from(bc) > self.max_msg {
+            return None;
+        }
+        let (lkey, addr, len) = (seg.lkey(), seg.addr(), u64::from(bc));
+        if self.grant.is_none_or(|g| g.key != lkey) {
+            self.grant = cache.grant(st, lkey, v.pd, Need::LocalRead);
+        }
+        let src = match self.grant {
+            Some(g) => g.range(addr, len),
+            // A key that fails, or one the cache never grants: decided
+            // the long way.
+            None => cache.resolve(st, lkey, addr, len, v.pd, Need::LocalRead),
+        };
+        Some((src.ok()?, raddr(wqe)))
     }
-    let bc = seg.byte_count();
-    if bc == 0 || bc & INLINE != 0 || u64::from(bc) > v.max_msg() {
-        return None;
-    }
-    let src = cache
-        .resolve(
-            st,
-            seg.lkey(),
-            seg.addr(),
-            u64::from(bc),
-            v.pd,
-            Need::LocalRead,
-        )
-        .ok()?;
-    Some((src, raddr(wqe)))
 }
 
 /// The in-process link's fast path for RC RDMA WRITEs without immediate:
@@ -751,10 +795,10 @@ fn settle(
     inner.rnr.retain(|w| w.qpn != v.qpn);
     match out {
         Outcome::Done(Some(c)) => {
-            cqe::push(st, v.cqn_snd, &c);
+            cqe::push_cached(st, &mut inner.cache, v.cqn_snd, &c);
         }
         Outcome::Error(s) => {
-            cqe::push(st, v.cqn_snd, &error_cqe(v, wqe, s));
+            cqe::push_cached(st, &mut inner.cache, v.cqn_snd, &error_cqe(v, wqe, s));
             *ci = ci.wrapping_add(bbs);
             // This thread owns the send queue: the loop flushes it next.
             flush::to_error(st, v.qpn, true);

@@ -138,6 +138,54 @@ pub(crate) fn deliver_write(
     Reply::Ack
 }
 
+/// The checks [`deliver_write`] makes of a WRITE that hold for every
+/// WRITE of a run to one QP under one key: the QP's transport, state and
+/// remote write right, the key's PD and rights. Made by [`write_target`];
+/// valid while the run holds this device's locks and stops at its first
+/// failure (nothing else changes the QP or the key meanwhile).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WriteTarget {
+    max_msg: u64,
+    grant: super::cache::Grant,
+}
+
+impl WriteTarget {
+    /// The key the target was checked for.
+    #[inline(always)]
+    pub(crate) fn rkey(&self) -> u32 {
+        self.grant.key
+    }
+
+    /// Where a WRITE of `len` bytes to `raddr` under `rkey` lands, when it
+    /// passes what is left to check: its key is the target's, its length
+    /// and range fit. `None`: [`deliver_write`] decides it.
+    #[inline(always)]
+    pub(crate) fn place(&self, rkey: u32, raddr: u64, len: u64) -> Option<super::dma::Span> {
+        if rkey != self.grant.key || len > self.max_msg {
+            return None;
+        }
+        self.grant.range(raddr, len).ok()
+    }
+}
+
+/// [`WriteTarget`] of QP `qpn` under `rkey`; `None` when a WRITE there
+/// would not pass, or its key always takes the uncached path:
+/// [`deliver_write`] then handles each.
+pub(crate) fn write_target(
+    st: &State,
+    cache: &mut Cache,
+    qpn: u32,
+    rkey: u32,
+) -> Option<WriteTarget> {
+    let v = cache.qp_view_ref(st, qpn)?;
+    if v.service != st::RC || !matches!(v.state, state::RTR | state::RTS) || !v.rwe {
+        return None;
+    }
+    let (pd, max_msg) = (v.pd, v.max_msg());
+    let grant = cache.grant(st, rkey, pd, Need::RemoteWrite)?;
+    Some(WriteTarget { max_msg, grant })
+}
+
 /// A responder-side error: the receive WQE (if one was consumed) completes
 /// with its syndrome and the QP enters ERR; the requester hears `remote` on a
 /// reliable transport and nothing otherwise.
