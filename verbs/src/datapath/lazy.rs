@@ -302,7 +302,7 @@ impl Cursor<'_> {
         let h = self.hot?;
         // The entry is ours: only the fields used below are loaded.
         let cqe = Cqe64(e.read64b());
-        let (cqe_qpn, opcode) = WcOpcode::counted_req(cqe.sop_drop_qpn());
+        let (cqe_qpn, opcode) = WcOpcode::counted_req(&cqe);
         let qpn = h.track.qpn;
         if cqe_qpn != qpn {
             return None;

@@ -213,7 +213,7 @@ fn take_run_one_loop(run: Run64, lap: u8, qpn: u32, slots: SqView<'_>, out: &mut
         // are loaded.
         let c = Cqe64(e.read64b());
         // Atomics (length a fixed 8) are left to the general path.
-        let (cqe_qpn, opcode) = WcOpcode::counted_req(c.sop_drop_qpn());
+        let (cqe_qpn, opcode) = WcOpcode::counted_req(&c);
         if cqe_qpn != qpn {
             return k;
         }
@@ -233,32 +233,40 @@ fn take_run_one_loop(run: Run64, lap: u8, qpn: u32, slots: SqView<'_>, out: &mut
 /// general path looks.
 #[inline(always)]
 fn take_run(run: Run64, lap: u8, index: SqIndex<'_>, out: &mut [Wc]) -> usize {
+    // The lap as a constant: one register fewer in the loop, and none of
+    // its values spilled.
+    if lap == 0 {
+        take_run_in::<0>(run, index, out)
+    } else {
+        take_run_in::<1>(run, index, out)
+    }
+}
+
+/// [`take_run`] in the lap with owner bit `LAP`.
+#[inline(always)]
+fn take_run_in<const LAP: u8>(run: Run64, index: SqIndex<'_>, out: &mut [Wc]) -> usize {
     let n = run.len().min(out.len());
     let mut pairs = run.beside(out);
     while let Some((e, w)) = pairs.next() {
-        if !is_hot_req(e.load_acquire(OP_OWN), lap) {
+        if !is_hot_req(e.load_acquire(OP_OWN), LAP) {
             return n - pairs.len() - 1;
         }
         // The entry is ours: read it as a CQE64. Only the fields used
         // below are loaded.
         let c = Cqe64(e.read64b());
         let sop_drop_qpn = c.sop_drop_qpn();
-        // Atomics (length a fixed 8) are left to the general path. Not
-        // through `WcOpcode::counted_req`: here the QPN picks the index
-        // slot, and cut out with a mask it does not wait for the opcode
-        // table's load (by time, about 10% a completion where QPs take
-        // turns).
-        let Some(opcode) = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8) else {
-            return n - pairs.len() - 1;
-        };
-        let qpn = sop_drop_qpn & LOW_24;
-        let Some(sq) = index.find(sop_drop_qpn, qpn) else {
+        // Atomics (length a fixed 8) are left to the general path: their
+        // `key` is no QPN, so no track's key matches it. The QPN's bits
+        // pick the index slot, so its load does not wait for the opcode
+        // table's.
+        let (key, opcode) = WcOpcode::counted_req(&c);
+        let Some(sq) = index.find(sop_drop_qpn, key) else {
             return n - pairs.len() - 1;
         };
         let (wr_id, tail) = sq.slot(c.wqe_counter());
         // SQ room first, then the CQ's (the caller's `set_ci`).
         sq.publish(Some(tail));
-        w.set_req(wr_id, opcode, c.byte_cnt(), qpn);
+        w.set_req(wr_id, opcode, c.byte_cnt(), key);
     }
     n
 }
@@ -498,7 +506,7 @@ impl Cq {
         }
         let c = Cqe64(e.read64b());
         // Atomics (length a fixed 8) go the general way.
-        let (qpn, opcode) = WcOpcode::counted_req(c.sop_drop_qpn());
+        let (qpn, opcode) = WcOpcode::counted_req(&c);
         let sq = self.dp.cache.hot_sq_of(qpn)?;
         let (wr_id, tail) = sq.slot(c.wqe_counter());
         // SQ room first, then the CQ's.

@@ -490,3 +490,37 @@ impl DbRec {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beside_pairs_as_many_as_the_shorter_has() {
+        #[repr(align(64))]
+        struct Entries([u8; 64 * 4]);
+        let buf = Entries([0; 64 * 4]);
+        // SAFETY: a local, aligned buffer of four entries, alive for the
+        // test.
+        let ring = unsafe { Ring64::new(buf.0.as_ptr() as usize, buf.0.len()) };
+        for (off, out_len, pairs) in [(0, 8, 4), (64 * 2, 8, 2), (0, 3, 3), (64 * 3, 0, 0)] {
+            let mut out = vec![0u64; out_len];
+            let run = ring.run64(off, out_len);
+            let mut it = run.beside(&mut out);
+            assert_eq!(it.len(), pairs);
+            let mut k = 0;
+            while let Some((e, w)) = it.next() {
+                assert_eq!(e.addr, ring.addr + off + 64 * k);
+                *w = k as u64 + 1;
+                k += 1;
+                assert_eq!(it.len(), pairs - k);
+            }
+            assert_eq!(k, pairs);
+            let want: Vec<u64> = (1..=pairs as u64)
+                .chain(std::iter::repeat(0))
+                .take(out_len)
+                .collect();
+            assert_eq!(out, want);
+        }
+    }
+}
