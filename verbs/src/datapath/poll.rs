@@ -188,7 +188,12 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> (usize, P
     let Some(out) = out.get_mut(..run.len()) else {
         return (0, None);
     };
-    let k = take_run_one_loop(run, lap, qpn, slots, out);
+    // The lap as a constant, as in `take_run`.
+    let k = if lap == 0 {
+        take_run_one_loop::<0>(run, qpn, slots, out)
+    } else {
+        take_run_one_loop::<1>(run, qpn, slots, out)
+    };
     // The SQ tail is the last completion's: read once here rather than
     // carried through the loop. The entry stays ours until `set_ci` moves
     // past it.
@@ -199,14 +204,20 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> (usize, P
     )
 }
 
-/// [`take_run_one`]'s loop, with `out` as long as `run`.
+/// [`take_run_one`]'s loop, with `out` as long as `run`, in the lap with
+/// owner bit `LAP`.
 #[inline(always)]
-fn take_run_one_loop(run: Run64, lap: u8, qpn: u32, slots: SqView<'_>, out: &mut [Wc]) -> usize {
+fn take_run_one_loop<const LAP: u8>(
+    run: Run64,
+    qpn: u32,
+    slots: SqView<'_>,
+    out: &mut [Wc],
+) -> usize {
     let n = run.len().min(out.len());
     let mut pairs = run.beside(out);
     while let Some((e, w)) = pairs.next() {
         let k = n - pairs.len() - 1;
-        if !is_hot_req(e.load_acquire(OP_OWN), lap) {
+        if !is_hot_req(e.load_acquire(OP_OWN), LAP) {
             return k;
         }
         // The entry is ours: read it as a CQE64. Only the fields used below
