@@ -16,7 +16,7 @@ use crate::async_event::{EventHandler, HandlerEntry};
 use crate::comp_channel::CompChannel;
 use crate::context::Context;
 use crate::cq_notify::{self, CqNotify};
-use crate::datapath::{Poller, Registry};
+use crate::datapath::{Head, Poller, Registry};
 use crate::error::{DestroyError, Error, Result, VerbResult};
 use crate::exec::{self, Exec};
 use crate::util::{
@@ -25,12 +25,6 @@ use crate::util::{
 
 /// Bytes per CQE (`cqe_sz` 0).
 pub const CQE_SIZE: usize = Cqe64::SIZE_BYTES;
-
-/// [`Cq::ring_mask`] of a ring of `2^log` entries (a CQ has at most 2^24,
-/// so the length fits a `u32`).
-fn ring_mask(log: u32) -> u32 {
-    ((CQE_SIZE as u64) << log).wrapping_sub(1) as u32
-}
 
 /// MODIFY_CQ op_mod: 0 modifies moderation, 1 resizes (CQH `MLX5_CQ_OPMOD_RESIZE`).
 const MODIFY_CQ_OPMOD_RESIZE: u16 = 1;
@@ -153,14 +147,10 @@ impl CqShared {
 /// ```
 pub struct Cq {
     shared: Arc<CqShared>,
-    /// Ring start in this process (an address, so `Cq` stays `Send`).
-    pub(crate) ring_addr: usize,
     pub(crate) log_size: u32,
-    /// The ring's length in bytes less one, `CQE_SIZE << log_size` − 1: a
-    /// poll finds an entry's place and its lap with no shift by `log_size`.
-    pub(crate) ring_mask: u32,
-    /// Consumer counter (free running), for the data path's poll.
-    pub(crate) ci: u32,
+    /// The consumer counter and the entry of the ring it names, for the
+    /// data path's poll.
+    pub(crate) head: Head,
     pub(crate) dp: Poller,
 }
 
@@ -290,7 +280,9 @@ impl Cq {
             cq_notify::subscribe(VERB, ch, &obj, &notify)?;
         }
 
-        let ring_addr = ring.addr();
+        // SAFETY: the ring UMEM of 2^log entries; `deps` below keeps it
+        // mapped as long as the CQ, and `take_ring` moves the head with it.
+        let head = unsafe { Head::new(ring.addr(), log2(n), 0) };
         let tracks = Arc::new(Registry::default());
         let dp = Poller::new(tracks.clone(), dbr.addr());
         let deps = CqDeps {
@@ -309,10 +301,8 @@ impl Cq {
         };
         Ok(Cq {
             shared: Arc::new(shared),
-            ring_addr,
             log_size: log2(n),
-            ring_mask: ring_mask(log2(n)),
-            ci: 0,
+            head,
             dp,
         })
     }
@@ -357,7 +347,7 @@ impl Cq {
     /// u32 each). The ring moves on `resize`.
     pub fn memory(&self) -> QueueMemory {
         QueueMemory {
-            addr: self.ring_addr,
+            addr: self.head.ring().addr(),
             len: (CQE_SIZE << self.log_size),
             entries: 1 << self.log_size,
             stride: CQE_SIZE as u32,
@@ -484,10 +474,13 @@ impl Cq {
             .ring
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        carry_unpolled(&current, self.log_size, &ring, log, self.ci);
-        self.ring_addr = ring.addr();
+        let ci = self.head.ci();
+        carry_unpolled(&current, self.log_size, &ring, log, ci);
+        // SAFETY: the new ring UMEM of 2^log entries, which `current` holds
+        // (mapped) from here on as long as the CQ, until the next resize
+        // moves the head again.
+        self.head = unsafe { Head::new(ring.addr(), log, ci) };
         self.log_size = log;
-        self.ring_mask = ring_mask(log);
         std::mem::replace(&mut *current, ring)
     }
 
@@ -528,18 +521,14 @@ impl Cq {
         const VERB: &str = "destroy_cq";
         let Cq {
             shared,
-            ring_addr,
             log_size,
-            ring_mask,
-            ci,
+            head,
             dp,
         } = self;
         let rebuild = |shared| Cq {
             shared,
-            ring_addr,
             log_size,
-            ring_mask,
-            ci,
+            head,
             dp,
         };
         let inner = match sole(shared, VERB, "completion queue") {

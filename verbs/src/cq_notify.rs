@@ -61,7 +61,7 @@ impl Cq {
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         const VERB: &str = "req_notify_cq";
         let sn = self.notify().arm_sn.load(Ordering::Acquire);
-        let word = arm_word(sn, solicited_only, self.ci);
+        let word = arm_word(sn, solicited_only, self.head.ci());
         let arm_db = (self.memory().doorbell_record + 4) as *mut u32;
         // SAFETY: the doorbell record is 64 bytes of this CQ's registered
         // memory, kept mapped while the CQ lives; slot [1] (bytes 4..8) is

@@ -117,6 +117,86 @@ mod datapath {
         }
     }
 
+    /// Posts `k` SENDs, the QPs taking turns, with wr_ids from `*next`
+    /// on, and writes their completions after the `unpolled` ones already
+    /// in the ring.
+    fn post_done(cq: &Cq, qps: &mut [Qp], next: &mut u64, unpolled: u64, k: u64) {
+        let s = [Sge::new(0x1000, 8, 1)];
+        for j in 0..k {
+            let qp = &mut qps[(*next % 2) as usize];
+            let at = qp.send_queue().cur_post() as u16;
+            qp.post_send(&SendWr::send(*next, &s)).unwrap();
+            put_send_done(cq, (unpolled + j) as u32, qp.qpn(), at);
+            *next += 1;
+        }
+    }
+
+    /// Polls for one completion, which test the entry the CQ keeps at hand
+    /// for the next one, find each completion in order after lazy polls
+    /// and array polls moved the consumer index, across ring wraps, and
+    /// after resizes that carry an unpolled completion into a ring of
+    /// another size; an empty ring reads as empty to each kind of poll.
+    #[test]
+    fn one_completion_polls_follow_lazy_and_array_polls_and_resizes() {
+        let (ctx, _sim, _rec) = recorded(500);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(7).unwrap();
+        let mut qps = rc_qps_on(&pd, &cq, 2);
+        let (mut next, mut want) = (0u64, 0u64);
+        let one = |cq: &mut Cq, want: &mut u64| {
+            let mut wc = [Wc::default()];
+            assert_eq!(cq.poll(&mut wc), 1, "wr_id {want}");
+            assert_eq!((wc[0].wr_id, wc[0].status), (*want, WcStatus::Success));
+            *want += 1;
+        };
+        for size in [7, 15, 3, 31, 7] {
+            if size != cq.cqe() {
+                // One completion left in the ring for the resize to carry.
+                post_done(&cq, &mut qps, &mut next, 0, 1);
+                cq.resize(size).unwrap();
+                one(&mut cq, &mut want);
+            }
+            let entries = u64::from(cq.memory().entries);
+            // Some laps of the ring, every kind of poll in between.
+            for step in 0..3 * entries {
+                match step % 4 {
+                    0 => {
+                        post_done(&cq, &mut qps, &mut next, 0, 1);
+                        one(&mut cq, &mut want);
+                    }
+                    1 => {
+                        post_done(&cq, &mut qps, &mut next, 0, 3);
+                        for c in cq.start_poll().take(2) {
+                            assert_eq!((c.wr_id(), c.status()), (want, WcStatus::Success));
+                            want += 1;
+                        }
+                        one(&mut cq, &mut want);
+                    }
+                    2 => {
+                        post_done(&cq, &mut qps, &mut next, 0, 3);
+                        let mut wc = [Wc::default(); 2];
+                        assert_eq!(cq.poll(&mut wc), 2);
+                        assert_eq!([wc[0].wr_id, wc[1].wr_id], [want, want + 1]);
+                        want += 2;
+                        one(&mut cq, &mut want);
+                    }
+                    _ => {
+                        post_done(&cq, &mut qps, &mut next, 0, 2);
+                        assert_eq!(cq.start_poll().take(1).count(), 1);
+                        want += 1;
+                        one(&mut cq, &mut want);
+                    }
+                }
+                assert_eq!(want, next);
+                assert_eq!(cq.doorbell_ci(), cq.consumer_index());
+            }
+            assert_eq!(cq.poll(&mut [Wc::default()]), 0);
+            assert_eq!(cq.poll(&mut [Wc::default(); 4]), 0);
+            assert_eq!(cq.start_poll().count(), 0);
+            assert_all_retired(&mut qps, &cq);
+        }
+    }
+
     #[test]
     fn owner_bit_wraps_with_the_consumer_index() {
         let (ctx, _sim, _rec) = recorded(500);

@@ -8,7 +8,7 @@
 
 use prm_layouts::Cqe64;
 
-use super::poll::{decode_any, is_hot_req, Poller, RawCqe, OP_OWN, SET_CI};
+use super::poll::{decode_any, is_hot_req, Head, Poller, RawCqe, OP_OWN, SET_CI};
 use super::ring::{DbRec, Entry64, Ring64, Walk64};
 use super::track::{PollCache, QpTrack, SqView};
 use super::wc::{Wc, WcOpcode, WcStatus};
@@ -24,9 +24,9 @@ pub struct Poll<'a> {
     /// path. Few fields in all: the more of them, the more of the caller's
     /// own state the compiler keeps on the stack.
     cache: &'a mut PollCache,
-    /// Where the consumer counter goes back to (its value when the poll
-    /// began until then).
-    cq_ci: &'a mut u32,
+    /// Where the CQ's consumer goes back to (where the poll began until
+    /// then).
+    head: &'a mut Head,
 }
 
 /// The poll's position and what its hot path reads. A copy goes to the
@@ -146,8 +146,8 @@ impl Cq {
     /// ```
     #[inline]
     pub fn start_poll(&mut self) -> Poll<'_> {
-        let start = self.ci;
-        let ring = self.ring();
+        let start = self.head.ci;
+        let ring = self.head.ring();
         if self.dp.cache.switched() {
             retarget(&mut self.dp);
         }
@@ -165,7 +165,7 @@ impl Cq {
                 dbrec: dp.dbrec,
             },
             cache: &mut dp.cache,
-            cq_ci: &mut self.ci,
+            head: &mut self.head,
         }
     }
 }
@@ -261,7 +261,7 @@ impl Poll<'_> {
                 return Some(Completion { wc });
             }
             let mut cur = self.cur;
-            let taken = slow(&mut cur, self.cache, *self.cq_ci);
+            let taken = slow(&mut cur, self.cache, self.head.ci);
             self.cur.walk = cur.walk;
             self.cur.lap_ci = cur.lap_ci;
             self.cur.lap = cur.lap;
@@ -302,7 +302,7 @@ impl Cursor<'_> {
         let h = self.hot?;
         // The entry is ours: only the fields used below are loaded.
         let cqe = Cqe64(e.read64b());
-        let (cqe_qpn, opcode) = WcOpcode::counted_req(cqe.sop_drop_qpn());
+        let (cqe_qpn, opcode) = WcOpcode::counted_req(&cqe);
         let qpn = h.track.qpn;
         if cqe_qpn != qpn {
             return None;
@@ -385,9 +385,9 @@ impl Drop for Poll<'_> {
     #[inline(always)]
     fn drop(&mut self) {
         let ci = self.cur.ci();
-        if ci != *self.cq_ci {
+        if ci != self.head.ci {
             end_hot(self.cur.hot.map(|h| h.track), self.cur.walk.ring(), ci);
-            *self.cq_ci = ci;
+            self.head.seek(ci);
             self.cur.dbrec.store(SET_CI, ci & LOW_24);
         }
     }

@@ -47,7 +47,7 @@ pub use wc::{Wc, WcOpcode, WcStatus};
 pub use wqe::{CTRL_FENCE, CTRL_SIGNALED, CTRL_SOLICITED, INVALID_LKEY};
 pub use wr::{RecvWr, SendOp, SendWr, Sge, UdDest};
 
-pub(crate) use poll::Poller;
+pub(crate) use poll::{Head, Poller};
 pub(crate) use track::{Registry, SrqTrack};
 
 use crate::qp::{QpCap, QpInit, Queue};

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::ring::{DbRec, Ring64, Run64};
+use super::ring::{DbRec, Ring64, Run64, Walk64};
 use super::track::{HotSq, PendingTail, PollCache, QpTrack, Registry, SqIndex, SqView};
 use super::wc::{Wc, WcOpcode, WcStatus};
 use super::LOW_24;
@@ -188,7 +188,12 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> (usize, P
     let Some(out) = out.get_mut(..run.len()) else {
         return (0, None);
     };
-    let k = take_run_one_loop(run, lap, qpn, slots, out);
+    // The lap as a constant, as in `take_run`.
+    let k = if lap == 0 {
+        take_run_one_loop::<0>(run, qpn, slots, out)
+    } else {
+        take_run_one_loop::<1>(run, qpn, slots, out)
+    };
     // The SQ tail is the last completion's: read once here rather than
     // carried through the loop. The entry stays ours until `set_ci` moves
     // past it.
@@ -199,21 +204,27 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> (usize, P
     )
 }
 
-/// [`take_run_one`]'s loop, with `out` as long as `run`.
+/// [`take_run_one`]'s loop, with `out` as long as `run`, in the lap with
+/// owner bit `LAP`.
 #[inline(always)]
-fn take_run_one_loop(run: Run64, lap: u8, qpn: u32, slots: SqView<'_>, out: &mut [Wc]) -> usize {
+fn take_run_one_loop<const LAP: u8>(
+    run: Run64,
+    qpn: u32,
+    slots: SqView<'_>,
+    out: &mut [Wc],
+) -> usize {
     let n = run.len().min(out.len());
     let mut pairs = run.beside(out);
     while let Some((e, w)) = pairs.next() {
         let k = n - pairs.len() - 1;
-        if !is_hot_req(e.load_acquire(OP_OWN), lap) {
+        if !is_hot_req(e.load_acquire(OP_OWN), LAP) {
             return k;
         }
         // The entry is ours: read it as a CQE64. Only the fields used below
         // are loaded.
         let c = Cqe64(e.read64b());
         // Atomics (length a fixed 8) are left to the general path.
-        let (cqe_qpn, opcode) = WcOpcode::counted_req(c.sop_drop_qpn());
+        let (cqe_qpn, opcode) = WcOpcode::counted_req(&c);
         if cqe_qpn != qpn {
             return k;
         }
@@ -233,32 +244,40 @@ fn take_run_one_loop(run: Run64, lap: u8, qpn: u32, slots: SqView<'_>, out: &mut
 /// general path looks.
 #[inline(always)]
 fn take_run(run: Run64, lap: u8, index: SqIndex<'_>, out: &mut [Wc]) -> usize {
+    // The lap as a constant: one register fewer in the loop, and none of
+    // its values spilled.
+    if lap == 0 {
+        take_run_in::<0>(run, index, out)
+    } else {
+        take_run_in::<1>(run, index, out)
+    }
+}
+
+/// [`take_run`] in the lap with owner bit `LAP`.
+#[inline(always)]
+fn take_run_in<const LAP: u8>(run: Run64, index: SqIndex<'_>, out: &mut [Wc]) -> usize {
     let n = run.len().min(out.len());
     let mut pairs = run.beside(out);
     while let Some((e, w)) = pairs.next() {
-        if !is_hot_req(e.load_acquire(OP_OWN), lap) {
+        if !is_hot_req(e.load_acquire(OP_OWN), LAP) {
             return n - pairs.len() - 1;
         }
         // The entry is ours: read it as a CQE64. Only the fields used
         // below are loaded.
         let c = Cqe64(e.read64b());
         let sop_drop_qpn = c.sop_drop_qpn();
-        // Atomics (length a fixed 8) are left to the general path. Not
-        // through `WcOpcode::counted_req`: here the QPN picks the index
-        // slot, and cut out with a mask it does not wait for the opcode
-        // table's load (by time, about 10% a completion where QPs take
-        // turns).
-        let Some(opcode) = WcOpcode::from_send_opcode_counted((sop_drop_qpn >> 24) as u8) else {
-            return n - pairs.len() - 1;
-        };
-        let qpn = sop_drop_qpn & LOW_24;
-        let Some(sq) = index.find(sop_drop_qpn, qpn) else {
+        // Atomics (length a fixed 8) are left to the general path: their
+        // `key` is no QPN, so no track's key matches it. The QPN's bits
+        // pick the index slot, so its load does not wait for the opcode
+        // table's.
+        let (key, opcode) = WcOpcode::counted_req(&c);
+        let Some(sq) = index.find(sop_drop_qpn, key) else {
             return n - pairs.len() - 1;
         };
         let (wr_id, tail) = sq.slot(c.wqe_counter());
         // SQ room first, then the CQ's (the caller's `set_ci`).
         sq.publish(Some(tail));
-        w.set_req(wr_id, opcode, c.byte_cnt(), qpn);
+        w.set_req(wr_id, opcode, c.byte_cnt(), key);
     }
     n
 }
@@ -389,6 +408,72 @@ impl Poller {
     }
 }
 
+/// Where a CQ's consumer stands: the consumer counter, the entry it
+/// names and the owner bit of software's entries in that lap, kept
+/// together as they move. So a poll tests the next entry with its address
+/// and owner bit at hand, a load and a compare each, with no offset to
+/// mask nor lap to work out from the counter and the ring's size.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Head {
+    /// Consumer counter (free running): CQEs taken so far.
+    pub(super) ci: u32,
+    /// The owner bit software's entries have at `ci`: the counter's bit
+    /// `log_size`.
+    pub(super) lap: u8,
+    /// The entry at `ci`; the walk holds the ring.
+    pub(super) at: Walk64,
+}
+
+impl Head {
+    /// Counter `ci` in the ring of `2^log` 64-byte entries at `addr`.
+    ///
+    /// # Safety
+    /// As for [`Ring64::new`]: the ring must stay mapped as long as the
+    /// head (or a copy) is used.
+    pub(crate) unsafe fn new(addr: usize, log: u32, ci: u32) -> Head {
+        // SAFETY: the caller vouches for the ring.
+        let ring = unsafe { Ring64::new(addr, CQE_SIZE << log) };
+        Head::at(ring, ci)
+    }
+
+    /// Counter `ci` in `ring`.
+    #[inline(always)]
+    fn at(ring: Ring64, ci: u32) -> Head {
+        let off = ci as usize * CQE_SIZE;
+        Head {
+            ci,
+            lap: u8::from(off & ring.len() != 0),
+            at: ring.walk64(off),
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn ci(&self) -> u32 {
+        self.ci
+    }
+
+    /// The CQE ring.
+    #[inline(always)]
+    pub(crate) fn ring(&self) -> Ring64 {
+        self.at.ring()
+    }
+
+    /// Moves to counter `ci`.
+    #[inline(always)]
+    pub(super) fn seek(&mut self, ci: u32) {
+        *self = Head::at(self.ring(), ci);
+    }
+
+    /// Moves past the entry at the counter.
+    #[inline(always)]
+    fn step(&mut self) {
+        self.ci = self.ci.wrapping_add(1);
+        if self.at.step() {
+            self.lap ^= 1;
+        }
+    }
+}
+
 impl Cq {
     /// `ibv_poll_cq`: fills `wc` from the front with up to `wc.len()`
     /// completions and returns how many. Updates the consumer index in the
@@ -419,7 +504,7 @@ impl Cq {
 
     #[inline(never)]
     fn poll_many(&mut self, wc: &mut [Wc]) -> usize {
-        let start = self.ci;
+        let start = self.head.ci;
         let got = self.take_hot(wc);
         self.poll_rest(wc, start, got)
     }
@@ -430,16 +515,15 @@ impl Cq {
     /// at. Out of line, as the one call such a poll makes.
     #[inline(never)]
     fn poll_turns(&mut self, wc: &mut [Wc]) -> usize {
-        let start = self.ci;
+        let start = self.head.ci;
         // At most 2^32 − 1 at once: the count is the counter's progress.
         let n = wc.len().min(u32::MAX as usize);
-        let run = self.ring().run64(start as usize * CQE_SIZE, n);
-        let lap = self.lap(start);
-        let k = take_run(run, lap, self.dp.cache.sq_index(), wc);
+        let run = self.head.at.run64(n);
+        let k = take_run(run, self.head.lap, self.dp.cache.sq_index(), wc);
         match wc.get(..k) {
             Some(taken @ [_, ..]) if k == n => {
                 let c = start.wrapping_add(k as u32);
-                self.ci = c;
+                self.head.seek(c);
                 self.turned(taken);
                 self.dp.dbrec.store(SET_CI, c & LOW_24);
                 k
@@ -452,7 +536,7 @@ impl Cq {
     /// of filling `wc` (at the ring's end or an entry of another kind).
     #[inline(never)]
     fn poll_turns_on(&mut self, wc: &mut [Wc], got: usize) -> usize {
-        let start = self.ci;
+        let start = self.head.ci;
         let got = self.take_hot_on(wc, got, None, true);
         self.poll_rest(wc, start, got)
     }
@@ -477,8 +561,8 @@ impl Cq {
         if got < wc.len() && self.next_is_sw_owned() {
             got = self.take_general(wc, got);
         }
-        if self.ci != start {
-            self.dp.dbrec.store(SET_CI, self.ci & LOW_24);
+        if self.head.ci != start {
+            self.dp.dbrec.store(SET_CI, self.head.ci & LOW_24);
         }
         got
     }
@@ -490,21 +574,23 @@ impl Cq {
     /// looks at it afresh.
     #[inline(always)]
     fn take_one(&mut self) -> Option<(u64, WcOpcode, u32, u32)> {
-        let ci = self.ci;
-        let e = self.ring().entry64(ci as usize * CQE_SIZE);
-        let lap = self.lap(ci);
-        if !is_hot_req(e.load_acquire(OP_OWN), lap) {
+        let e = self.head.at.entry();
+        if !is_hot_req(e.load_acquire(OP_OWN), self.head.lap) {
             return None;
         }
         let c = Cqe64(e.read64b());
         // Atomics (length a fixed 8) go the general way.
-        let (qpn, opcode) = WcOpcode::counted_req(c.sop_drop_qpn());
+        let (qpn, opcode) = WcOpcode::counted_req(&c);
         let sq = self.dp.cache.hot_sq_of(qpn)?;
+        // Taken: the head moves on while its entry's address is at hand,
+        // before the stores below, which the compiler cannot tell apart
+        // from it.
+        self.head.step();
+        let ci = self.head.ci;
         let (wr_id, tail) = sq.slot(c.wqe_counter());
         // SQ room first, then the CQ's.
         sq.publish(Some(tail));
-        self.ci = ci.wrapping_add(1);
-        self.dp.dbrec.store(SET_CI, self.ci & LOW_24);
+        self.dp.dbrec.store(SET_CI, ci & LOW_24);
         Some((wr_id, opcode, c.byte_cnt(), qpn))
     }
 
@@ -513,7 +599,7 @@ impl Cq {
     #[inline(never)]
     fn poll_after_progress(&mut self, wc: &mut [Wc]) -> usize {
         if self.uar().progress() {
-            let start = self.ci;
+            let start = self.head.ci;
             let got = self.take_hot(wc);
             self.poll_general(wc, start, got)
         } else {
@@ -545,37 +631,11 @@ impl Cq {
         }
     }
 
-    /// The CQE ring.
-    #[inline(always)]
-    pub(super) fn ring(&self) -> Ring64 {
-        let len = self.ring_len();
-        // SAFETY: `ring_addr` is this CQ's current ring of `2^log_size`
-        // 64-byte entries (`ring_mask + 1` bytes), kept mapped by the CQ;
-        // `resize` (which moves it) needs `&mut self`, so it cannot run
-        // while a poll uses the copy.
-        unsafe { Ring64::new(self.ring_addr, len) }
-    }
-
-    /// The ring's length in bytes. With the low six bits set (as they are)
-    /// and widened from 32 bits, the compiler sees it is a whole entry or
-    /// more and does not overflow, with no check.
-    #[inline(always)]
-    fn ring_len(&self) -> usize {
-        (self.ring_mask as usize | (CQE_SIZE - 1)) + 1
-    }
-
-    /// The owner bit software expects at consumer counter `ci`: the
-    /// counter's bit `log_size`, the ring length's bit of its byte offset.
-    #[inline(always)]
-    fn lap(&self, ci: u32) -> u8 {
-        u8::from((ci as usize * CQE_SIZE) & self.ring_len() != 0)
-    }
-
     /// Whether the entry at the consumer counter is software's.
     #[inline(always)]
     fn next_is_sw_owned(&self) -> bool {
-        let e = self.ring().entry64(self.ci as usize * CQE_SIZE);
-        RawCqe::is_sw_owned(e.load_acquire(OP_OWN), self.ci, self.log_size)
+        let e = self.head.at.entry();
+        RawCqe::is_sw_owned(e.load_acquire(OP_OWN), self.head.ci, self.log_size)
     }
 
     /// Takes successful requester completions into `wc`, reading just the
@@ -600,15 +660,15 @@ impl Cq {
             // moves between QPs from the start.
             return self.take_hot_on(wc, 0, None, true);
         }
-        let start = self.ci;
+        let start = self.head.ci;
         let Some(hot) = self.dp.cache.hot_sq() else {
             return 0;
         };
         // At most 2^32 − 1 at once: the count is the counter's progress.
         let n = wc.len().min(u32::MAX as usize);
         let log = self.log_size;
-        let run = self.ring().run64(start as usize * CQE_SIZE, n);
-        let (k, pending) = take_run_one(run, self.lap(start), hot, wc);
+        let run = self.head.at.run64(n);
+        let (k, pending) = take_run_one(run, self.head.lap, hot, wc);
         let c = start.wrapping_add(k as u32);
         if k == n
             || run
@@ -617,7 +677,7 @@ impl Cq {
         {
             // SQ room first, then the CQ's (the caller's `set_ci`).
             hot.publish(pending);
-            self.ci = c;
+            self.head.seek(c);
             return k;
         }
         self.take_hot_on(wc, k, pending, k < run.len())
@@ -635,9 +695,9 @@ impl Cq {
         mut pending: PendingTail,
         mut turns: bool,
     ) -> usize {
-        let ring = self.ring();
-        let start = self.ci;
-        let mut c = start.wrapping_add(got as u32);
+        let start = self.head.ci;
+        let mut h = self.head;
+        h.seek(start.wrapping_add(got as u32));
         // At most 2^32 − 1 at once: the count is the counter's progress.
         let n = wc.len().min(u32::MAX as usize);
         let cache = &self.dp.cache;
@@ -648,8 +708,8 @@ impl Cq {
         // loop that moves between QPs.
         while let Some(out) = wc.get_mut(got..n) {
             // A stretch up to the ring's end: one lap, no wrapping.
-            let run = ring.run64(c as usize * CQE_SIZE, out.len());
-            let lap = self.lap(c);
+            let run = h.at.run64(out.len());
+            let lap = h.lap;
             let k = match hot {
                 Some(hot) if !turns => {
                     let (k, tail) = take_run_one(run, lap, hot, out);
@@ -668,7 +728,7 @@ impl Cq {
                     take_run(run, lap, cache.sq_index(), out)
                 }
             };
-            c = c.wrapping_add(k as u32);
+            h.seek(h.ci.wrapping_add(k as u32));
             got += k;
             if got == n {
                 break;
@@ -692,8 +752,8 @@ impl Cq {
         if let Some(taken) = wc.get(..got).filter(|_| turns) {
             self.turned(taken);
         }
-        self.ci = c;
-        c.wrapping_sub(start) as usize
+        self.head = h;
+        h.ci.wrapping_sub(start) as usize
     }
 
     /// After the loop that moves between QPs took `taken`: the cache, which
@@ -718,15 +778,13 @@ impl Cq {
     /// find its ring empty.
     #[inline(never)]
     fn take_general(&mut self, wc: &mut [Wc], mut got: usize) -> usize {
-        let ring = self.ring();
         while got < wc.len() {
-            let ci = self.ci;
-            let e = ring.entry64(ci as usize * CQE_SIZE);
+            let e = self.head.at.entry();
             let op_own = e.load_acquire(OP_OWN);
-            if !RawCqe::is_sw_owned(op_own, ci, self.log_size) {
+            if !RawCqe::is_sw_owned(op_own, self.head.ci, self.log_size) {
                 break;
             }
-            self.ci = ci.wrapping_add(1);
+            self.head.step();
             let raw = RawCqe(e.read64b());
             let (w, tail) = complete_any(&raw, &mut self.dp.cache);
             // Published now, as the hot path that follows publishes its own
@@ -744,7 +802,7 @@ impl Cq {
     /// The consumer counter (free running): CQEs taken so far.
     #[inline]
     pub fn consumer_index(&self) -> u32 {
-        self.ci
+        self.head.ci
     }
 
     /// Reads the consumer index the doorbell record holds (`set_ci`).

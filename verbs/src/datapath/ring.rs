@@ -31,6 +31,11 @@ impl Ring {
         self.mask + 1
     }
 
+    /// Where the ring starts.
+    pub(crate) fn addr(&self) -> usize {
+        self.addr
+    }
+
     #[inline(always)]
     fn at(&self, off: usize) -> *mut u8 {
         (self.addr + (off & self.mask)) as *mut u8
@@ -109,7 +114,7 @@ pub(crate) struct Entry64 {
 
 /// A [`Ring`] of whole 64-byte entries (a send queue or a CQ): at least 64
 /// bytes long, so an entry found by masking an offset always lies inside it.
-/// The only ring [`Ring64::entry64`] and [`Ring64::run64`] are defined on.
+/// The only ring [`Ring64::entry64`] and [`Ring64::walk64`] are defined on.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ring64(Ring);
 
@@ -158,22 +163,6 @@ impl std::ops::Deref for Ring64 {
 pub(crate) struct Run64 {
     addr: usize,
     len: usize,
-}
-
-impl Ring64 {
-    /// Up to `max` entries from offset `off` (a multiple of 64, wrapped) on,
-    /// stopping at the ring's end.
-    #[inline(always)]
-    pub(crate) fn run64(&self, off: usize, max: usize) -> Run64 {
-        let first = self.entry64(off);
-        // Whole entries from the first to the end: a `Ring64` holds at
-        // least one, so this is at least 1.
-        let to_end = (self.len() - (off & self.0.mask & !63)) / 64;
-        Run64 {
-            addr: first.addr,
-            len: to_end.min(max),
-        }
-    }
 }
 
 impl Run64 {
@@ -288,6 +277,18 @@ impl Walk64 {
             addr: self.start,
             mask: self.end - self.start - 1,
         })
+    }
+
+    /// Up to `max` entries from the walk's entry on, stopping at the
+    /// ring's end.
+    #[inline(always)]
+    pub(crate) fn run64(&self, max: usize) -> Run64 {
+        // Whole entries from the walk's to the end: the walk stays before
+        // the end, so this is at least 1.
+        Run64 {
+            addr: self.at,
+            len: ((self.end - self.at) / 64).min(max),
+        }
     }
 }
 
@@ -488,5 +489,39 @@ impl DbRec {
         u32::from_be(unsafe {
             AtomicU32::from_ptr((self.addr as *mut u32).add(which)).load(Ordering::Acquire)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beside_pairs_as_many_as_the_shorter_has() {
+        #[repr(align(64))]
+        struct Entries([u8; 64 * 4]);
+        let buf = Entries([0; 64 * 4]);
+        // SAFETY: a local, aligned buffer of four entries, alive for the
+        // test.
+        let ring = unsafe { Ring64::new(buf.0.as_ptr() as usize, buf.0.len()) };
+        for (off, out_len, pairs) in [(0, 8, 4), (64 * 2, 8, 2), (0, 3, 3), (64 * 3, 0, 0)] {
+            let mut out = vec![0u64; out_len];
+            let run = ring.walk64(off).run64(out_len);
+            let mut it = run.beside(&mut out);
+            assert_eq!(it.len(), pairs);
+            let mut k = 0;
+            while let Some((e, w)) = it.next() {
+                assert_eq!(e.addr, ring.addr + off + 64 * k);
+                *w = k as u64 + 1;
+                k += 1;
+                assert_eq!(it.len(), pairs - k);
+            }
+            assert_eq!(k, pairs);
+            let want: Vec<u64> = (1..=pairs as u64)
+                .chain(std::iter::repeat(0))
+                .take(out_len)
+                .collect();
+            assert_eq!(out, want);
+        }
     }
 }

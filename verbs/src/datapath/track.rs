@@ -307,7 +307,11 @@ impl<'a> SqIndex<'a> {
     /// `table[qpn & mask]`. The slot is picked by `bits`, whose low 24 bits
     /// are `qpn` (a CQE's `sop_drop_qpn`, say), so it is found without
     /// waiting for the QPN to be cut out; past 2^24 slots, `bits` may pick
-    /// another slot than `qpn`'s, whose key is then another QPN.
+    /// another slot than `qpn`'s, whose key is then another QPN. A `qpn`
+    /// above 24 bits ([`WcOpcode::counted_req`]'s for an opcode a fast
+    /// path leaves) matches no track.
+    ///
+    /// [`WcOpcode::counted_req`]: super::wc::WcOpcode::counted_req
     #[inline(always)]
     pub(crate) fn find(&self, bits: u32, qpn: u32) -> Option<HotSq<'a>> {
         let t = &**self.0.at(bits as usize);

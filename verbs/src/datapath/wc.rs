@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use prm_layouts::{CqeSyndrome, SendOpcode};
+use prm_layouts::{Cqe64, CqeSyndrome, ErrCqe, SendOpcode};
 
 use super::LOW_24;
 
@@ -166,27 +166,6 @@ impl WcOpcode {
         SEND_OPCODES[usize::from(op)]
     }
 
-    /// As [`WcOpcode::from_send_opcode`], but `None` for the atomics too:
-    /// the requester opcodes whose completion's length is the CQE's byte
-    /// count (an atomic's is a fixed 8), so a fast path that takes only
-    /// these copies the count with no test.
-    #[inline(always)]
-    pub(crate) fn from_send_opcode_counted(op: u8) -> Option<WcOpcode> {
-        const fn counted() -> [Option<WcOpcode>; 0x100] {
-            let mut t = SEND_OPCODES;
-            let mut i = 0;
-            while i < t.len() {
-                if matches!(t[i], Some(WcOpcode::CompSwap | WcOpcode::FetchAdd)) {
-                    t[i] = None;
-                }
-                i += 1;
-            }
-            t
-        }
-        const COUNTED: [Option<WcOpcode>; 0x100] = counted();
-        COUNTED[usize::from(op)]
-    }
-
     /// A requester CQE's `sop_drop_qpn` (the WQE's opcode in the top byte,
     /// the QPN below) read for a fast path that takes only the requester
     /// opcodes whose completion's length is the CQE's byte count (all but
@@ -194,11 +173,15 @@ impl WcOpcode {
     /// for any other opcode, a value above 24 bits in place of the QPN,
     /// which equals no QPN. So one comparison with the QPN a fast path
     /// expects (or a track's key) checks both, and the copy of the byte
-    /// count needs no test.
+    /// count needs no test. The opcode is read as its own field, the
+    /// dword's first byte in memory: a zero-extension of the loaded dword,
+    /// where cutting it out of the byte-swapped value is a copy and a
+    /// shift.
     #[inline(always)]
-    pub(crate) fn counted_req(sop_drop_qpn: u32) -> (u32, WcOpcode) {
-        let d = COUNTED_REQ[(sop_drop_qpn >> OPCODE_SHIFT) as usize];
-        (sop_drop_qpn ^ d.strip, d.opcode)
+    pub(crate) fn counted_req(cqe: &Cqe64) -> (u32, WcOpcode) {
+        let op = ErrCqe(cqe.0).s_wqe_opcode();
+        let d = COUNTED_REQ[usize::from(op)];
+        (cqe.sop_drop_qpn() ^ d.strip, d.opcode)
     }
 }
 
@@ -337,7 +320,8 @@ mod tests {
     fn counted_req_gives_the_qpn_only_for_counted_opcodes() {
         for op in 0..=u8::MAX {
             for qpn in [0, 1, 0x123, LOW_24] {
-                let (got, opcode) = WcOpcode::counted_req(u32::from(op) << OPCODE_SHIFT | qpn);
+                let cqe = Cqe64::new().with_sop_drop_qpn(u32::from(op) << OPCODE_SHIFT | qpn);
+                let (got, opcode) = WcOpcode::counted_req(&cqe);
                 match WcOpcode::from_send_opcode(op) {
                     Some(WcOpcode::CompSwap | WcOpcode::FetchAdd) | None => {
                         assert!(got > LOW_24 && got != u32::MAX, "{op:#x}: {got:#x}")
