@@ -18,6 +18,17 @@ mod sim_datapath_batch {
     /// A completion as these tests compare it: opcode, syndrome, WQE counter.
     type Seen = (u8, u8, u16);
 
+    /// Rings `p.a`'s doorbell for the WQEs up to `head` and gives the
+    /// completions that come of it.
+    fn ring_and_poll(p: &mut Pair, head: u64) -> Vec<Seen> {
+        p.a.ring(head);
+        p.cq_a
+            .poll_all()
+            .iter()
+            .map(|c| (c.opcode, c.syndrome, c.wqe_counter))
+            .collect()
+    }
+
     /// Six signaled 64-byte WRITEs in one doorbell from `na`'s QP to
     /// `nb`'s, the `bad`-th with a wrong rkey, each gathered from the
     /// source pieces `(offset, length)`. Checks both QPs end in error and
@@ -51,13 +62,7 @@ mod sim_datapath_batch {
             idx.push(w);
             head = h;
         }
-        p.a.ring(head);
-        let c = p
-            .cq_a
-            .poll_all()
-            .iter()
-            .map(|c| (c.opcode, c.syndrome, c.wqe_counter))
-            .collect();
+        let c = ring_and_poll(&mut p, head);
         assert_eq!(na.qp_state(&p.a), ERR);
         assert_eq!(nb.qp_state(&p.b), ERR);
         (c, idx, dst.mem.read(0, 512))
@@ -189,13 +194,7 @@ mod sim_datapath_batch {
             idx.push(i);
             head = h;
         }
-        p.a.ring(head);
-        let c = p
-            .cq_a
-            .poll_all()
-            .iter()
-            .map(|c| (c.opcode, c.syndrome, c.wqe_counter))
-            .collect();
+        let c = ring_and_poll(p, head);
         (c, idx)
     }
 
@@ -231,82 +230,82 @@ mod sim_datapath_batch {
         }
     }
 
-    /// The third WRITE of a run reaches past its rkey's range, under the
-    /// same key as the two before it: it completes in error by name, the
-    /// rest are flushed, and nothing lands from it on.
-    #[test]
-    fn a_write_past_its_rkeys_range_mid_run_fails_with_a_remote_access_error() {
-        let (na, nb) = (Node::new(1168), Node::new(1169));
+    /// Six 64-byte WRITEs in one doorbell under one lkey and one rkey,
+    /// from a source region of `src_len` bytes filled with `fill` to a
+    /// 512-byte target, WRITE `i` from source offset `src_at(i)` to target
+    /// offset `dst_at(i)`; the third is out of its key's range. It
+    /// completes with `syndrome`, the three after it are flushed, only the
+    /// first two land. Gives the QPs' states (requester, responder).
+    fn third_write_out_of_range(
+        ids: (u32, u32),
+        src_len: usize,
+        fill: u8,
+        src_at: impl Fn(u64) -> u64,
+        dst_at: impl Fn(u64) -> u64,
+        syndrome: CqeSyndrome,
+    ) -> (u8, u8) {
+        let (na, nb) = (Node::new(ids.0), Node::new(ids.1));
         let mut p = rc_pair_on(&na, Some(&nb), RC, 7);
-        let src = na.mr(64, ALL);
+        let src = na.mr(src_len, ALL);
         let dst = nb.mr(512, ALL);
-        src.mem.fill(0xab);
-        let at = |i: u64| match i {
-            2 => dst.addr() + 512 - 32,
-            _ => dst.addr() + i * 64,
-        };
+        src.mem.fill(fill);
         let ws: Vec<W> = (0..6)
             .map(|i| W {
                 lkey: src.key,
-                src: src.addr(),
+                src: src.addr() + src_at(i),
                 rkey: dst.key,
-                dst: at(i),
+                dst: dst.addr() + dst_at(i),
             })
             .collect();
         let (c, idx) = run_writes(&mut p, &ws);
-        let access = CqeSyndrome::RemoteAccessErr.raw();
         let flush = CqeSyndrome::WrFlushErr.raw();
         assert_eq!(
             c,
             vec![
                 (0, 0, idx[0]),
                 (0, 0, idx[1]),
-                (REQ_ERR, access, idx[2]),
+                (REQ_ERR, syndrome.raw(), idx[2]),
                 (REQ_ERR, flush, idx[3]),
                 (REQ_ERR, flush, idx[4]),
                 (REQ_ERR, flush, idx[5]),
             ]
         );
-        assert_eq!(dst.mem.read(0, 128), vec![0xab; 128]);
+        assert_eq!(dst.mem.read(0, 128), vec![fill; 128]);
         assert_eq!(dst.mem.read(128, 384), vec![0; 384]);
-        assert_eq!(na.qp_state(&p.a), ERR);
-        assert_eq!(nb.qp_state(&p.b), ERR);
+        (na.qp_state(&p.a), nb.qp_state(&p.b))
+    }
+
+    /// The third WRITE of a run reaches past its rkey's range, under the
+    /// same key as the two before it: it completes in error by name, the
+    /// rest are flushed, nothing lands from it on, both QPs end in error.
+    #[test]
+    fn a_write_past_its_rkeys_range_mid_run_fails_with_a_remote_access_error() {
+        let dst_at = |i| if i == 2 { 512 - 32 } else { i * 64 };
+        let (a, b) = third_write_out_of_range(
+            (1168, 1169),
+            64,
+            0xab,
+            |_| 0,
+            dst_at,
+            CqeSyndrome::RemoteAccessErr,
+        );
+        assert_eq!((a, b), (ERR, ERR));
     }
 
     /// The same with the third WRITE's source past its lkey's range: a
     /// local protection error, and the peer's QP unharmed.
     #[test]
     fn a_write_past_its_lkeys_range_mid_run_fails_with_a_local_protection_error() {
-        let (na, nb) = (Node::new(1170), Node::new(1171));
-        let mut p = rc_pair_on(&na, Some(&nb), RC, 7);
-        let src = na.mr(128, ALL);
-        let dst = nb.mr(512, ALL);
-        src.mem.fill(0xcd);
-        let ws: Vec<W> = (0..6)
-            .map(|i| W {
-                lkey: src.key,
-                src: src.addr() + if i == 2 { 96 } else { 0 },
-                rkey: dst.key,
-                dst: dst.addr() + i * 64,
-            })
-            .collect();
-        let (c, idx) = run_writes(&mut p, &ws);
-        let prot = CqeSyndrome::LocalProtErr.raw();
-        let flush = CqeSyndrome::WrFlushErr.raw();
-        assert_eq!(
-            c,
-            vec![
-                (0, 0, idx[0]),
-                (0, 0, idx[1]),
-                (REQ_ERR, prot, idx[2]),
-                (REQ_ERR, flush, idx[3]),
-                (REQ_ERR, flush, idx[4]),
-                (REQ_ERR, flush, idx[5]),
-            ]
+        let src_at = |i| if i == 2 { 96 } else { 0 };
+        let (a, b) = third_write_out_of_range(
+            (1170, 1171),
+            128,
+            0xcd,
+            src_at,
+            |i| i * 64,
+            CqeSyndrome::LocalProtErr,
         );
-        assert_eq!(dst.mem.read(0, 128), vec![0xcd; 128]);
-        assert_eq!(dst.mem.read(128, 384), vec![0; 384]);
-        assert_eq!(na.qp_state(&p.a), ERR);
-        assert_ne!(nb.qp_state(&p.b), ERR);
+        assert_eq!(a, ERR);
+        assert_ne!(b, ERR);
     }
 }
