@@ -98,6 +98,11 @@ impl Payload<'_> {
     }
 }
 
+/// Whether QP `v` takes RC WRITEs at all: an RC QP in RTR or RTS.
+fn takes_rc_writes(v: &QpView) -> bool {
+    v.service == st::RC && matches!(v.state, state::RTR | state::RTS)
+}
+
 /// An RC RDMA WRITE without immediate of `data` to `raddr` under `rkey`,
 /// for QP `qpn` as `view` (resolved by the first WRITE of a run, then kept:
 /// such a WRITE changes nothing in the QP unless it fails, and the run
@@ -119,7 +124,7 @@ pub(crate) fn deliver_write(
     let Some(v) = view.as_ref() else {
         return lost;
     };
-    if v.service != st::RC || !matches!(v.state, state::RTR | state::RTS) {
+    if !takes_rc_writes(v) {
         return lost;
     }
     let len = data.len() as u64;
@@ -178,7 +183,7 @@ pub(crate) fn write_target(
     rkey: u32,
 ) -> Option<WriteTarget> {
     let v = cache.qp_view_ref(st, qpn)?;
-    if v.service != st::RC || !matches!(v.state, state::RTR | state::RTS) || !v.rwe {
+    if !takes_rc_writes(v) || !v.rwe {
         return None;
     }
     let (pd, max_msg) = (v.pd, v.max_msg());
