@@ -174,12 +174,13 @@ fn post_ns(a: &mut Side, b: &Side, n: u64) -> Result<f64, String> {
 fn poll_ns(a: &mut Side, n: u64) -> Result<f64, String> {
     let m = a.cq.memory();
     let entries = u64::from(m.entries);
+    let device = DeviceCq::new(&m);
     let qpn = a.qp.qpn();
     // The next `entries` CQEs from consumer counter `ci`, each with the owner
     // bit of its lap; the QP on the CQ is in RTS but idle.
     let fill = |ci: u64| {
         for c_idx in ci..ci + entries {
-            put_cqe(&m, c_idx, qpn, (c_idx % entries) as u16);
+            device.put_whole(c_idx, qpn, (c_idx % entries) as u16);
         }
     };
     let laps = n.div_ceil(entries).max(1);
@@ -206,13 +207,14 @@ fn poll_ns(a: &mut Side, n: u64) -> Result<f64, String> {
 fn poll_lazy_ns(a: &mut Side, n: u64) -> Result<(f64, u64), String> {
     let m = a.cq.memory();
     let entries = u64::from(m.entries);
+    let device = DeviceCq::new(&m);
     let qpn = a.qp.qpn();
     let laps = n.div_ceil(entries).max(1);
     let (mut timed, mut sum) = (Duration::ZERO, 0u64);
     for _ in 0..laps {
         let ci = u64::from(a.cq.consumer_index());
         for c_idx in ci..ci + entries {
-            put_cqe(&m, c_idx, qpn, (c_idx % entries) as u16);
+            device.put_whole(c_idx, qpn, (c_idx % entries) as u16);
         }
         let start = Instant::now();
         let got = lazy_lap(&mut a.cq, &mut sum);
@@ -346,33 +348,8 @@ fn ud_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
     })
 }
 
-/// Writes requester CQE `c_idx` (consumer counter, free running) of a CQ
-/// of `entries` for WQE `wqe_counter` of QP `qpn`, as the device would.
-fn put_cqe(m: &verbs::QueueMemory, c_idx: u64, qpn: u32, wqe_counter: u16) {
-    let entries = u64::from(m.entries);
-    // The ring holds a power of two entries: a mask, as a device indexes.
-    let i = (c_idx & (entries - 1)) as usize;
-    let owner = ((c_idx >> entries.trailing_zeros()) & 1) as u8;
-    let c = prm_layouts::Cqe64::new()
-        .with_byte_cnt(64)
-        .with_sop_drop_qpn((u32::from(SendOpcode::RdmaWrite.raw()) << 24) | qpn)
-        .with_wqe_counter(wqe_counter)
-        .with_opcode(CqeOpcode::Req.raw());
-    let slot = (m.addr + 64 * i) as *mut u8;
-    // SAFETY: slot `i` of the CQ's live ring. The device writes no CQE
-    // meanwhile: its QPs are idle or their engine paused. The owner byte,
-    // which hands the entry to the poller, is stored last, with release.
-    unsafe {
-        std::ptr::copy_nonoverlapping(c.0.as_ptr(), slot, 63);
-        std::sync::atomic::AtomicU8::from_ptr(slot.add(63))
-            .store(c.0[63] | owner, std::sync::atomic::Ordering::Release);
-    }
-}
-
-/// A fresh CQ as the device writes it in `ping_ns`: the fields of a
-/// requester completion, then its owner byte, where the C twin's device
-/// writes the same. Its entries hold only such CQEs, so the fields it
-/// leaves are the zeros the CQ was created with.
+/// A CQ's ring as the device writes it: requester CQEs of 64-byte RDMA
+/// WRITEs, each found by masking its counter, as a device indexes.
 struct DeviceCq {
     addr: usize,
     mask: u64,
@@ -389,20 +366,47 @@ impl DeviceCq {
         }
     }
 
-    /// Requester CQE `c_idx` (consumer counter, free running) for WQE
-    /// `wqe_counter` of QP `qpn`, an RDMA WRITE of 64 bytes.
+    /// Where CQE `c_idx` (consumer counter, free running) goes, and its
+    /// owner byte: opcode REQ and the owner bit of its lap.
+    #[inline(always)]
+    fn slot(&self, c_idx: u64) -> (*mut u8, u8) {
+        use prm_layouts::fields::cqe64 as f;
+        let slot = (self.addr + 64 * (c_idx & self.mask) as usize) as *mut u8;
+        let op_own = f::OPCODE.put(CqeOpcode::Req.raw().into())
+            | f::OWNER.put(((c_idx >> self.log_size) & 1) as u32);
+        (slot, op_own as u8)
+    }
+
+    /// Requester CQE `c_idx` for WQE `wqe_counter` of QP `qpn`, the whole
+    /// entry: whatever the ring held before is overwritten.
+    fn put_whole(&self, c_idx: u64, qpn: u32, wqe_counter: u16) {
+        let (slot, op_own) = self.slot(c_idx);
+        let c = prm_layouts::Cqe64::new()
+            .with_byte_cnt(64)
+            .with_sop_drop_qpn((u32::from(SendOpcode::RdmaWrite.raw()) << 24) | qpn)
+            .with_wqe_counter(wqe_counter);
+        // SAFETY: a slot of the CQ's live ring. The device writes no CQE
+        // meanwhile: its QPs are idle or their engine paused. The owner
+        // byte, which hands the entry to the poller, is stored last, with
+        // release.
+        unsafe {
+            std::ptr::copy_nonoverlapping(c.0.as_ptr(), slot, 63);
+            std::sync::atomic::AtomicU8::from_ptr(slot.add(63))
+                .store(op_own, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// [`DeviceCq::put_whole`]'s CQE as `ping_ns` writes it into a fresh
+    /// CQ: its fields, then its owner byte, where the C twin's device
+    /// writes the same. The ring holds only such CQEs, so the fields left
+    /// are the zeros the CQ was created with.
     #[inline(always)]
     fn put(&self, c_idx: u64, qpn: u32, wqe_counter: u16) {
         use prm_layouts::fields::cqe64 as f;
-        let slot = (self.addr + 64 * (c_idx & self.mask) as usize) as *mut u8;
+        let (slot, op_own) = self.slot(c_idx);
         let sop_drop_qpn =
             f::SOP_DROP_QPN.put((u32::from(SendOpcode::RdmaWrite.raw()) << 24) | qpn);
-        let op_own = f::OPCODE.put(CqeOpcode::Req.raw().into())
-            | f::OWNER.put(((c_idx >> self.log_size) & 1) as u32);
-        // SAFETY: slot `c_idx & mask` of the CQ's live ring, each field
-        // inside its 64 bytes; the device writes no CQE meanwhile (its
-        // engine is paused). The owner byte, which hands the entry to the
-        // poller, is stored last, with release.
+        // SAFETY: as in `put_whole`, each field inside the slot's 64 bytes.
         unsafe {
             slot.add(f::BYTE_CNT.byte)
                 .cast::<[u8; 4]>()
@@ -415,7 +419,7 @@ impl DeviceCq {
                 .write(wqe_counter.to_be_bytes());
             // The dword's low byte, last in memory: opcode and owner.
             std::sync::atomic::AtomicU8::from_ptr(slot.add(f::OWNER.byte + 3))
-                .store(op_own as u8, std::sync::atomic::Ordering::Release);
+                .store(op_own, std::sync::atomic::Ordering::Release);
         }
     }
 }
@@ -435,6 +439,7 @@ fn poll_shared_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
     }
     let m = cq.memory();
     let entries = u64::from(m.entries);
+    let device = DeviceCq::new(&m);
     let laps = n.div_ceil(entries).max(1);
     let mut wc = [Wc::default(); 32];
     let mut timed = Duration::ZERO;
@@ -442,7 +447,7 @@ fn poll_shared_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
         let ci = u64::from(cq.consumer_index());
         for c in ci..ci + entries {
             let q = (c % SHARED_QPS as u64) as usize;
-            put_cqe(&m, c, qpns[q], (c / SHARED_QPS as u64) as u16);
+            device.put_whole(c, qpns[q], (c / SHARED_QPS as u64) as u16);
         }
         let start = Instant::now();
         let mut got = 0;
