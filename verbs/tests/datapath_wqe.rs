@@ -316,6 +316,62 @@ mod datapath {
         assert_eq!(be32_at(sq.doorbell_record + 4), n + 1);
     }
 
+    /// A completion frees exactly the blocks up to the end of its WQE, as
+    /// sized by that WQE; a completion polled before, whose blocks new WQEs
+    /// have since reused, frees nothing more.
+    #[test]
+    fn room_comes_back_exactly_as_far_as_the_completed_wqe_reaches() {
+        let (ctx, _sim, _rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let mut qp = qp(&pd, &cq, QpType::Rc, cap(4, 1, 100));
+        let n = qp.send_queue_memory().entries;
+        assert!(n >= 4);
+        let s = [Sge::new(0x1000, 8, 1)];
+        let one = |id: u32| SendWr::send(u64::from(id), &s);
+        // Inline data that reads as a large DS wherever a control segment
+        // would be: 0x5a & 0x3f = 26 units.
+        let data = [0x5au8; 100];
+        let two = |id: u64| SendWr::send(id, &[]).inline_data(&data);
+        let full = |qp: &mut Qp| {
+            let err = qp.post_send(&one(999)).unwrap_err();
+            assert!(matches!(err, Error::QueueFull { .. }), "{err}");
+        };
+        let mut wc = [Wc::default(); 2];
+        let mut poll = |cq: &mut Cq, ci: u32, qpn: u32, wqe_counter: u32| {
+            put_cqe(cq, ci, cqe(0x0, 0, qpn, wqe_counter as u16));
+            assert_eq!(cq.poll(&mut wc), 1);
+            wc[0].wr_id
+        };
+        let mut cq = cq;
+        for i in 0..n {
+            qp.post_send(&one(i)).unwrap();
+        }
+        full(&mut qp);
+        // WQEs 0 and 1 retired: exactly two blocks free, taken by one
+        // two-block WQE, which lands where WQE 0's control segment was and
+        // puts inline data where WQE 1's was.
+        assert_eq!(poll(&mut cq, 0, qp.qpn(), 1), 1);
+        assert_eq!(qp.send_queue().in_use(), n - 2);
+        qp.post_send(&two(500)).unwrap();
+        assert_eq!(qp.send_queue().cur_post(), n + 2);
+        assert_eq!(qp.send_queue().in_use(), n);
+        // The last completion still names WQE 1, whose block now holds
+        // inline data: it was counted, and frees nothing more.
+        full(&mut qp);
+        // WQE 2 retired: one block.
+        assert_eq!(poll(&mut cq, 1, qp.qpn(), 2), 2);
+        assert_eq!(qp.send_queue().in_use(), n - 1);
+        qp.post_send(&one(600)).unwrap();
+        full(&mut qp);
+        // The two-block WQE retired, with everything before it: the blocks
+        // after it stay in use, the one-block WQE behind it only.
+        assert_eq!(poll(&mut cq, 2, qp.qpn(), n), 500);
+        assert_eq!(qp.send_queue().in_use(), 1);
+        assert_eq!(poll(&mut cq, 3, qp.qpn(), n + 2), 600);
+        assert_eq!(qp.send_queue().in_use(), 0);
+    }
+
     /// The SQ's WQEBB `i` on, `len` bytes, continuing at the ring start.
     fn sq_bytes(qp: &Qp, i: u32, len: usize) -> Vec<u8> {
         let sq = qp.send_queue_memory();

@@ -11,7 +11,7 @@ use prm_layouts::SendOpcode;
 
 use super::ready::{send_refused, sends_allowed};
 use super::send::{has_room, SendQueue};
-use super::wqe::{ctrl8, ctrl_seg, CTRL_SIGNALED, DS, WQEBB};
+use super::wqe::{bbs_of, ctrl8, ctrl_seg, CTRL_SIGNALED, DS, WQEBB};
 use crate::access::AccessFlags;
 use crate::error::{Error, Result};
 use crate::mr::Mr;
@@ -132,10 +132,16 @@ impl SendQueue {
         // An unbind keeps the key: it names the window as it is.
         let new = if bind { next_rkey(old) } else { old };
         let ds: u32 = if bind { 12 } else { 8 };
-        let nbb = (ds * DS as u32).div_ceil(WQEBB);
+        let nbb = bbs_of(ds);
         let next = self.cur_post.wrapping_add(nbb);
         // The state takes sends: its limit is the SQ's size.
-        if !has_room(next, &self.state, self.track.sq_view()) {
+        if !has_room(
+            next,
+            self.cur_post,
+            &self.ring,
+            &self.state,
+            self.track.sq_view(),
+        ) {
             return Err(Error::QueueFull {
                 verb: VERB,
                 queue: "send queue",
@@ -219,7 +225,7 @@ impl SendQueue {
         );
         self.ring.write_seg(base, ctrl.to_be_bytes());
         let ctrl8 = ctrl8(ctrl);
-        self.track.sq_view().record(self.cur_post, next, b.wr_id);
+        self.track.sq_view().record(self.cur_post, b.wr_id);
         self.cur_post = next;
         self.db.ring(self.cur_post, ctrl8);
         b.mw.set_rkey(new);

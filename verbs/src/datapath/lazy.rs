@@ -218,9 +218,9 @@ extern "C" fn general(
             return Taken::Took(Completion { wc });
         }
     }
-    let mut tail = None;
-    let w = decode_any(&raw, cache, &mut tail);
-    cache.publish(tail);
+    let mut done = None;
+    let w = decode_any(&raw, cache, &mut done);
+    cache.publish(done);
     match w {
         Some(wc) => Taken::Took(Completion { wc }),
         None => Taken::Skip,
@@ -243,8 +243,9 @@ fn other_req(cache: &mut PollCache, cqe: Cqe64) -> Option<Wc> {
             cache.hot_sq()?
         }
     };
-    let (wr_id, tail) = sq.slot(cqe.wqe_counter());
-    sq.publish(Some(tail));
+    let wqe_counter = cqe.wqe_counter();
+    let wr_id = sq.wr_id(wqe_counter);
+    sq.publish(Some(wqe_counter));
     Some(req_wc(wr_id, opcode, qpn, &cqe))
 }
 
@@ -363,8 +364,8 @@ extern "C" fn end_hot(hot: Option<&QpTrack>, ring: Ring64, ci: u32) {
     if !is_hot_req(op_own, lap) || cqe.sop_drop_qpn() & LOW_24 != t.qpn {
         return;
     }
-    if let Some((_, tail)) = t.sq_slot(cqe.wqe_counter()) {
-        t.set_sq_tail(tail);
+    if t.has_sq() {
+        t.set_sq_done(cqe.wqe_counter());
     }
 }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::ring::{DbRec, Ring64, Run64, Walk64};
-use super::track::{HotSq, PendingTail, PollCache, QpTrack, Registry, SqIndex, SqView};
+use super::track::{HotSq, PendingDone, PollCache, QpTrack, Registry, SqIndex, SqView};
 use super::wc::{Wc, WcOpcode, WcStatus};
 use super::LOW_24;
 use crate::cq::{Cq, CQE_SIZE};
@@ -172,13 +172,13 @@ pub(super) fn is_hot_req(op_own: u8, lap: u8) -> bool {
 /// The hot path over one stretch of the ring in lap `lap` for one QP's
 /// completions: takes successful requester completions of `sq`'s QP, other
 /// than atomics, into `out` until an entry is not one (or not software's,
-/// or another QP's); returns how many, and the SQ tail the last one
-/// retires up to. Nothing but the QPN and the slot table carried through
+/// or another QP's); returns how many, and the WQE counter of the last
+/// one, which retires the SQ up to it. Nothing but the QPN and the slot table carried through
 /// the loop, so a CQ of one QP's completions runs with the fewest
 /// registers; [`take_run`] takes over where QPs take turns, the general
 /// path for atomics.
 #[inline(always)]
-fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> (usize, PendingTail) {
+fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> (usize, PendingDone) {
     let qpn = sq.qpn();
     // The slot table's address and mask as values: read through the track,
     // they would be loaded again after each owner byte's acquire.
@@ -194,14 +194,11 @@ fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> (usize, P
     } else {
         take_run_one_loop::<1>(run, qpn, slots, out)
     };
-    // The SQ tail is the last completion's: read once here rather than
-    // carried through the loop. The entry stays ours until `set_ci` moves
-    // past it.
+    // The last completion retires the run: its WQE counter is read once
+    // here rather than carried through the loop. The entry stays ours until
+    // `set_ci` moves past it.
     let last = k.checked_sub(1).and_then(|j| run.get(j));
-    (
-        k,
-        last.map(|e| slots.next(Cqe64(e.read64b()).wqe_counter())),
-    )
+    (k, last.map(|e| Cqe64(e.read64b()).wqe_counter()))
 }
 
 /// [`take_run_one`]'s loop, with `out` as long as `run`, in the lap with
@@ -228,7 +225,7 @@ fn take_run_one_loop<const LAP: u8>(
         if cqe_qpn != qpn {
             return k;
         }
-        // The wr_id alone: the SQ tail is the run's last completion's.
+        // The wr_id alone: the run's last completion retires the run.
         w.set_req(slots.wr_id(c.wqe_counter()), opcode, c.byte_cnt(), qpn);
     }
     n
@@ -239,7 +236,7 @@ fn take_run_one_loop<const LAP: u8>(
 /// is not one (or not software's); returns how many. Where QPs take turns
 /// most completions are of another QP than the one before, so each looks
 /// its QP up in the index, as a C driver's `table[qpn & mask]`, and
-/// publishes the SQ tail it retires up to, the store a move to another QP
+/// publishes its WQE counter (the SQ retired up to it), the store a move to another QP
 /// makes anyway. A QP the index lacks (or has dead) ends the run: the
 /// general path looks.
 #[inline(always)]
@@ -274,19 +271,20 @@ fn take_run_in<const LAP: u8>(run: Run64, index: SqIndex<'_>, out: &mut [Wc]) ->
         let Some(sq) = index.find(sop_drop_qpn, key) else {
             return n - pairs.len() - 1;
         };
-        let (wr_id, tail) = sq.slot(c.wqe_counter());
+        let wqe_counter = c.wqe_counter();
+        let wr_id = sq.wr_id(wqe_counter);
         // SQ room first, then the CQ's (the caller's `set_ci`).
-        sq.publish(Some(tail));
+        sq.publish(Some(wqe_counter));
         w.set_req(wr_id, opcode, c.byte_cnt(), key);
     }
     n
 }
 
 /// Decodes any software-owned CQE; `None` for a resize marker. Also returns
-/// the SQ tail it retires up to on the QP the cache then points at, for the
-/// caller to publish.
+/// the WQE counter it retires the SQ up to on the QP the cache then points
+/// at, for the caller to publish.
 #[inline(never)]
-pub(super) fn complete_any(c: &RawCqe, cache: &mut PollCache) -> (Option<Wc>, PendingTail) {
+pub(super) fn complete_any(c: &RawCqe, cache: &mut PollCache) -> (Option<Wc>, PendingDone) {
     let mut pending = None;
     let wc = decode_any(c, cache, &mut pending);
     (wc, pending)
@@ -296,7 +294,7 @@ pub(super) fn complete_any(c: &RawCqe, cache: &mut PollCache) -> (Option<Wc>, Pe
 pub(super) fn decode_any(
     c: &RawCqe,
     cache: &mut PollCache,
-    pending: &mut PendingTail,
+    pending: &mut PendingDone,
 ) -> Option<Wc> {
     use CqeOpcode::*;
     let Some(op) = c.kind() else {
@@ -587,9 +585,10 @@ impl Cq {
         // from it.
         self.head.step();
         let ci = self.head.ci;
-        let (wr_id, tail) = sq.slot(c.wqe_counter());
+        let wqe_counter = c.wqe_counter();
+        let wr_id = sq.wr_id(wqe_counter);
         // SQ room first, then the CQ's.
-        sq.publish(Some(tail));
+        sq.publish(Some(wqe_counter));
         self.dp.dbrec.store(SET_CI, ci & LOW_24);
         Some((wr_id, opcode, c.byte_cnt(), qpn))
     }
@@ -643,8 +642,8 @@ impl Cq {
     /// general path (which then looks at it afresh); returns how many. The
     /// SQ of the last completion's QP stays in registers; once another
     /// QP's completion stops its run, the loop where each completion looks
-    /// its QP up. Moves the consumer counter and publishes the SQ tail it
-    /// retires up to: per run of one QP, per completion where QPs take
+    /// its QP up. Moves the consumer counter and publishes the WQE counter
+    /// it retires the SQ up to: per run of one QP, per completion where QPs take
     /// turns.
     ///
     /// The first stretch, of the cached QP's completions, is taken here
@@ -685,14 +684,14 @@ impl Cq {
 
     /// [`Cq::take_hot`] on from `wc[got]`, where its first stretch stopped
     /// (at an entry of another kind if `turns`, else at the ring's end),
-    /// with `pending` the SQ tail that stretch retires up to; returns the
+    /// with `pending` the WQE counter that stretch retires up to; returns the
     /// count in all. Out of line, for the first stretch's sake.
     #[inline(never)]
     fn take_hot_on(
         &mut self,
         wc: &mut [Wc],
         mut got: usize,
-        mut pending: PendingTail,
+        mut pending: PendingDone,
         mut turns: bool,
     ) -> usize {
         let start = self.head.ci;
@@ -712,9 +711,9 @@ impl Cq {
             let lap = h.lap;
             let k = match hot {
                 Some(hot) if !turns => {
-                    let (k, tail) = take_run_one(run, lap, hot, out);
-                    if tail.is_some() {
-                        pending = tail;
+                    let (k, done) = take_run_one(run, lap, hot, out);
+                    if done.is_some() {
+                        pending = done;
                     }
                     k
                 }
@@ -786,10 +785,10 @@ impl Cq {
             }
             self.head.step();
             let raw = RawCqe(e.read64b());
-            let (w, tail) = complete_any(&raw, &mut self.dp.cache);
+            let (w, done) = complete_any(&raw, &mut self.dp.cache);
             // Published now, as the hot path that follows publishes its own
-            // (later) tail; the cache may have moved to another QP.
-            self.dp.cache.publish(tail);
+            // (later) one; the cache may have moved to another QP.
+            self.dp.cache.publish(done);
             if let Some(w) = w {
                 wc[got] = w;
                 got += 1;

@@ -69,7 +69,7 @@ impl SendState {
         self.end.store(tail.wrapping_add(limit), Ordering::Relaxed);
     }
 
-    /// The SQ tail as last read.
+    /// The SQ tail as last worked out.
     pub(crate) fn tail(&self) -> u32 {
         self.end().wrapping_sub(self.limit())
     }

@@ -343,6 +343,17 @@ impl Entry64 {
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (self.addr + at) as *mut u8, n) }
     }
 
+    /// Reads the big-endian dword at byte `at` of the entry (rounded down to
+    /// a multiple of 4 below 64). Used by an SQ's producer on a WQE block it
+    /// wrote and has not yet reused.
+    #[inline(always)]
+    pub(crate) fn read_dword(&self, at: usize) -> [u8; 4] {
+        // SAFETY: `at & 60` keeps the 4 bytes inside the 64-byte entry (see
+        // `Entry64`); a `[u8; 4]` needs no alignment. The device only reads
+        // WQE blocks, and the producer, the one writer, is the reader here.
+        unsafe { ((self.addr + (at & 60)) as *const [u8; 4]).read() }
+    }
+
     /// Copies the whole entry out. Call only after
     /// [`Entry64::load_acquire`] showed the entry is ours.
     #[inline(always)]

@@ -64,16 +64,43 @@ extern "C" fn no_room(qpn: u32, state: u8) -> Error {
     }
 }
 
-/// Whether WQEBBs up to (not including) `next` fit, refreshing the cached
-/// tail only when it says they do not (never on a QP that takes no sends).
+/// Whether WQEBBs up to (not including) `next` fit in the SQ `ring`, whose
+/// counter is at `cur_post`, refreshing the cached tail only when it says
+/// they do not (never on a QP that takes no sends).
 #[inline(always)]
-pub(crate) fn has_room(next: u32, state: &SendState, view: SqView<'_>) -> bool {
+pub(crate) fn has_room(
+    next: u32,
+    cur_post: u32,
+    ring: &Ring64,
+    state: &SendState,
+    view: SqView<'_>,
+) -> bool {
     if fits(next, state.end()) {
         return true;
     }
-    let end = state.end_at(view.tail());
+    let end = state.end_at(tail(ring, view.done(), cur_post, state.tail()));
     state.set_end(end);
     fits(next, end)
+}
+
+/// The SQ's tail: the SQ counter just past the last WQE a polled
+/// completion retired (`done`, from [`SqView::done`]), or `cached`, the
+/// tail as last worked out, when that WQE was counted already or none was
+/// retired. The completion gives the WQE's 16-bit counter; it lies less
+/// than an SQ (under 2^15 WQEBBs) behind `cur_post`, which gives the upper
+/// bits. Its size is in its control segment, which stays as written until
+/// the tail passes it: only then may a post reuse the block.
+#[inline]
+fn tail(ring: &Ring64, done: u32, cur_post: u32, cached: u32) -> u32 {
+    let Ok(low) = u16::try_from(done) else {
+        return cached;
+    };
+    let start = cur_post.wrapping_sub(u32::from((cur_post as u16).wrapping_sub(low)));
+    // Before the cached tail: counted, and its block perhaps reused.
+    if (start.wrapping_sub(cached) as i32) < 0 {
+        return cached;
+    }
+    start.wrapping_add(wqe::bbs_at(ring, start))
 }
 
 /// Whether WQEBBs up to (not including) SQ counter `next` lie within
@@ -93,7 +120,9 @@ impl SendQueue {
 
     /// WQEBBs posted and not yet retired by a polled completion.
     pub fn in_use(&self) -> u32 {
-        self.cur_post.wrapping_sub(self.track.sq_tail())
+        let done = self.track.sq_view().done();
+        let tail = tail(&self.ring, done, self.cur_post, self.state.tail());
+        self.cur_post.wrapping_sub(tail)
     }
 
     pub fn doorbell(&self) -> &Doorbell {
@@ -119,11 +148,11 @@ impl SendQueue {
         let next = at.wrapping_add(p.nbb);
         let view = self.track.sq_view();
         // No room in a QP that takes no sends: one check for both.
-        if !has_room(next, &self.state, view) {
+        if !has_room(next, at, &ring, &self.state, view) {
             return Err(no_room(shape.qpn, self.state.raw()));
         }
         let ctrl8 = wqe::write(&ring, at, &shape, wr, p);
-        view.record(at, next, wr.wr_id);
+        view.record(at, wr.wr_id);
         self.cur_post = next;
         self.db.ring(next, ctrl8);
         Ok(())
@@ -210,18 +239,21 @@ impl SendBatch<'_> {
             return Err(no_room(*self.home.qpn, self.home.state.raw()));
         }
         let ctrl8 = wqe::write(&self.ring, self.cur_post, &self.shape, wr, p);
-        self.view.record(self.cur_post, next, wr.wr_id);
+        self.view.record(self.cur_post, wr.wr_id);
         self.cur_post = next;
         self.last = ctrl8;
         self.count += 1;
         Ok(())
     }
 
-    /// Reads the shared SQ tail again; whether WQEBBs up to `next` fit now
+    /// Works out the SQ tail again; whether WQEBBs up to `next` fit now
     /// (never on a QP that takes no sends).
     #[inline(always)]
     fn refresh_room(&mut self, next: u32) -> bool {
-        self.limit = self.home.state.end_at(self.view.tail());
+        let state = self.home.state;
+        let cached = self.limit.wrapping_sub(state.limit());
+        let done = self.view.done();
+        self.limit = state.end_at(tail(&self.ring, done, self.cur_post, cached));
         fits(next, self.limit)
     }
 

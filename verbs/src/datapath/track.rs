@@ -2,8 +2,8 @@
 //! post) records wr_ids per slot; the consumer (a CQ's poll, perhaps on
 //! another thread) reads them back by the CQE's QPN and WQE counter. Each
 //! field has a single writer, and the device's CQE write sits between the two
-//! sides, so relaxed slot accesses suffice; the tails that tell the producer
-//! what is free again are release/acquire.
+//! sides, so relaxed slot accesses suffice; what tells the producer what is
+//! free again is release/acquire.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,34 +14,34 @@ fn slots<T: Default>(n: u32) -> Box<[T]> {
     (0..n).map(|_| T::default()).collect()
 }
 
-/// One SQ slot: the wr_id of the WQE starting there and the SQ counter
-/// just past it (what a completion of it frees up to).
-#[derive(Default)]
-pub(crate) struct SqSlot {
-    wr_id: AtomicU64,
-    next: AtomicU32,
-}
-
 /// [`QpTrack::key`] of a destroyed QP: no 24-bit QPN.
 const DEAD: u32 = u32::MAX;
 
+/// [`QpTrack::sq_done`] while no completion was polled since the SQ
+/// (re)started: no 16-bit WQE counter.
+pub(crate) const NONE_DONE: u32 = u32::MAX;
+
 /// One QP's outstanding work, shared with the CQs it completes into. In
 /// field order and cache-line aligned: what a completion reads (the key,
-/// the slot table's address and mask) and writes (the SQ tail) share the
-/// first cache line.
+/// the slot table's address and mask) and writes (the last WQE retired)
+/// share the first cache line.
 #[repr(C, align(64))]
 pub(crate) struct QpTrack {
     /// `qpn` while the QP lives, [`DEAD`] once it is destroyed: one
     /// comparison with a CQE's QPN tells both that the track is that QP's
     /// and that it is alive.
     key: AtomicU32,
-    /// First WQEBB not yet retired (free running).
-    sq_tail: AtomicU32,
-    /// Per WQEBB index of a WQE's first block: its wr_id and the SQ counter
-    /// just past it, side by side so a post or a completion touches one
-    /// cache line. A power of two long, so the SQ counter's low bits pick
-    /// a slot with no bounds check; without an SQ, `get` finds none.
-    sq: Pow2Table<SqSlot>,
+    /// The WQE counter (16 bits, the CQE's) of the last WQE a polled
+    /// completion retired, with everything before it; [`NONE_DONE`] while
+    /// none was. The producer works out from it where the SQ's tail is
+    /// (the WQE's own size is in its control segment), so the consumer
+    /// reads nothing per completion but the wr_id.
+    sq_done: AtomicU32,
+    /// Per WQEBB index of a WQE's first block: its wr_id, 8 bytes, so a
+    /// cache line holds eight. A power of two long, so the SQ counter's low
+    /// bits pick a slot with no bounds check; without an SQ, `get` finds
+    /// none.
+    sq: Pow2Table<AtomicU64>,
     pub(crate) qpn: u32,
     rq_wrid: Box<[AtomicU64]>,
     /// Receive WQEs completed (free running).
@@ -55,7 +55,7 @@ impl QpTrack {
             qpn,
             key: AtomicU32::new(qpn),
             sq: Pow2Table::new(sq_bbs),
-            sq_tail: AtomicU32::new(0),
+            sq_done: AtomicU32::new(NONE_DONE),
             rq_wrid: slots(rq_wqes),
             rq_tail: AtomicU32::new(0),
             srq,
@@ -77,7 +77,7 @@ impl QpTrack {
     pub(crate) fn sq_view(&self) -> SqView<'_> {
         SqView {
             slots: self.sq.view(),
-            tail: &self.sq_tail,
+            done: &self.sq_done,
         }
     }
 
@@ -87,26 +87,20 @@ impl QpTrack {
         !self.sq.is_empty()
     }
 
+    /// Consumer: the wr_id of the WQE at WQEBB index `wqe_counter`; `None`
+    /// without an SQ.
     #[inline(always)]
-    pub(crate) fn sq_tail(&self) -> u32 {
-        self.sq_tail.load(Ordering::Acquire)
-    }
-
-    /// Consumer: the wr_id of the WQE at WQEBB index `wqe_counter` and the SQ
-    /// counter its completion retires everything up to; `None` without an SQ.
-    #[inline(always)]
-    pub(crate) fn sq_slot(&self, wqe_counter: u16) -> Option<(u64, u32)> {
+    pub(crate) fn sq_wr_id(&self, wqe_counter: u16) -> Option<u64> {
         let slot = self.sq.get(usize::from(wqe_counter))?;
-        Some((
-            slot.wr_id.load(Ordering::Relaxed),
-            slot.next.load(Ordering::Relaxed),
-        ))
+        Some(slot.load(Ordering::Relaxed))
     }
 
-    /// Consumer: publishes the SQ tail, freeing the WQEBBs before it.
+    /// Consumer: the WQE at WQE counter `wqe_counter` is retired, and with
+    /// it every WQE before it: their WQEBBs are free again.
     #[inline(always)]
-    pub(crate) fn set_sq_tail(&self, tail: u32) {
-        self.sq_tail.store(tail, Ordering::Release);
+    pub(crate) fn set_sq_done(&self, wqe_counter: u16) {
+        self.sq_done
+            .store(u32::from(wqe_counter), Ordering::Release);
     }
 
     #[inline(always)]
@@ -134,7 +128,7 @@ impl QpTrack {
 
     /// After the QP went back to RST: nothing is outstanding.
     pub(crate) fn reset(&self) {
-        self.sq_tail.store(0, Ordering::Release);
+        self.sq_done.store(NONE_DONE, Ordering::Release);
         self.rq_tail.store(0, Ordering::Release);
     }
 }
@@ -142,25 +136,24 @@ impl QpTrack {
 /// The SQ half of a [`QpTrack`] as the producer uses it.
 #[derive(Clone, Copy)]
 pub(crate) struct SqView<'a> {
-    slots: Pow2View<'a, SqSlot>,
-    tail: &'a AtomicU32,
+    slots: Pow2View<'a, AtomicU64>,
+    done: &'a AtomicU32,
 }
 
 impl SqView<'_> {
-    /// The WQE starting at SQ counter `at` ends before `next`. The SQ is not
+    /// The WQE starting at SQ counter `at` has id `wr_id`. The SQ is not
     /// empty here: a post into an SQ of no WQEBBs fails as full first.
     #[inline(always)]
-    pub(crate) fn record(&self, at: u32, next: u32, wr_id: u64) {
+    pub(crate) fn record(&self, at: u32, wr_id: u64) {
         // A masked index: no bounds check and no panic branch (with its
         // unwinding drop of the batch) in the posting loop.
-        let slot = self.slots.at(at as usize);
-        slot.wr_id.store(wr_id, Ordering::Relaxed);
-        slot.next.store(next, Ordering::Relaxed);
+        self.slots.at(at as usize).store(wr_id, Ordering::Relaxed);
     }
 
+    /// Producer: [`QpTrack::sq_done`] as last published.
     #[inline(always)]
-    pub(crate) fn tail(&self) -> u32 {
-        self.tail.load(Ordering::Acquire)
+    pub(crate) fn done(&self) -> u32 {
+        self.done.load(Ordering::Acquire)
     }
 
     /// Consumer: the wr_id of the WQE at WQEBB index `wqe_counter`, read
@@ -170,18 +163,6 @@ impl SqView<'_> {
     pub(crate) fn wr_id(&self, wqe_counter: u16) -> u64 {
         self.slots
             .at(usize::from(wqe_counter))
-            .wr_id
-            .load(Ordering::Relaxed)
-    }
-
-    /// Consumer: the SQ counter just past the WQE at WQEBB index
-    /// `wqe_counter`, what its completion retires everything up to; as
-    /// [`SqView::wr_id`].
-    #[inline(always)]
-    pub(crate) fn next(&self, wqe_counter: u16) -> u32 {
-        self.slots
-            .at(usize::from(wqe_counter))
-            .next
             .load(Ordering::Relaxed)
     }
 }
@@ -323,7 +304,7 @@ impl<'a> SqIndex<'a> {
 /// The cached QP's SQ as a poll call's fast path reads it: its track,
 /// taken once per call (and again when the general path moves the cache),
 /// so a completion reloads nothing to find it; the QPN, slot table and
-/// tail are at fixed offsets from the one register. Made only for a live
+/// last retired WQE are at fixed offsets from the one register. Made only for a live
 /// QP with an SQ, so a completion's slot needs no check.
 #[derive(Clone, Copy)]
 pub(crate) struct HotSq<'a> {
@@ -343,33 +324,31 @@ impl<'a> HotSq<'a> {
         self.track.sq_view()
     }
 
-    /// The wr_id of the WQE at WQEBB index `wqe_counter` and the SQ counter
-    /// just past it: what its completion retires everything up to.
+    /// The wr_id of the WQE at WQEBB index `wqe_counter`.
     #[inline(always)]
-    pub(crate) fn slot(&self, wqe_counter: u16) -> (u64, u32) {
-        let slot = self.track.sq.at(usize::from(wqe_counter));
-        (
-            slot.wr_id.load(Ordering::Relaxed),
-            slot.next.load(Ordering::Relaxed),
-        )
+    pub(crate) fn wr_id(&self, wqe_counter: u16) -> u64 {
+        self.track
+            .sq
+            .at(usize::from(wqe_counter))
+            .load(Ordering::Relaxed)
     }
 
-    /// Publishes a pending SQ tail of this QP.
+    /// Publishes a pending retirement of this QP's SQ.
     #[inline(always)]
-    pub(crate) fn publish(&self, pending: PendingTail) {
-        if let Some(tail) = pending {
-            self.track.set_sq_tail(tail);
+    pub(crate) fn publish(&self, pending: PendingDone) {
+        if let Some(wqe_counter) = pending {
+            self.track.set_sq_done(wqe_counter);
         }
     }
 }
 
-/// The SQ tail a poll has retired up to on the QP the cache points at, not
-/// yet published. The hot path publishes once per run of one QP's
-/// completions and the general path once per entry, not per completion: a
-/// store per completion would write the shared cache line the producer
-/// reads. (Where QPs take turns, a run is mostly one completion, and the
-/// hot path publishes per completion.)
-pub(crate) type PendingTail = Option<u32>;
+/// The WQE counter of the last WQE a poll retired on the QP the cache
+/// points at, not yet published. The hot path publishes once per run of one
+/// QP's completions and the general path once per entry, not per
+/// completion: a store per completion would write the shared cache line the
+/// producer reads. (Where QPs take turns, a run is mostly one completion,
+/// and the hot path publishes per completion.)
+pub(crate) type PendingDone = Option<u16>;
 
 impl PollCache {
     pub(crate) fn new(reg: Arc<Registry>) -> PollCache {
@@ -443,7 +422,7 @@ impl PollCache {
     /// path, else a scan of the cache, else the registry. Moving to another
     /// QP publishes `pending` first, as it belongs to the one before.
     #[inline(always)]
-    pub(crate) fn lookup(&mut self, qpn: u32, pending: &mut PendingTail) -> Option<&QpTrack> {
+    pub(crate) fn lookup(&mut self, qpn: u32, pending: &mut PendingDone) -> Option<&QpTrack> {
         if self.hot(qpn).is_none() {
             self.publish(pending.take());
             self.refresh(qpn)?;
@@ -510,24 +489,24 @@ impl PollCache {
 
     /// Retires the SQ of `qpn` up to and including the WQE at
     /// `wqe_counter`; its wr_id, or `None` for an unknown QP or one without
-    /// an SQ. The new tail goes to `pending`.
+    /// an SQ. The retirement goes to `pending`.
     #[inline(always)]
     pub(crate) fn sq_retire(
         &mut self,
         qpn: u32,
         wqe_counter: u16,
-        pending: &mut PendingTail,
+        pending: &mut PendingDone,
     ) -> Option<u64> {
-        let (wr_id, next) = self.lookup(qpn, pending)?.sq_slot(wqe_counter)?;
-        *pending = Some(next);
+        let wr_id = self.lookup(qpn, pending)?.sq_wr_id(wqe_counter)?;
+        *pending = Some(wqe_counter);
         Some(wr_id)
     }
 
-    /// Stores a pending SQ tail into the QP it belongs to.
+    /// Stores a pending retirement into the QP it belongs to.
     #[inline(always)]
-    pub(crate) fn publish(&self, pending: PendingTail) {
-        if let (Some(tail), Some(t)) = (pending, self.qps.get(self.last)) {
-            t.set_sq_tail(tail);
+    pub(crate) fn publish(&self, pending: PendingDone) {
+        if let (Some(wqe_counter), Some(t)) = (pending, self.qps.get(self.last)) {
+            t.set_sq_done(wqe_counter);
         }
     }
 

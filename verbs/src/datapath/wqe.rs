@@ -186,6 +186,21 @@ pub(crate) fn ctrl_seg(
         .with(f::IMM, imm)
 }
 
+/// WQEBBs the WQE at SQ counter `at` spans, as its control segment's DS
+/// says. For the producer, on a WQE it wrote and has not yet reused.
+#[inline]
+pub(crate) fn bbs_at(ring: &Ring64, at: u32) -> u32 {
+    use fields::wqe_ctrl_seg as f;
+    let ctrl = ring.entry64(at as usize * WQEBB as usize);
+    bbs_of(f::DS.get(u32::from_be_bytes(ctrl.read_dword(f::DS.byte))))
+}
+
+/// WQEBBs a WQE of `ds` 16-byte units spans.
+#[inline(always)]
+pub(crate) fn bbs_of(ds: u32) -> u32 {
+    (ds * DS as u32).div_ceil(WQEBB)
+}
+
 /// The doorbell value: the control segment's first 8 bytes as they lie in
 /// memory.
 #[inline(always)]
@@ -323,7 +338,7 @@ pub(crate) fn plan(shape: &SqShape, wr: &SendWr<'_>) -> std::result::Result<Plan
     }
     Ok(Plan {
         ds,
-        nbb: (ds * DS as u32).div_ceil(WQEBB),
+        nbb: bbs_of(ds),
         dense,
     })
 }
