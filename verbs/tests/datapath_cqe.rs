@@ -349,11 +349,12 @@ mod datapath {
         }
     }
 
-    /// The lazy poll yields what the array poll would: requester
-    /// completions of two QPs, an error by name and a responder completion;
-    /// ending it publishes the consumer index and the freed SQ room.
+    /// The lazy poll, and polls for one completion by value, yield what the
+    /// array poll would: requester completions of two QPs, an error by name
+    /// and a responder completion; each publishes the consumer index and
+    /// the freed SQ room.
     #[test]
-    fn lazy_poll_reads_what_the_array_poll_writes() {
+    fn lazy_poll_and_poll_one_read_what_the_array_poll_writes() {
         let (ctx, _sim, _rec) = recorded(500);
         let pd = ctx.alloc_pd().unwrap();
         let mut cq = ctx.create_cq(15).unwrap();
@@ -428,6 +429,23 @@ mod datapath {
         );
         assert_eq!(cq.consumer_index(), ci + 16);
         assert_eq!(cq.doorbell_ci(), ci + 16);
+        for qp in &mut qps {
+            assert_eq!(qp.send_queue().in_use(), 0);
+        }
+        // Once more, a lap on, one completion at a time by value.
+        for qp in &mut qps {
+            qp.reset().unwrap();
+            rts(qp);
+        }
+        for k in 0..8u32 {
+            put_cqe(&cq, 8 + k, cqe(0x0, 1, 0xff_ffff, 0));
+        }
+        assert_eq!(cq.poll(&mut wc), 8, "garbage entries 8..16");
+        fill(&cq, &mut qps, 2);
+        let one: Vec<Wc> = std::iter::from_fn(|| cq.poll_one()).collect();
+        assert_eq!(one, array[..n].to_vec());
+        assert_eq!(cq.consumer_index(), ci + 32);
+        assert_eq!(cq.doorbell_ci(), ci + 32);
         for qp in &mut qps {
             assert_eq!(qp.send_queue().in_use(), 0);
         }

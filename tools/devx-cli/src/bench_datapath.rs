@@ -471,7 +471,6 @@ fn ping_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
     let device = DeviceCq::new(&cq.memory());
     let sge = [Sge::from_mr(&a.mr, 0, 64)];
     let (raddr, rkey) = (b.mr.addr() as u64, b.mr.rkey());
-    let mut wc = [Wc::default()];
     a.sim.pause_engine(true);
     let start = Instant::now();
     let mut res = Ok(());
@@ -482,9 +481,16 @@ fn ping_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
             break;
         }
         device.put(u64::from(cq.consumer_index()), qp.qpn(), at as u16);
-        if cq.poll(&mut wc) != 1 || wc[0].wr_id != i {
-            res = Err(format!("bench datapath: ping {i} polled {:?}", wc[0]));
-            break;
+        match cq.poll_one() {
+            Some(c) if c.wr_id == i && c.is_ok() => {}
+            Some(c) => {
+                res = Err(format!("bench datapath: ping {i} polled {}", c.wr_id));
+                break;
+            }
+            None => {
+                res = Err(format!("bench datapath: ping {i} polled nothing"));
+                break;
+            }
         }
     }
     let ns = start.elapsed().as_nanos() as f64 / n as f64;

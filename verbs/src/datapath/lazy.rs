@@ -120,13 +120,7 @@ fn req_wc(wr_id: u64, opcode: WcOpcode, qpn: u32, cqe: &Cqe64) -> Wc {
         WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
         _ => cqe.byte_cnt(),
     };
-    Wc {
-        wr_id,
-        opcode,
-        byte_len,
-        qp_num: qpn,
-        ..Wc::default()
-    }
+    Wc::req(wr_id, opcode, byte_len, qpn)
 }
 
 impl Cq {
@@ -308,13 +302,12 @@ impl Cursor<'_> {
         if cqe_qpn != qpn {
             return None;
         }
-        Some(Wc {
-            wr_id: h.sq.wr_id(cqe.wqe_counter()),
+        Some(Wc::req(
+            h.sq.wr_id(cqe.wqe_counter()),
             opcode,
-            byte_len: cqe.byte_cnt(),
-            qp_num: qpn,
-            ..Wc::default()
-        })
+            cqe.byte_cnt(),
+            qpn,
+        ))
     }
 }
 

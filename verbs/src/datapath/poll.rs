@@ -494,6 +494,35 @@ impl Cq {
                 return 1;
             }
         }
+        self.poll_past_one(wc)
+    }
+
+    /// One completion, if the CQ holds one: [`Cq::poll`] with room for
+    /// one, the completion returned by value. A loop that waits for each
+    /// completion in turn (a ping-pong) reads its fields where they were
+    /// decoded rather than from memory it passed in.
+    ///
+    /// ```
+    /// # fn main() -> verbs::Result<()> {
+    /// let ctx = verbs::Context::open_by_name("sim0")?;
+    /// let mut cq = ctx.create_cq(16)?;
+    /// assert!(cq.poll_one().is_none(), "nothing posted, nothing completed");
+    /// # Ok(()) }
+    /// ```
+    #[inline]
+    pub fn poll_one(&mut self) -> Option<Wc> {
+        if let Some((wr_id, opcode, byte_len, qpn)) = self.take_one() {
+            return Some(Wc::req(wr_id, opcode, byte_len, qpn));
+        }
+        let mut wc = [Wc::default()];
+        (self.poll_past_one(&mut wc) == 1).then_some(wc[0])
+    }
+
+    /// A poll past the one-completion fast path: the entry at the consumer
+    /// counter is not the cached QP's successful requester completion, or
+    /// `wc` has room for more than one.
+    #[inline(always)]
+    fn poll_past_one(&mut self, wc: &mut [Wc]) -> usize {
         if self.dp.turns {
             return self.poll_turns(wc);
         }
@@ -615,10 +644,9 @@ impl Cq {
     /// [`Error::Timeout`]: crate::Error::Timeout
     pub fn wait_one(&mut self, timeout: std::time::Duration) -> crate::Result<Wc> {
         let start = std::time::Instant::now();
-        let mut wc = [Wc::default()];
         loop {
-            if self.poll(&mut wc) == 1 {
-                return Ok(wc[0]);
+            if let Some(wc) = self.poll_one() {
+                return Ok(wc);
             }
             if start.elapsed() >= timeout {
                 return Err(crate::Error::Timeout {

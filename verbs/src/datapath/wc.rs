@@ -261,9 +261,21 @@ pub struct Wc {
 const _: () = assert!(std::mem::size_of::<Wc>() == 32);
 
 impl Wc {
-    /// Overwrites this with a successful requester completion. All zero
-    /// first, then the fields set: the zeros go out as one wide store
-    /// rather than one per field around the opcode.
+    /// A successful requester completion: these fields, the rest zero.
+    #[inline(always)]
+    pub(crate) fn req(wr_id: u64, opcode: WcOpcode, byte_len: u32, qp_num: u32) -> Wc {
+        Wc {
+            wr_id,
+            opcode,
+            byte_len,
+            qp_num,
+            ..Wc::default()
+        }
+    }
+
+    /// Overwrites this with [`Wc::req`]. All zero first, then the fields
+    /// set: the zeros go out as one wide store rather than one per field
+    /// around the opcode.
     #[inline(always)]
     pub(crate) fn set_req(&mut self, wr_id: u64, opcode: WcOpcode, byte_len: u32, qp_num: u32) {
         *self = Wc::default();
