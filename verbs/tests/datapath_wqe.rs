@@ -372,6 +372,33 @@ mod datapath {
         assert_eq!(qp.send_queue().in_use(), 0);
     }
 
+    /// A completion from before a reset, polled after it, names a block
+    /// that now lies inside another WQE, where no control segment is: the
+    /// room it would free reaches past the posts, and it frees nothing.
+    #[test]
+    fn a_completion_from_before_a_reset_frees_nothing_past_the_posts() {
+        let (ctx, _sim, _rec) = recorded(400);
+        let pd = ctx.alloc_pd().unwrap();
+        let mut cq = ctx.create_cq(16).unwrap();
+        let mut qp = qp(&pd, &cq, QpType::Rc, cap(4, 1, 100));
+        let s = [Sge::new(0x1000, 8, 1)];
+        for i in 0..2 {
+            qp.post_send(&SendWr::send(i, &s)).unwrap();
+        }
+        // WQE 1's completion sits in the CQ while the QP goes through RST.
+        put_cqe(&cq, 0, cqe(0x0, 0, qp.qpn(), 1));
+        qp.reset().unwrap();
+        rts(&qp);
+        // A two-block WQE whose inline data, where WQE 1's control segment
+        // was, reads as a DS of 26 units: 7 blocks.
+        let data = [0x5au8; 100];
+        qp.post_send(&SendWr::send(7, &[]).inline_data(&data))
+            .unwrap();
+        let mut wc = [Wc::default(); 2];
+        assert_eq!(cq.poll(&mut wc), 1);
+        assert_eq!(qp.send_queue().in_use(), 2);
+    }
+
     /// The SQ's WQEBB `i` on, `len` bytes, continuing at the ring start.
     fn sq_bytes(qp: &Qp, i: u32, len: usize) -> Vec<u8> {
         let sq = qp.send_queue_memory();

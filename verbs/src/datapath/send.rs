@@ -100,7 +100,13 @@ fn tail(ring: &Ring64, done: u32, cur_post: u32, cached: u32) -> u32 {
     if (start.wrapping_sub(cached) as i32) < 0 {
         return cached;
     }
-    start.wrapping_add(wqe::bbs_at(ring, start))
+    let end = start.wrapping_add(wqe::bbs_at(ring, start));
+    // Past what was posted: a completion from before the QP's reset,
+    // polled after it, whose WQE counter names no WQE start now.
+    if (cur_post.wrapping_sub(end) as i32) < 0 {
+        return cached;
+    }
+    end
 }
 
 /// Whether WQEBBs up to (not including) SQ counter `next` lie within
