@@ -484,7 +484,7 @@ fn ping_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
         match cq.poll_one() {
             Some(c) if c.wr_id == i && c.is_ok() => {}
             Some(c) => {
-                res = Err(format!("bench datapath: ping {i} polled {}", c.wr_id));
+                res = Err(format!("bench datapath: ping {i} polled {c}"));
                 break;
             }
             None => {

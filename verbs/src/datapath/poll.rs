@@ -173,10 +173,10 @@ pub(super) fn is_hot_req(op_own: u8, lap: u8) -> bool {
 /// completions: takes successful requester completions of `sq`'s QP, other
 /// than atomics, into `out` until an entry is not one (or not software's,
 /// or another QP's); returns how many, and the WQE counter of the last
-/// one, which retires the SQ up to it. Nothing but the QPN and the slot table carried through
-/// the loop, so a CQ of one QP's completions runs with the fewest
-/// registers; [`take_run`] takes over where QPs take turns, the general
-/// path for atomics.
+/// one, which retires the SQ up to it. Nothing but the QPN and the slot
+/// table carried through the loop, so a CQ of one QP's completions runs
+/// with the fewest registers; [`take_run`] takes over where QPs take
+/// turns, the general path for atomics.
 #[inline(always)]
 fn take_run_one(run: Run64, lap: u8, sq: HotSq<'_>, out: &mut [Wc]) -> (usize, PendingDone) {
     let qpn = sq.qpn();
@@ -236,9 +236,9 @@ fn take_run_one_loop<const LAP: u8>(
 /// is not one (or not software's); returns how many. Where QPs take turns
 /// most completions are of another QP than the one before, so each looks
 /// its QP up in the index, as a C driver's `table[qpn & mask]`, and
-/// publishes its WQE counter (the SQ retired up to it), the store a move to another QP
-/// makes anyway. A QP the index lacks (or has dead) ends the run: the
-/// general path looks.
+/// publishes its WQE counter (the SQ retired up to it), the store a move
+/// to another QP makes anyway. A QP the index lacks (or has dead) ends the
+/// run: the general path looks.
 #[inline(always)]
 fn take_run(run: Run64, lap: u8, index: SqIndex<'_>, out: &mut [Wc]) -> usize {
     // The lap as a constant: one register fewer in the loop, and none of
@@ -671,8 +671,8 @@ impl Cq {
     /// SQ of the last completion's QP stays in registers; once another
     /// QP's completion stops its run, the loop where each completion looks
     /// its QP up. Moves the consumer counter and publishes the WQE counter
-    /// it retires the SQ up to: per run of one QP, per completion where QPs take
-    /// turns.
+    /// it retires the SQ up to: per run of one QP, per completion where QPs
+    /// take turns.
     ///
     /// The first stretch, of the cached QP's completions, is taken here
     /// (unless QPs took turns at the end of the last call);
@@ -712,8 +712,8 @@ impl Cq {
 
     /// [`Cq::take_hot`] on from `wc[got]`, where its first stretch stopped
     /// (at an entry of another kind if `turns`, else at the ring's end),
-    /// with `pending` the WQE counter that stretch retires up to; returns the
-    /// count in all. Out of line, for the first stretch's sake.
+    /// with `pending` the WQE counter that stretch retires up to; returns
+    /// the count in all. Out of line, for the first stretch's sake.
     #[inline(never)]
     fn take_hot_on(
         &mut self,

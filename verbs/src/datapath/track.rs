@@ -19,7 +19,7 @@ const DEAD: u32 = u32::MAX;
 
 /// [`QpTrack::sq_done`] while no completion was polled since the SQ
 /// (re)started: no 16-bit WQE counter.
-pub(crate) const NONE_DONE: u32 = u32::MAX;
+const NONE_DONE: u32 = u32::MAX;
 
 /// One QP's outstanding work, shared with the CQs it completes into. In
 /// field order and cache-line aligned: what a completion reads (the key,
@@ -304,8 +304,8 @@ impl<'a> SqIndex<'a> {
 /// The cached QP's SQ as a poll call's fast path reads it: its track,
 /// taken once per call (and again when the general path moves the cache),
 /// so a completion reloads nothing to find it; the QPN, slot table and
-/// last retired WQE are at fixed offsets from the one register. Made only for a live
-/// QP with an SQ, so a completion's slot needs no check.
+/// last retired WQE are at fixed offsets from the one register. Made only
+/// for a live QP with an SQ, so a completion's slot needs no check.
 #[derive(Clone, Copy)]
 pub(crate) struct HotSq<'a> {
     track: &'a QpTrack,
@@ -327,10 +327,7 @@ impl<'a> HotSq<'a> {
     /// The wr_id of the WQE at WQEBB index `wqe_counter`.
     #[inline(always)]
     pub(crate) fn wr_id(&self, wqe_counter: u16) -> u64 {
-        self.track
-            .sq
-            .at(usize::from(wqe_counter))
-            .load(Ordering::Relaxed)
+        self.view().wr_id(wqe_counter)
     }
 
     /// Publishes a pending retirement of this QP's SQ.
