@@ -16,7 +16,7 @@ use crate::async_event::{EventHandler, HandlerEntry};
 use crate::comp_channel::CompChannel;
 use crate::context::Context;
 use crate::cq_notify::{self, CqNotify};
-use crate::datapath::{Head, Poller, Registry};
+use crate::datapath::{stale_end, Head, Poller, QpTrack, Registry};
 use crate::error::{DestroyError, Error, Result, VerbResult};
 use crate::exec::{self, Exec};
 use crate::util::{
@@ -130,6 +130,21 @@ impl CqShared {
 
     pub(crate) fn context(&self) -> &Context {
         &self.ctx
+    }
+
+    /// QP `track` was just reset: its completions still in this CQ are
+    /// dropped when polled, not reported against its new work.
+    pub(crate) fn drop_stale(&self, track: &Arc<QpTrack>) {
+        let deps = self.owned.deps();
+        // Held while the ring is read: a resize replaces it under this lock.
+        let ring = deps.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let log = (ring.len() / CQE_SIZE).trailing_zeros();
+        // SAFETY: the ring stays mapped while its lock is held, and the
+        // doorbell record as long as the CQ, which `self` keeps.
+        let end = unsafe { stale_end(ring.addr(), log, deps.dbr.addr(), track.qpn) };
+        if let Some(end) = end {
+            self.tracks.mark_stale(track, end);
+        }
     }
 }
 

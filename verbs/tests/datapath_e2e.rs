@@ -6,8 +6,16 @@ mod datapath_support;
 
 /// Named so that `cargo test -p verbs datapath` selects these tests.
 mod datapath {
-    use crate::datapath_support::{caps, connect_qp, path_to, rc_pair, side, wait, Buf};
-    use verbs::{Ah, InitAttr, RecvWr, RtrAttr, RtsAttr, SendWr, WcOpcode, WcStatus};
+    use std::time::{Duration, Instant};
+
+    use crate::datapath_support::{
+        bytes, caps, connect_qp, open, path_to, quiet, rc_pair, side, wait, Buf, Side,
+    };
+    use verbs::datapath::RawCqe;
+    use verbs::{
+        Ah, Cq, InitAttr, QpInit, QpType, RecvWr, RtrAttr, RtsAttr, SendWr, SrqInit, Wc, WcOpcode,
+        WcStatus,
+    };
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
         (0..len)
@@ -39,6 +47,141 @@ mod datapath {
         a.qp.post_send(&w).unwrap();
         assert_eq!(wait(&mut a.cq, 1)[0].status, WcStatus::Success);
         assert_eq!(dst.read(0, 64), vec![7; 64]);
+    }
+
+    /// Waits until `cq`'s ring holds `n` completions from its consumer
+    /// index on, none of them polled.
+    fn wait_unpolled(cq: &Cq, n: u32) {
+        let m = cq.memory();
+        let log = m.entries.trailing_zeros();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let ci = cq.consumer_index();
+        while !(ci..ci + n).all(|c| {
+            let at = m.addr + 64 * (c % m.entries) as usize + 63;
+            RawCqe::is_sw_owned(bytes(at, 1)[0], c, log)
+        }) {
+            assert!(Instant::now() < deadline, "{n} completions never came");
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    /// Resets both QPs of a pair and connects them again.
+    fn reset_pair(a: &mut Side, b: &mut Side) {
+        a.qp.reset().unwrap();
+        b.qp.reset().unwrap();
+        connect_qp(&a.qp, b.qp.qpn(), path_to(b), 7);
+        connect_qp(&b.qp, a.qp.qpn(), path_to(a), 7);
+    }
+
+    /// Takes the `n` completions `cq` holds, with the array poll (`way`
+    /// 0), `poll_one` (1) or the lazy poll (2).
+    fn take(way: usize, cq: &mut Cq, n: u32) -> Vec<Wc> {
+        match way {
+            0 => wait(cq, n as usize),
+            1 => {
+                wait_unpolled(cq, n);
+                std::iter::from_fn(|| cq.poll_one()).collect()
+            }
+            _ => {
+                wait_unpolled(cq, n);
+                cq.start_poll().map(|c| c.wc()).collect()
+            }
+        }
+    }
+
+    /// Completions still in the CQ when their QP goes back to RST are
+    /// dropped, as mlx5's CQ clean does: the WRITEs posted after the reset
+    /// complete with their own wr_ids, and the SQ's room is exactly theirs.
+    /// Polled each of the three ways, each with the QP already the one its
+    /// fast path takes.
+    #[test]
+    fn completions_left_in_the_cq_at_a_reset_are_dropped() {
+        for way in 0..3 {
+            let (mut a, mut b) = rc_pair(600);
+            let src = Buf::all(&a.pd, 64);
+            let dst = Buf::all(&b.pd, 64);
+            let sgl = [src.sge(0, 64)];
+            let write = |id| SendWr::rdma_write(id, &sgl, dst.addr(), dst.mr.rkey());
+            a.qp.post_send(&write(0)).unwrap();
+            assert_eq!(take(way, &mut a.cq, 1)[0].wr_id, 0, "way {way}");
+            assert!(take(way, &mut a.cq, 0).is_empty());
+            for id in 1..=3 {
+                a.qp.post_send(&write(id)).unwrap();
+            }
+            wait_unpolled(&a.cq, 3);
+            reset_pair(&mut a, &mut b);
+            for id in [10, 11] {
+                a.qp.post_send(&write(id)).unwrap();
+            }
+            wait_unpolled(&a.cq, 3 + 2);
+            let got = take(way, &mut a.cq, 2);
+            let ids: Vec<_> = got.iter().map(|w| (w.wr_id, w.status)).collect();
+            assert_eq!(
+                ids,
+                [(10, WcStatus::Success), (11, WcStatus::Success)],
+                "way {way}"
+            );
+            assert_eq!(a.qp.send_queue().in_use(), 0, "way {way}");
+            assert_eq!(a.cq.consumer_index(), 1 + 3 + 2, "way {way}");
+            // And on, past where the old completions ended.
+            a.qp.post_send(&write(12)).unwrap();
+            assert_eq!(take(way, &mut a.cq, 1)[0].wr_id, 12, "way {way}");
+            quiet(&mut a.cq);
+        }
+    }
+
+    /// Receives an SRQ gave a QP, completed but not polled when the QP went
+    /// back to RST, give their SRQ WQEs back when a poll drops them: the SRQ
+    /// takes as many receives again, and only the new ones complete.
+    #[test]
+    fn a_reset_gives_back_the_srq_wqes_of_its_dropped_receives() {
+        let mut a = side(600, QpType::Rc, caps());
+        let (ctx, sim) = open(700);
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(256).unwrap();
+        let mut srq = pd.create_srq(&SrqInit::new(8, 1)).unwrap();
+        let qp = pd
+            .create_qp(&QpInit::new(QpType::Rc, &cq, &cq).cap(caps()).srq(&srq))
+            .unwrap();
+        let mut b = Side {
+            ctx,
+            sim,
+            pd,
+            cq,
+            qp,
+        };
+        connect_qp(&a.qp, b.qp.qpn(), path_to(&b), 7);
+        connect_qp(&b.qp, a.qp.qpn(), path_to(&a), 7);
+        let src = Buf::all(&a.pd, 64);
+        let dst = Buf::all(&b.pd, 64 * 16);
+        // As many receives as the SRQ takes.
+        let mut n = 0u32;
+        while srq
+            .post_recv(&RecvWr::new(u64::from(n), &[dst.sge(64 * n as usize, 64)]))
+            .is_ok()
+        {
+            n += 1;
+        }
+        assert!(n >= 8);
+        for id in 0..u64::from(n) {
+            a.qp.post_send(&SendWr::send(id, &[src.sge(0, 64)]))
+                .unwrap();
+        }
+        wait_unpolled(&b.cq, n);
+        reset_pair(&mut a, &mut b);
+        // The poll that drops them reports nothing.
+        quiet(&mut b.cq);
+        assert_eq!(b.cq.consumer_index(), n);
+        for k in 0..n {
+            let sge = [dst.sge(64 * k as usize, 64)];
+            srq.post_recv(&RecvWr::new(100 + u64::from(k), &sge))
+                .unwrap();
+        }
+        a.qp.post_send(&SendWr::send(50, &[src.sge(0, 64)]))
+            .unwrap();
+        let r = wait(&mut b.cq, 1);
+        assert_eq!((r[0].wr_id, r[0].status), (100, WcStatus::Success));
+        quiet(&mut b.cq);
     }
 
     #[test]

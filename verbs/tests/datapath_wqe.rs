@@ -372,11 +372,11 @@ mod datapath {
         assert_eq!(qp.send_queue().in_use(), 0);
     }
 
-    /// A completion from before a reset, polled after it, names a block
-    /// that now lies inside another WQE, where no control segment is: the
-    /// room it would free reaches past the posts, and it frees nothing.
+    /// A completion still in the CQ when its QP is reset is dropped when
+    /// polled: it names a block that now lies inside another WQE, and
+    /// frees nothing of it.
     #[test]
-    fn a_completion_from_before_a_reset_frees_nothing_past_the_posts() {
+    fn a_completion_from_before_a_reset_is_dropped() {
         let (ctx, _sim, _rec) = recorded(400);
         let pd = ctx.alloc_pd().unwrap();
         let mut cq = ctx.create_cq(16).unwrap();
@@ -389,14 +389,20 @@ mod datapath {
         put_cqe(&cq, 0, cqe(0x0, 0, qp.qpn(), 1));
         qp.reset().unwrap();
         rts(&qp);
-        // A two-block WQE whose inline data, where WQE 1's control segment
-        // was, reads as a DS of 26 units: 7 blocks.
+        // A two-block WQE whose inline data lies where WQE 1's control
+        // segment was.
         let data = [0x5au8; 100];
         qp.post_send(&SendWr::send(7, &[]).inline_data(&data))
             .unwrap();
         let mut wc = [Wc::default(); 2];
-        assert_eq!(cq.poll(&mut wc), 1);
+        assert_eq!(cq.poll(&mut wc), 0, "{wc:?}");
+        assert_eq!(cq.consumer_index(), 1);
         assert_eq!(qp.send_queue().in_use(), 2);
+        // The QP's own completion after it is reported.
+        put_cqe(&cq, 1, cqe(0x0, 0, qp.qpn(), 0));
+        assert_eq!(cq.poll(&mut wc), 1);
+        assert_eq!(wc[0].wr_id, 7);
+        assert_eq!(qp.send_queue().in_use(), 0);
     }
 
     /// The SQ's WQEBB `i` on, `len` bytes, continuing at the ring start.

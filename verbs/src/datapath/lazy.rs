@@ -146,7 +146,7 @@ impl Cq {
             retarget(&mut self.dp);
         }
         let dp = &mut self.dp;
-        let hot = dp.hot.as_deref().filter(|t| t.is_alive() && t.has_sq());
+        let hot = dp.hot.as_deref().filter(|t| t.is_live() && t.has_sq());
         Poll {
             cur: Cursor {
                 walk: ring.walk64(start as usize * CQE_SIZE),
@@ -176,7 +176,8 @@ fn retarget(dp: &mut Poller) {
 enum Taken {
     /// Not software's: the CQ is empty.
     Empty,
-    /// Consumed, with nothing to report (a resize marker).
+    /// Consumed, with nothing to report (a resize marker, or a completion
+    /// from before its QP's reset).
     Skip,
     Took(Completion),
 }
@@ -213,7 +214,7 @@ extern "C" fn general(
         }
     }
     let mut done = None;
-    let w = decode_any(&raw, cache, &mut done);
+    let w = decode_any(&raw, c, cache, &mut done);
     cache.publish(done);
     match w {
         Some(wc) => Taken::Took(Completion { wc }),

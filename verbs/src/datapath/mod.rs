@@ -47,13 +47,13 @@ pub use wc::{Wc, WcOpcode, WcStatus};
 pub use wqe::{CTRL_FENCE, CTRL_SIGNALED, CTRL_SOLICITED, INVALID_LKEY};
 pub use wr::{RecvWr, SendOp, SendWr, Sge, UdDest};
 
-pub(crate) use poll::{Head, Poller};
-pub(crate) use track::{Registry, SrqTrack};
+pub(crate) use poll::{stale_end, Head, Poller};
+pub(crate) use track::{QpTrack, Registry, SrqTrack};
 
 use crate::qp::{QpCap, QpInit, Queue};
 use ready::{PostState, SendState};
 use ring::{DbRec, Ring, Ring64};
-use track::QpTrack;
+
 use wqe::SqShape;
 
 /// Where a new QP's queues are.
@@ -128,6 +128,11 @@ impl QpDataPath {
     pub(crate) fn set_state(&self, s: prm_layouts::enums::QpState) {
         self.sq.state.set(s);
         self.rq.state.set(s);
+    }
+
+    /// The QP's track, which its CQs' pollers share.
+    pub(crate) fn track(&self) -> &Arc<QpTrack> {
+        &self.sq.track
     }
 
     /// The QP went back to RST: counters restart at 0.

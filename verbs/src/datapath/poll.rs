@@ -280,23 +280,40 @@ fn take_run_in<const LAP: u8>(run: Run64, index: SqIndex<'_>, out: &mut [Wc]) ->
     n
 }
 
-/// Decodes any software-owned CQE; `None` for a resize marker. Also returns
-/// the WQE counter it retires the SQ up to on the QP the cache then points
-/// at, for the caller to publish.
+/// Decodes any software-owned CQE, at consumer counter `ci`; `None` for
+/// one with nothing to report. Also returns the WQE counter it retires the
+/// SQ up to on the QP the cache then points at, for the caller to publish.
 #[inline(never)]
-pub(super) fn complete_any(c: &RawCqe, cache: &mut PollCache) -> (Option<Wc>, PendingDone) {
+pub(super) fn complete_any(
+    c: &RawCqe,
+    ci: u32,
+    cache: &mut PollCache,
+) -> (Option<Wc>, PendingDone) {
     let mut pending = None;
-    let wc = decode_any(c, cache, &mut pending);
+    let wc = decode_any(c, ci, cache, &mut pending);
     (wc, pending)
 }
 
+/// Decodes any software-owned CQE, at consumer counter `ci`: `None` for a
+/// resize marker or a completion from before its QP's reset (as mlx5's
+/// `mlx5_cq_clean` removes those when the QP is reset: a receive from an
+/// SRQ gives its WQE back; nothing else of the QP's new work is touched).
 #[inline(always)]
 pub(super) fn decode_any(
     c: &RawCqe,
+    ci: u32,
     cache: &mut PollCache,
     pending: &mut PendingDone,
 ) -> Option<Wc> {
     use CqeOpcode::*;
+    if let Some(track) = cache.stale(c.qpn(), ci) {
+        if let (Some(srq), Some(RespWrImm | RespSend | RespSendImm | RespSendInv | RespErr)) =
+            (&track.srq, c.kind())
+        {
+            srq.retire(c.wqe_counter());
+        }
+        return None;
+    }
     let Some(op) = c.kind() else {
         return Some(Wc {
             qp_num: c.qpn(),
@@ -470,6 +487,36 @@ impl Head {
             self.lap ^= 1;
         }
     }
+}
+
+/// Where the completions of QP `qpn` still in a CQ end, when the QP is
+/// reset: the consumer counter (24 bits) just past the last of them among
+/// the entries software owns from the published consumer index on; `None`
+/// if there is none. The ring of `2^log` entries at `addr` and its doorbell
+/// record at `dbr_addr` are the CQ's; the device writes no more completions
+/// of the QP (it is in RST).
+///
+/// # Safety
+/// The ring and the record stay mapped while this runs.
+pub(crate) unsafe fn stale_end(addr: usize, log: u32, dbr_addr: usize, qpn: u32) -> Option<u32> {
+    use prm_layouts::fields::cqe64 as f;
+    // SAFETY: the caller vouches for the record.
+    let ci = unsafe { DbRec::new(dbr_addr) }.load(SET_CI);
+    // SAFETY: the caller vouches for the ring.
+    let mut head = unsafe { Head::new(addr, log, ci) };
+    let mut end = None;
+    for _ in 0..1u32 << log {
+        let e = head.at.entry();
+        if !RawCqe::is_sw_owned(e.load_acquire(OP_OWN), head.ci, log) {
+            break;
+        }
+        let sop_drop_qpn = u32::from_be_bytes(e.load_dword(f::SOP_DROP_QPN.byte));
+        head.step();
+        if f::SOP_DROP_QPN.get(sop_drop_qpn) & LOW_24 == qpn {
+            end = Some(head.ci & LOW_24);
+        }
+    }
+    end
 }
 
 impl Cq {
@@ -811,9 +858,10 @@ impl Cq {
             if !RawCqe::is_sw_owned(op_own, self.head.ci, self.log_size) {
                 break;
             }
+            let ci = self.head.ci;
             self.head.step();
             let raw = RawCqe(e.read64b());
-            let (w, done) = complete_any(&raw, &mut self.dp.cache);
+            let (w, done) = complete_any(&raw, ci, &mut self.dp.cache);
             // Published now, as the hot path that follows publishes its own
             // (later) one; the cache may have moved to another QP.
             self.dp.cache.publish(done);

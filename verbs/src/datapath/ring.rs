@@ -354,6 +354,20 @@ impl Entry64 {
         unsafe { ((self.addr + (at & 60)) as *const [u8; 4]).read() }
     }
 
+    /// Loads the dword at byte `at` of the entry (rounded down to a
+    /// multiple of 4 below 64) as it lies in memory, atomically: for a
+    /// reader that is not the ring's consumer, which the device may write
+    /// the entry under once the consumer has passed it.
+    #[inline(always)]
+    pub(crate) fn load_dword(&self, at: usize) -> [u8; 4] {
+        // SAFETY: `at & 60` keeps the 4 bytes inside the 64-byte entry,
+        // which lies a multiple of 64 bytes from the ring's 16-aligned start
+        // (see `Entry64`), so they are 4-aligned; the device's stores to
+        // the entry are atomic on every target we run on.
+        let word = unsafe { AtomicU32::from_ptr((self.addr + (at & 60)) as *mut u32) };
+        word.load(Ordering::Relaxed).to_ne_bytes()
+    }
+
     /// Copies the whole entry out. Call only after
     /// [`Entry64::load_acquire`] showed the entry is ours.
     #[inline(always)]

@@ -101,8 +101,10 @@ fn tail(ring: &Ring64, done: u32, cur_post: u32, cached: u32) -> u32 {
         return cached;
     }
     let end = start.wrapping_add(wqe::bbs_at(ring, start));
-    // Past what was posted: a completion from before the QP's reset,
-    // polled after it, whose WQE counter names no WQE start now.
+    // Past what was posted: a completion from before the QP's reset that
+    // a poll on another thread took while the reset ran, whose WQE counter
+    // names no WQE start now. (Those still in the CQ after the reset are
+    // dropped.)
     if (cur_post.wrapping_sub(end) as i32) < 0 {
         return cached;
     }

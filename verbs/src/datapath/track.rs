@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::ring::{Pow2Table, Pow2View};
+use super::LOW_24;
 
 fn slots<T: Default>(n: u32) -> Box<[T]> {
     (0..n).map(|_| T::default()).collect()
@@ -16,6 +17,12 @@ fn slots<T: Default>(n: u32) -> Box<[T]> {
 
 /// [`QpTrack::key`] of a destroyed QP: no 24-bit QPN.
 const DEAD: u32 = u32::MAX;
+
+/// Set in [`QpTrack::key`] while a CQ of the QP may still hold completions
+/// from before the QP's last reset: no CQE's QPN then matches the key, so
+/// the fast paths leave the QP's completions to the general path, which
+/// knows where the old ones end ([`Registry::stale`]).
+const STALE: u32 = 1 << 31;
 
 /// [`QpTrack::sq_done`] while no completion was polled since the SQ
 /// (re)started: no 16-bit WQE counter.
@@ -29,7 +36,8 @@ const NONE_DONE: u32 = u32::MAX;
 pub(crate) struct QpTrack {
     /// `qpn` while the QP lives, [`DEAD`] once it is destroyed: one
     /// comparison with a CQE's QPN tells both that the track is that QP's
-    /// and that it is alive.
+    /// and that it is alive. With [`STALE`] added while `stale_cqs` is not
+    /// zero.
     key: AtomicU32,
     /// The WQE counter (16 bits, the CQE's) of the last WQE a polled
     /// completion retired, with everything before it; [`NONE_DONE`] while
@@ -47,6 +55,9 @@ pub(crate) struct QpTrack {
     /// Receive WQEs completed (free running).
     rq_tail: AtomicU32,
     pub(crate) srq: Option<Arc<SrqTrack>>,
+    /// CQs that may still hold completions of this QP from before its last
+    /// reset.
+    stale_cqs: AtomicU32,
 }
 
 impl QpTrack {
@@ -59,6 +70,7 @@ impl QpTrack {
             rq_wrid: slots(rq_wqes),
             rq_tail: AtomicU32::new(0),
             srq,
+            stale_cqs: AtomicU32::new(0),
         }
     }
 
@@ -69,6 +81,42 @@ impl QpTrack {
 
     pub(crate) fn kill(&self) {
         self.key.store(DEAD, Ordering::Relaxed);
+    }
+
+    /// Alive, and no CQ may hold completions of the QP from before its last
+    /// reset: what a fast path that takes the track's completions without
+    /// comparing its key checks first.
+    #[inline(always)]
+    pub(crate) fn is_live(&self) -> bool {
+        self.key.load(Ordering::Relaxed) <= LOW_24
+    }
+
+    /// One more CQ may hold completions from before the QP's reset.
+    fn hold_stale(&self) {
+        self.stale_cqs.fetch_add(1, Ordering::AcqRel);
+        let _ = self.key.compare_exchange(
+            self.qpn,
+            self.qpn | STALE,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// A CQ's poller passed the last of them.
+    fn release_stale(&self) {
+        if self.stale_cqs.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let (live, stale) = (self.qpn, self.qpn | STALE);
+        let _ = self
+            .key
+            .compare_exchange(stale, live, Ordering::AcqRel, Ordering::Relaxed);
+        // A reset that marked another CQ meanwhile keeps the key stale.
+        if self.stale_cqs.load(Ordering::Acquire) != 0 {
+            let _ = self
+                .key
+                .compare_exchange(live, stale, Ordering::AcqRel, Ordering::Relaxed);
+        }
     }
 
     /// The producer's view of the SQ bookkeeping, borrowed once per batch so
@@ -219,20 +267,76 @@ impl SrqTrack {
 }
 
 /// The QPs completing into one CQ, for the poller to find by QPN. Locked only
-/// when a QP is created or a poller meets a QPN it has not cached yet.
+/// when a QP is created or reset, or a poller meets a QPN it has not cached
+/// yet or a completion the fast paths left for a QP that was reset.
 #[derive(Default)]
-pub(crate) struct Registry(Mutex<Vec<Arc<QpTrack>>>);
+pub(crate) struct Registry {
+    tracks: Mutex<Vec<Arc<QpTrack>>>,
+    /// Per QP reset with completions still in this CQ: the consumer
+    /// counter (24 bits) the last of them is before.
+    stale: Mutex<Vec<(Arc<QpTrack>, u32)>>,
+    /// `stale` is not empty: the one load the general path pays without.
+    any_stale: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 impl Registry {
     pub(crate) fn add(&self, t: Arc<QpTrack>) {
-        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v = lock(&self.tracks);
         v.retain(|t| t.is_alive());
         v.push(t);
     }
 
     fn find(&self, qpn: u32) -> Option<Arc<QpTrack>> {
-        let v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let v = lock(&self.tracks);
         v.iter().find(|t| t.qpn == qpn && t.is_alive()).cloned()
+    }
+
+    /// QP `track` was reset while this CQ held completions of it, the last
+    /// before consumer counter `end` (24 bits): a poll drops them rather
+    /// than report them against the QP's new work
+    /// (`decode_any`).
+    pub(crate) fn mark_stale(&self, track: &Arc<QpTrack>, end: u32) {
+        let mut v = lock(&self.stale);
+        match v.iter_mut().find(|(t, _)| Arc::ptr_eq(t, track)) {
+            // Reset again before the poller got there: the later end.
+            Some(mark) => mark.1 = end,
+            None => {
+                track.hold_stale();
+                v.push((track.clone(), end));
+            }
+        }
+        self.any_stale.store(true, Ordering::Release);
+    }
+
+    /// The track of QP `qpn` if the entry at consumer counter `ci` is one
+    /// of its completions from before its reset. Forgets the marks `ci` has
+    /// passed.
+    pub(crate) fn stale(&self, qpn: u32, ci: u32) -> Option<Arc<QpTrack>> {
+        if !self.any_stale.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut v = lock(&self.stale);
+        let mut found = None;
+        v.retain(|(t, end)| {
+            // Entries from `ci` to the end: a ring holds under 2^23.
+            let left = end.wrapping_sub(ci) & LOW_24;
+            if left == 0 || left >= 1 << 23 {
+                t.release_stale();
+                return false;
+            }
+            if t.qpn == qpn {
+                found = Some(t.clone());
+            }
+            true
+        });
+        if v.is_empty() {
+            self.any_stale.store(false, Ordering::Release);
+        }
+        found
     }
 }
 
@@ -436,11 +540,16 @@ impl PollCache {
             .map(|t| &**t)
     }
 
-    /// The SQ of the cached QP, if it is still alive and has one.
+    /// The SQ of the cached QP, if it is still live and has one.
     #[inline(always)]
     pub(crate) fn hot_sq(&self) -> Option<HotSq<'_>> {
         let t = &*self.hot;
-        t.is_alive().then_some(HotSq { track: t })
+        t.is_live().then_some(HotSq { track: t })
+    }
+
+    /// [`Registry::stale`] of this CQ.
+    pub(crate) fn stale(&self, qpn: u32, ci: u32) -> Option<Arc<QpTrack>> {
+        self.reg.stale(qpn, ci)
     }
 
     /// The SQ of the cached QP if that is `qpn`'s, alive and with an SQ:

@@ -310,6 +310,13 @@ impl Qp {
         self.shared.owned.deps().recv_cq.cqn()
     }
 
+    /// The send CQ, and the receive CQ if it is another.
+    pub(crate) fn cqs(&self) -> impl Iterator<Item = &Arc<CqShared>> {
+        let deps = self.shared.owned.deps();
+        let recv = (!Arc::ptr_eq(&deps.send_cq, &deps.recv_cq)).then_some(&deps.recv_cq);
+        std::iter::once(&deps.send_cq).chain(recv)
+    }
+
     pub fn srqn(&self) -> Option<u32> {
         self.shared.owned.deps().srq.as_ref().map(|s| s.srqn())
     }

@@ -572,10 +572,19 @@ impl Qp {
     }
 
     /// Any state → RST (2RST_QP). Also rewinds the software queue counters,
-    /// hence the exclusive borrow.
+    /// hence the exclusive borrow. Completions of the QP still in its CQs
+    /// are dropped when a poll reaches them (mlx5's `mlx5_cq_clean` removes
+    /// them at the reset, under the CQ's lock; these polls take none), so
+    /// none is reported against the work posted after the reset. An SRQ
+    /// gets the WQEs of the dropped receives back then.
     pub fn reset(&mut self) -> Result<()> {
         let inbox = self.target().reset_inbox();
         exec::now(self.submit(Exec::Now, "modify_qp(RESET)", &inbox, QpState::Rst))?;
+        // The device writes no more completions of the QP: where those
+        // still in its CQs end is known now.
+        for cq in self.cqs() {
+            cq.drop_stale(self.dp.track());
+        }
         self.dp.reset();
         Ok(())
     }
