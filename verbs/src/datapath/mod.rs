@@ -53,7 +53,6 @@ pub(crate) use track::{QpTrack, Registry, SrqTrack};
 use crate::qp::{QpCap, QpInit, Queue};
 use ready::{PostState, SendState};
 use ring::{DbRec, Ring, Ring64};
-
 use wqe::SqShape;
 
 /// Where a new QP's queues are.

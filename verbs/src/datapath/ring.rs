@@ -507,7 +507,9 @@ impl DbRec {
         }
     }
 
-    /// Reads counter `which` back (host order), for tests and tools.
+    /// Reads counter `which` back (host order): for tests and tools, and
+    /// for a QP's reset, which looks for its completions from the CQ's
+    /// published consumer index on.
     pub(crate) fn load(&self, which: usize) -> u32 {
         debug_assert!(which < 2);
         // SAFETY: as in `store`.
