@@ -22,6 +22,9 @@ const INLINE_SEG: u32 = 0x8000_0000;
 pub const INVALID_LKEY: u32 = 0x100;
 /// Atomics move 8 bytes.
 const ATOMIC_SIZE: u32 = 8;
+/// How far past a WQE's first block a post prefetches the SQ for the WQEs
+/// to come: far enough that the line is there when they are written.
+const PREFETCH_BLOCKS: usize = 4;
 
 const VERB: &str = "post_send";
 
@@ -414,6 +417,7 @@ pub(crate) fn write(
     // The control segment first: the WQE's stores then go in address
     // order, block by block, as the device reads them.
     first.write_seg(0, ctrl.to_be_bytes());
+    first.prefetch_write_ahead(PREFETCH_BLOCKS);
     let mut segs = Segs {
         ring,
         off: base + DS,
