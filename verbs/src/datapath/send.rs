@@ -96,8 +96,8 @@ fn tail(ring: &Ring64, done: u32, cur_post: u32, cached: u32) -> u32 {
         return cached;
     };
     let start = cur_post.wrapping_sub(u32::from((cur_post as u16).wrapping_sub(low)));
-    // Before the cached tail: counted, and its block perhaps reused.
-    if (start.wrapping_sub(cached) as i32) < 0 {
+    // Starting before the cached tail: counted, its block perhaps reused.
+    if !fits(cached, start) {
         return cached;
     }
     let end = start.wrapping_add(wqe::bbs_at(ring, start));
@@ -105,7 +105,7 @@ fn tail(ring: &Ring64, done: u32, cur_post: u32, cached: u32) -> u32 {
     // a poll on another thread took while the reset ran, whose WQE counter
     // names no WQE start now. (Those still in the CQ after the reset are
     // dropped.)
-    if (cur_post.wrapping_sub(end) as i32) < 0 {
+    if !fits(end, cur_post) {
         return cached;
     }
     end
