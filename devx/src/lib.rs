@@ -43,5 +43,5 @@ pub use provider::{
 /// Names the emulated device's syndromes (`sim::syndrome::name`).
 #[cfg(feature = "emulator")]
 pub use sim::syndrome::name as syndrome_name;
-pub use uar::{BlueFlame, Uar};
+pub use uar::{BfStore, BlueFlame, HeldDoorbell, Uar};
 pub use umem::{access, ExclusiveMemory, SharedMemory, StableMemory, Umem};

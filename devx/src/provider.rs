@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::live::LiveObject;
-use crate::uar::BfHalf;
+use crate::uar::{BfHalf, BfStore};
 
 /// A provider's name for an object it created (the kernel's IDR handle, the
 /// emulator's table key). Not the PRM object number.
@@ -70,6 +70,11 @@ pub trait UarPage: Send + Sync {
     #[inline]
     fn write_bf(&self, half: BfHalf, value: u64) {
         self.write64(half.offset(), value);
+    }
+    /// How a send doorbell may be stored into the page without a call
+    /// through it: only [`UarPage::write_bf`] unless the page says so.
+    fn bf_store(&self) -> BfStore {
+        BfStore::Call
     }
     /// The program polled and found nothing to do: a device that runs in
     /// software (the emulated one) does the work pending for it on the

@@ -1,8 +1,12 @@
 //! User access regions: the doorbell pages.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use prm_layouts::fields;
+use prm_layouts::words::Words;
 
 use crate::cmd_comp::{CmdComp, Completion};
 use crate::context::Context;
@@ -49,6 +53,86 @@ impl BfHalf {
             second: !self.second,
         }
     }
+}
+
+/// How a send doorbell may reach a page's BlueFlame register with the
+/// ringer's own store rather than a call through the page
+/// ([`UarPage::bf_store`]): on a mapped device page the store is all a
+/// doorbell is, as in mlx5's `mmio_write64_be`.
+#[derive(Clone, Copy, Debug)]
+pub enum BfStore {
+    /// Only [`UarPage::write_bf`] rings.
+    Call,
+    /// A volatile 8-byte store at `base() + half.offset()` is the whole
+    /// doorbell: the page is the device's register page, mapped.
+    Mmio,
+    /// An 8-byte atomic store there (ordinary memory), and then
+    /// [`UarPage::write_bf`] unless [`HeldDoorbell::holds`] says the device
+    /// holds a doorbell for the QP already: a device run in software
+    /// whose engine is paused.
+    UnlessHeld(HeldDoorbell),
+}
+
+/// A device's note of the last send doorbell it holds back (its engine
+/// paused): the doorbell's UAR page and QPN as one word, so that a repeat
+/// for the same QP, which adds nothing, is told on one load and a compare.
+#[derive(Clone, Copy, Debug)]
+pub struct HeldDoorbell {
+    last: NonNull<AtomicU64>,
+    page_bits: u64,
+}
+
+impl HeldDoorbell {
+    /// The note `last`, as seen through UAR page `page`.
+    pub(crate) fn new(last: &AtomicU64, page: u32) -> HeldDoorbell {
+        HeldDoorbell {
+            last: NonNull::from(last),
+            page_bits: page_bits(page),
+        }
+    }
+
+    /// The word the note holds while the device holds a doorbell of QP
+    /// `qpn` through this page: worked out once per QP.
+    pub fn key(&self, qpn: u32) -> u64 {
+        let ctrl = Words::<2>::new().with(fields::wqe_ctrl_seg::QPN, qpn);
+        held_key(self.page_bits, ctrl.pair(0).to_be())
+    }
+
+    /// Whether the device holds a doorbell whose [`HeldDoorbell::key`] is
+    /// `key` already.
+    ///
+    /// # Safety
+    /// The page this came from is alive (it keeps the note alive).
+    #[inline(always)]
+    pub unsafe fn holds(&self, key: u64) -> bool {
+        // SAFETY: the caller vouches for the page, which holds the device
+        // whose note this points to.
+        unsafe { self.last.as_ref() }.load(Ordering::Acquire) == key
+    }
+}
+
+/// The bits of a send doorbell's value (the first 8 bytes of the WQE's
+/// ctrl segment as they are in memory) that hold the QPN.
+const QPN_BITS: u64 = Words::<2>::new()
+    .with(fields::wqe_ctrl_seg::QPN, u32::MAX)
+    .pair(0)
+    .to_be();
+
+/// UAR page `page` in the bytes of a doorbell's value that [`QPN_BITS`]
+/// leaves out (the ctrl segment's first dword: WQE index and opcode), for
+/// [`held_key`]; worked out once per page.
+pub(crate) const fn page_bits(page: u32) -> u64 {
+    Words::<2>([page, 0]).pair(0).to_be()
+}
+
+const _: () = assert!(page_bits(u32::MAX) & QPN_BITS == 0);
+
+/// A held doorbell as one word (a [`HeldDoorbell`]'s note): the QPN bits of
+/// its value, `value`, with its page's [`page_bits`]. An AND and an OR, so
+/// that a UAR page checks a repeat on its store with one compare.
+#[inline(always)]
+pub(crate) fn held_key(page_bits: u64, value: u64) -> u64 {
+    value & QPN_BITS | page_bits
 }
 
 /// An allocated UAR page. Freed on drop.

@@ -8,7 +8,8 @@ use devx::kernel::abi::{
 };
 use devx::kernel::fake::{Call, FakeKernel, Tamper};
 use devx::kernel::{AllocPath, KernelContext, KernelDevice};
-use devx::{Error, FwReport, Provider, ProviderContext, UarKind};
+use devx::uar::BfHalf;
+use devx::{BfStore, Error, FwReport, Provider, ProviderContext, UarKind};
 
 const DEV: &str = "/dev/infiniband/uverbs0";
 
@@ -840,6 +841,16 @@ fn uar_alloc_maps_the_page_and_rings_doorbells() {
         Some(0x1122_3344_5566_7788)
     );
     assert!(!uar.page.base().is_null());
+    // The mapped page takes a send doorbell as the ringer's own store.
+    assert!(matches!(uar.page.bf_store(), BfStore::Mmio));
+    let second = BfHalf::FIRST.other().offset();
+    // SAFETY: the second BlueFlame half lies inside the live 4 KiB mapping,
+    // 8-byte aligned.
+    unsafe { (uar.page.base().add(second) as *mut u64).write_volatile(0x99aa_bbcc_ddee_ff00) };
+    assert_eq!(
+        k.read_uar_u64(uar.page_id, second),
+        Some(0x99aa_bbcc_ddee_ff00)
+    );
 
     ctx.uar_free(uar.handle).unwrap();
     expect_raw(

@@ -49,6 +49,35 @@ mod datapath {
         assert_eq!(dst.read(0, 64), vec![7; 64]);
     }
 
+    /// A paused device takes a QP's doorbells as stores alone once it holds
+    /// one for the QP, and runs everything posted when it resumes: each
+    /// request's data lands and each completes, in order.
+    #[test]
+    fn a_paused_device_holds_one_doorbell_per_qp_and_runs_all_posts() {
+        let (mut a, b) = rc_pair(610);
+        let src = Buf::all(&a.pd, 3 * 64);
+        let dst = Buf::all(&b.pd, 3 * 64);
+        for k in 0..3 {
+            src.write(64 * k, &[k as u8 + 1; 64]);
+        }
+        a.sim.pause_engine(true);
+        for k in 0..3u64 {
+            let sgl = [src.sge(64 * k as usize, 64)];
+            let remote = dst.addr() + 64 * k;
+            a.qp.post_send(&SendWr::rdma_write(k, &sgl, remote, dst.mr.rkey()).signaled(true))
+                .unwrap();
+        }
+        assert_eq!(a.sim.engine_held(), 1, "one held doorbell for the QP");
+        assert_eq!(dst.read(0, 3 * 64), vec![0; 3 * 64], "nothing ran yet");
+        a.sim.pause_engine(false);
+        let got = wait(&mut a.cq, 3);
+        assert_eq!(got.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [0, 1, 2]);
+        assert!(got.iter().all(|w| w.is_ok()), "{got:?}");
+        for k in 0..3 {
+            assert_eq!(dst.read(64 * k, 64), vec![k as u8 + 1; 64]);
+        }
+    }
+
     /// Waits until `cq`'s ring holds `n` completions from its consumer
     /// index on, none of them polled.
     fn wait_unpolled(cq: &Cq, n: u32) {

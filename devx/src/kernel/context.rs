@@ -26,6 +26,7 @@ use crate::provider::{
     AsyncCompletion, CmdChannel, DeviceInfo, DevxEvent, EventChannel, GidTableEntry, Handle,
     Provider, ProviderContext, UarAlloc, UarKind, UarPage,
 };
+use crate::uar::{BfStore, BF_HALF, BF_OFFSET};
 
 /// Name of this provider in errors and device info.
 const PROVIDER: &str = "kernel";
@@ -1207,6 +1208,16 @@ impl UarPage for KernelUarPage {
         // SAFETY: the slot lies inside the live mapping and is 8-byte aligned
         // (the mapping is page aligned); one volatile store, as a doorbell needs.
         unsafe { std::ptr::write_volatile(self.base.as_ptr().add(offset).cast::<u64>(), value) }
+    }
+
+    /// The device watches its register page: a store there is the
+    /// doorbell, when the mapping holds the whole register.
+    fn bf_store(&self) -> BfStore {
+        if self.len >= BF_OFFSET + 2 * BF_HALF {
+            BfStore::Mmio
+        } else {
+            BfStore::Call
+        }
     }
 }
 

@@ -6,7 +6,9 @@
 //! 3. `mmio_wc_start()` (or the lock of a shared register, which orders as
 //!    much): the record before the write-combined store;
 //! 4. the first 8 bytes of the last WQE's control segment as one 8-byte store
-//!    to the UAR's BlueFlame register (`mmio_write64_be`);
+//!    to the UAR's BlueFlame register (`mmio_write64_be`): the ringer's own
+//!    store where the page allows it ([`devx::BfStore`]; a mapped device page
+//!    always does), with no call through the page;
 //! 5. `mmio_flush_writes()`: the store leaves the CPU's write-combining
 //!    buffer now, still inside the lock, so the device sees doorbells of a
 //!    shared register in the order the lock hands it out;
@@ -23,10 +25,11 @@
 //! ([`devx::BlueFlame`]), so no unlocked writer can race a locked one.
 
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use devx::provider::UarPage;
-use devx::Uar;
+use devx::{BfStore, Uar};
 
 use super::barrier;
 use super::ring::DbRec;
@@ -45,6 +48,12 @@ pub struct Doorbell {
     /// out again where the page sits behind the counts (which depends on
     /// the type behind the `dyn`). `uar` keeps it alive and never replaces it.
     page: NonNull<dyn UarPage>,
+    /// How the page takes a doorbell ([`UarPage::bf_store`]), and where
+    /// a ring that stores itself writes: the page's first byte.
+    store: BfStore,
+    base: usize,
+    /// This QP's [`devx::HeldDoorbell::key`], for [`BfStore::UnlessHeld`].
+    held_key: u64,
     uar: Arc<Uar>,
     /// The register is shared with other QPs: its half lives under the
     /// UAR's lock. Otherwise it is the QP's own and `rung` holds it.
@@ -63,7 +72,9 @@ pub struct Doorbell {
 }
 
 // SAFETY: `page` is a shared reference to a `UarPage`, which is `Send` and
-// `Sync`, kept alive by `uar`; the other fields are `Send` and `Sync`.
+// `Sync`, kept alive by `uar`; `store` and `base` point into that page (its
+// registers, or its device's atomic note), which any thread may store to or
+// load from; the other fields are `Send` and `Sync`.
 unsafe impl Send for Doorbell {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for Doorbell {}
@@ -81,13 +92,21 @@ impl std::fmt::Debug for Doorbell {
 }
 
 impl Doorbell {
-    /// A doorbell through `uar`, which the caller took with
+    /// QP `qpn`'s doorbell through `uar`, which the caller took with
     /// `blue_flame().dedicate()` (`dedicated`) or `.share()`.
-    pub(crate) fn new(dbrec: DbRec, uar: Arc<Uar>, dedicated: bool) -> Doorbell {
-        let wc = uar.page().write_combining();
+    pub(crate) fn new(dbrec: DbRec, uar: Arc<Uar>, dedicated: bool, qpn: u32) -> Doorbell {
+        let page = uar.page();
+        let wc = page.write_combining();
+        let store = page.bf_store();
         Doorbell {
             dbrec,
-            page: NonNull::from(&**uar.page()),
+            page: NonNull::from(&**page),
+            store,
+            base: page.base() as usize,
+            held_key: match store {
+                BfStore::UnlessHeld(held) => held.key(qpn),
+                BfStore::Call | BfStore::Mmio => 0,
+            },
             uar,
             shared: !dedicated,
             wc,
@@ -121,23 +140,56 @@ impl Doorbell {
         if self.plain {
             let at = self.next_half();
             barrier::wc_start(false);
-            self.page().write_bf(at, ctrl8);
+            self.write_bf(at, ctrl8);
             barrier::wc_flush(false);
         } else if !self.shared {
             // The QP's own register, write-combining.
             let at = self.next_half();
             barrier::wc_start(true);
-            self.page().write_bf(at, ctrl8);
+            self.write_bf(at, ctrl8);
             barrier::wc_flush(true);
         } else {
             // Read before the page's (dynamic) store, as `next_half` is.
             let wc = self.wc;
             let mut next = self.uar.blue_flame().lock();
             barrier::wc_start_locked();
-            self.page().write_bf(*next, ctrl8);
+            self.write_bf(*next, ctrl8);
             barrier::wc_flush(wc);
             *next = next.other();
         }
+    }
+
+    /// The doorbell's store into half `at` of the register, the way the
+    /// page takes it: by the ringer's own store where the page allows,
+    /// with no call through it.
+    #[inline(always)]
+    fn write_bf(&self, at: BfHalf, ctrl8: u64) {
+        let reg = (self.base + at.offset()) as *mut u64;
+        match self.store {
+            BfStore::UnlessHeld(held) => {
+                // SAFETY: `reg` is a BlueFlame half of the page `uar` keeps
+                // alive: inside it and 8-byte aligned (the page is
+                // page-aligned). The page is ordinary memory that its own
+                // stores write atomically too.
+                unsafe { AtomicU64::from_ptr(reg) }.store(ctrl8, Ordering::Release);
+                // SAFETY: `uar` keeps the page, and with it the note, alive.
+                if !unsafe { held.holds(self.held_key) } {
+                    self.tell_page(at, ctrl8);
+                }
+            }
+            // SAFETY: as above, in the device's mapped register page: one
+            // volatile store, as a doorbell needs.
+            BfStore::Mmio => unsafe { reg.write_volatile(ctrl8) },
+            BfStore::Call => self.page().write_bf(at, ctrl8),
+        }
+    }
+
+    /// A doorbell the page's device does not hold yet, out of line: a
+    /// running emulated engine executes the QP in it, which dwarfs a call.
+    #[cold]
+    #[inline(never)]
+    fn tell_page(&self, at: BfHalf, ctrl8: u64) {
+        self.page().write_bf(at, ctrl8);
     }
 
     #[inline(always)]

@@ -106,7 +106,7 @@ impl QpDataPath {
                 l.cap.max_inline_data,
                 if init.sq_sig_all { CTRL_SIGNALED } else { 0 },
             ),
-            db: Doorbell::new(dbrec, uar, dedicated),
+            db: Doorbell::new(dbrec, uar, dedicated, qpn),
             track: track.clone(),
             state: SendState::new(l.sq.wqe_cnt),
         };

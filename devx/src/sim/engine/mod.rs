@@ -38,11 +38,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
-use prm_layouts::fields;
-use prm_layouts::words::Words;
-
 use super::fw::state::State;
 use super::fw::Firmware;
+pub(crate) use crate::uar::page_bits;
+use crate::uar::{held_key, HeldDoorbell};
 use msg::Reply;
 use requester::{Batch, Entry, Step};
 
@@ -60,30 +59,6 @@ pub(crate) const BF_REGS: std::ops::Range<usize> = 0x800..0x1000;
 /// [`Engine::last_held`] when nothing is held: no [`held_key`] is all ones
 /// (the ctrl segment's DS byte is never part of one).
 const NO_HELD: u64 = u64::MAX;
-
-/// The bits of a send doorbell's value (the first 8 bytes of the WQE's
-/// ctrl segment as they are in memory) that hold the QPN.
-const QPN_BITS: u64 = Words::<2>::new()
-    .with(fields::wqe_ctrl_seg::QPN, u32::MAX)
-    .pair(0)
-    .to_be();
-
-/// UAR page `page` in the bytes of a doorbell's value that
-/// [`QPN_BITS`] leaves out (the ctrl segment's first dword: WQE index and
-/// opcode), for [`held_key`]; worked out once per page.
-pub(crate) const fn page_bits(page: u32) -> u64 {
-    Words::<2>([page, 0]).pair(0).to_be()
-}
-
-const _: () = assert!(page_bits(u32::MAX) & QPN_BITS == 0);
-
-/// A held doorbell as one word, for [`Engine::last_held`]: the QPN bits of
-/// its value, `value`, with its page's [`page_bits`]. An AND and an OR, so
-/// that a UAR page checks a repeat on its store with one compare.
-#[inline(always)]
-fn held_key(page_bits: u64, value: u64) -> u64 {
-    value & QPN_BITS | page_bits
-}
 
 /// The QPN a send doorbell names: `value` is the first 8 bytes of the
 /// WQE's ctrl segment as they are in memory.
@@ -537,6 +512,12 @@ impl Engine {
     #[inline(always)]
     pub(crate) fn installed(&self) -> bool {
         self.installed.load(Ordering::Acquire)
+    }
+
+    /// The note of the last doorbell held, as UAR page `page` sees it: a
+    /// page's ringer checks a repeat itself ([`crate::uar::BfStore`]).
+    pub(crate) fn held_doorbell(&self, page: u32) -> HeldDoorbell {
+        HeldDoorbell::new(&self.last_held, page)
     }
 
     /// Whether a send doorbell (ctrl bytes `value`) of the UAR page whose

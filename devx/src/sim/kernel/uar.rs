@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::provider::UarPage;
 use crate::sim::engine::{page_bits, DoorbellSink, Engine, BF_REGS};
-use crate::uar::BfHalf;
+use crate::uar::{BfHalf, BfStore};
 
 /// A device's doorbell sink slot, shared by all its UAR pages.
 pub(crate) type DoorbellSlot = Arc<SinkSlot>;
@@ -174,6 +174,12 @@ impl UarPage for SimUarPage {
         self.hand_on(offset, value);
     }
 
+    /// The ringer stores and checks a paused engine's repeat itself; any
+    /// other doorbell still comes through [`SimUarPage::write_bf`].
+    fn bf_store(&self) -> BfStore {
+        BfStore::UnlessHeld(self.engine.held_doorbell(self.page_id))
+    }
+
     fn progress(&self) -> bool {
         !self.freed.load(Ordering::Acquire) && self.sink.progress()
     }
@@ -190,6 +196,7 @@ impl UarPage for SimUarPage {
 mod tests {
     use super::*;
     use crate::sim::{Profile, SimDevice};
+    use crate::uar::HeldDoorbell;
     use std::sync::Mutex;
 
     struct Log(Mutex<Vec<(u32, usize, u64)>>);
@@ -260,6 +267,45 @@ mod tests {
         assert_eq!(p.read64(second.offset()), Some(ctrl8(5)));
         dev.pause_engine(false);
         assert_eq!(dev.engine_held(), 0);
+    }
+
+    /// What a ringer that stores itself reads ([`BfStore::UnlessHeld`]):
+    /// held exactly while the paused engine holds that QP's doorbell
+    /// through that page, whatever the WQE index, opcode and DS.
+    #[test]
+    fn the_page_tells_a_ringer_which_doorbells_the_paused_engine_holds() {
+        let (dev, p) = paused_page();
+        let other = SimUarPage::new(4, Arc::clone(&dev.shared.doorbell));
+        let BfStore::UnlessHeld(held) = p.bf_store() else {
+            panic!("an emulated page lets its ringer store");
+        };
+        let BfStore::UnlessHeld(held_other) = other.bf_store() else {
+            panic!("an emulated page lets its ringer store");
+        };
+        // SAFETY: `p` and `other` are alive throughout.
+        let holds = |h: &HeldDoorbell, qpn| unsafe { h.holds(h.key(qpn)) };
+        assert!(!holds(&held, 5), "nothing held yet");
+        let ctrl = prm_layouts::WqeCtrlSeg::new()
+            .with_wqe_index(0x1234)
+            .with_opcode(prm_layouts::SendOpcode::RdmaWrite.raw())
+            .with_qpn(5)
+            .with_ds(3);
+        p.write_bf(
+            BfHalf::FIRST,
+            u64::from_ne_bytes(ctrl.0[..8].try_into().unwrap()),
+        );
+        assert_eq!(dev.engine_held(), 1);
+        assert!(holds(&held, 5));
+        assert!(!holds(&held, 6), "another QP");
+        assert!(!holds(&held_other, 5), "another page");
+        let log = Arc::new(Log(Mutex::new(Vec::new())));
+        dev.set_doorbell_sink(Some(log.clone()));
+        assert!(!holds(&held, 5), "the engine is no longer the sink");
+        dev.set_doorbell_sink(Some(Arc::clone(dev.shared.doorbell.engine()) as _));
+        p.write_bf(BfHalf::FIRST, ctrl8(5));
+        assert!(holds(&held, 5));
+        dev.pause_engine(false);
+        assert!(!holds(&held, 5), "a running engine holds nothing");
     }
 
     #[test]
