@@ -29,7 +29,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use devx::provider::UarPage;
-use devx::{BfStore, Uar};
+use devx::uar::UAR_PAGE_SIZE;
+use devx::{BfStore, HeldDoorbell, Uar};
 
 use super::barrier;
 use super::ring::DbRec;
@@ -44,35 +45,47 @@ const SND_DBR: usize = 1;
 /// UAR's BlueFlame register.
 pub struct Doorbell {
     dbrec: DbRec,
-    /// `uar`'s page, found once: through its `Arc`, each ring would work
+    /// How a ring reaches the register, worked out once.
+    way: Way,
+    /// On a register of the QP's own: where the half the next doorbell
+    /// goes to lies, counted from `origin`, the page's first byte where the
+    /// ringer stores itself and 0 where it calls through the page. Both
+    /// are page-aligned, so toggling [`BF_HALF`] alternates the halves, as
+    /// mlx5's `bf->offset ^= bf->buf_size` does, and a ring that stores
+    /// itself has the address at hand.
+    next: usize,
+    origin: usize,
+    /// `uar`'s page, found once: through its `Arc`, each call would work
     /// out again where the page sits behind the counts (which depends on
     /// the type behind the `dyn`). `uar` keeps it alive and never replaces it.
     page: NonNull<dyn UarPage>,
-    /// How the page takes a doorbell ([`UarPage::bf_store`]), and where
-    /// a ring that stores itself writes: the page's first byte.
-    store: BfStore,
-    base: usize,
-    /// This QP's [`devx::HeldDoorbell::key`], for [`BfStore::UnlessHeld`].
-    held_key: u64,
     uar: Arc<Uar>,
-    /// The register is shared with other QPs: its half lives under the
-    /// UAR's lock. Otherwise it is the QP's own and `rung` holds it.
-    shared: bool,
-    /// The register is write-combining memory (a mapped device BAR), which
-    /// steps 3 and 5 fence; an emulated device's page is ordinary memory,
-    /// which plain store order serves.
-    wc: bool,
-    /// Neither: the QP's own register in ordinary memory, the common case
-    /// on the emulated device, as one flag so that it is one compare.
-    plain: bool,
-    /// The half the last doorbell went to, on a register of the QP's own
-    /// (the second before the first doorbell): the next one takes the
-    /// other, and the value toggled is the value rung.
-    rung: BfHalf,
+}
+
+/// How [`Doorbell::ring`] reaches the register: one choice per ring, made
+/// from the page's [`BfStore`], its memory and the register's use.
+#[derive(Clone, Copy, Debug)]
+enum Way {
+    /// The QP's own register in an emulated device's page (ordinary
+    /// memory): the ringer's atomic store, then a call through the page
+    /// unless the device, its engine paused, holds a doorbell of this QP
+    /// already (`key`, the QP's [`devx::HeldDoorbell::key`]). The common
+    /// case on the emulated device.
+    OwnUnlessHeld { held: HeldDoorbell, key: u64 },
+    /// The QP's own register in a mapped device page (write-combining
+    /// memory): a volatile store between `sfence`s.
+    OwnMmio,
+    /// The QP's own register in a page reached only through
+    /// [`UarPage::write_bf`]; `wc`: write-combining memory, which steps 3
+    /// and 5 fence.
+    OwnCall { wc: bool },
+    /// A register shared with other QPs: its half lives under the UAR's
+    /// lock; `wc` as above.
+    Shared { wc: bool },
 }
 
 // SAFETY: `page` is a shared reference to a `UarPage`, which is `Send` and
-// `Sync`, kept alive by `uar`; `store` and `base` point into that page (its
+// `Sync`, kept alive by `uar`; `next` and `way` point into that page (its
 // registers, or its device's atomic note), which any thread may store to or
 // load from; the other fields are `Send` and `Sync`.
 unsafe impl Send for Doorbell {}
@@ -97,36 +110,44 @@ impl Doorbell {
     pub(crate) fn new(dbrec: DbRec, uar: Arc<Uar>, dedicated: bool, qpn: u32) -> Doorbell {
         let page = uar.page();
         let wc = page.write_combining();
-        let store = page.bf_store();
+        let base = page.base() as usize;
+        // The ringer's own store needs the halves at fixed addresses.
+        let aligned = base & (UAR_PAGE_SIZE - 1) == 0;
+        let way = match (dedicated, page.bf_store()) {
+            (false, _) => Way::Shared { wc },
+            (true, BfStore::UnlessHeld(held)) if aligned && !wc => Way::OwnUnlessHeld {
+                held,
+                key: held.key(qpn),
+            },
+            (true, BfStore::Mmio) if aligned => Way::OwnMmio,
+            (true, _) => Way::OwnCall { wc },
+        };
+        let origin = match way {
+            Way::OwnUnlessHeld { .. } | Way::OwnMmio => base,
+            Way::OwnCall { .. } | Way::Shared { .. } => 0,
+        };
         Doorbell {
             dbrec,
+            way,
+            next: origin + BfHalf::FIRST.offset(),
+            origin,
             page: NonNull::from(&**page),
-            store,
-            base: page.base() as usize,
-            held_key: match store {
-                BfStore::UnlessHeld(held) => held.key(qpn),
-                BfStore::Call | BfStore::Mmio => 0,
-            },
             uar,
-            shared: !dedicated,
-            wc,
-            plain: dedicated && !wc,
-            rung: BfHalf::FIRST.other(),
         }
     }
 
     /// The register offset the next doorbell goes to.
     pub fn bf_offset(&self) -> usize {
-        if self.shared {
+        if self.is_shared() {
             self.uar.blue_flame().lock().offset()
         } else {
-            self.rung.other().offset()
+            self.next - self.origin
         }
     }
 
     /// True when the QP shares its UAR's register and rings under its lock.
     pub fn is_shared(&self) -> bool {
-        self.shared
+        matches!(self.way, Way::Shared { .. })
     }
 
     /// Rings for everything written up to SQ counter `cur_post`; `ctrl8` is
@@ -137,59 +158,83 @@ impl Doorbell {
     pub(crate) fn ring(&mut self, cur_post: u32, ctrl8: u64) {
         barrier::to_device();
         self.dbrec.store(SND_DBR, cur_post & 0xffff);
-        if self.plain {
-            let at = self.next_half();
-            barrier::wc_start(false);
-            self.write_bf(at, ctrl8);
-            barrier::wc_flush(false);
-        } else if !self.shared {
-            // The QP's own register, write-combining.
-            let at = self.next_half();
-            barrier::wc_start(true);
-            self.write_bf(at, ctrl8);
-            barrier::wc_flush(true);
-        } else {
-            // Read before the page's (dynamic) store, as `next_half` is.
-            let wc = self.wc;
-            let mut next = self.uar.blue_flame().lock();
-            barrier::wc_start_locked();
-            self.write_bf(*next, ctrl8);
-            barrier::wc_flush(wc);
-            *next = next.other();
-        }
-    }
-
-    /// The doorbell's store into half `at` of the register, the way the
-    /// page takes it: by the ringer's own store where the page allows,
-    /// with no call through it.
-    #[inline(always)]
-    fn write_bf(&self, at: BfHalf, ctrl8: u64) {
-        let reg = (self.base + at.offset()) as *mut u64;
-        match self.store {
-            BfStore::UnlessHeld(held) => {
+        match self.way {
+            Way::OwnUnlessHeld { held, key } => {
+                let reg = self.take_next();
+                barrier::wc_start(false);
                 // SAFETY: `reg` is a BlueFlame half of the page `uar` keeps
                 // alive: inside it and 8-byte aligned (the page is
-                // page-aligned). The page is ordinary memory that its own
+                // page-aligned). The page is ordinary memory, which its own
                 // stores write atomically too.
-                unsafe { AtomicU64::from_ptr(reg) }.store(ctrl8, Ordering::Release);
+                unsafe { AtomicU64::from_ptr(reg as *mut u64) }.store(ctrl8, Ordering::Release);
                 // SAFETY: `uar` keeps the page, and with it the note, alive.
-                if !unsafe { held.holds(self.held_key) } {
-                    self.tell_page(at, ctrl8);
+                if !unsafe { held.holds(key) } {
+                    self.tell_page(reg, ctrl8);
                 }
+                barrier::wc_flush(false);
             }
-            // SAFETY: as above, in the device's mapped register page: one
-            // volatile store, as a doorbell needs.
-            BfStore::Mmio => unsafe { reg.write_volatile(ctrl8) },
-            BfStore::Call => self.page().write_bf(at, ctrl8),
+            Way::OwnMmio => {
+                let reg = self.take_next();
+                barrier::wc_start(true);
+                // SAFETY: as above, in the device's mapped register page:
+                // one volatile store, as a doorbell needs.
+                unsafe { (reg as *mut u64).write_volatile(ctrl8) };
+                barrier::wc_flush(true);
+            }
+            Way::OwnCall { .. } | Way::Shared { .. } => self.ring_through_page(ctrl8),
         }
     }
 
-    /// A doorbell the page's device does not hold yet, out of line: a
-    /// running emulated engine executes the QP in it, which dwarfs a call.
+    /// A ring through the page's [`UarPage::write_bf`]: out of line, as
+    /// the call it makes (and a shared register's lock) cost more anyway,
+    /// and laid out apart from the two ways above.
     #[cold]
     #[inline(never)]
-    fn tell_page(&self, at: BfHalf, ctrl8: u64) {
-        self.page().write_bf(at, ctrl8);
+    fn ring_through_page(&mut self, ctrl8: u64) {
+        match self.way {
+            Way::OwnCall { wc } => {
+                let reg = self.take_next();
+                let at = self.half(reg);
+                barrier::wc_start(wc);
+                self.page().write_bf(at, ctrl8);
+                barrier::wc_flush(wc);
+            }
+            Way::Shared { wc } => {
+                let mut next = self.uar.blue_flame().lock();
+                barrier::wc_start_locked();
+                self.page().write_bf(*next, ctrl8);
+                barrier::wc_flush(wc);
+                *next = next.other();
+            }
+            Way::OwnUnlessHeld { .. } | Way::OwnMmio => {}
+        }
+    }
+
+    /// Where the half of the QP's own register to ring now lies (from
+    /// `origin`); the doorbell after goes to the other half.
+    #[inline(always)]
+    fn take_next(&mut self) -> usize {
+        let reg = self.next;
+        self.next = reg ^ BF_HALF;
+        reg
+    }
+
+    /// A doorbell the emulated device does not hold yet, stored at `reg`
+    /// already, told to it through the page; out of line: a running
+    /// engine executes the QP in it, which dwarfs a call.
+    #[cold]
+    #[inline(never)]
+    fn tell_page(&self, reg: usize, ctrl8: u64) {
+        self.page().write_bf(self.half(reg), ctrl8);
+    }
+
+    /// The half of the QP's own register that `next` named as `at`.
+    fn half(&self, at: usize) -> BfHalf {
+        if at - self.origin == BfHalf::FIRST.offset() {
+            BfHalf::FIRST
+        } else {
+            BfHalf::FIRST.other()
+        }
     }
 
     #[inline(always)]
@@ -199,22 +244,13 @@ impl Doorbell {
         unsafe { self.page.as_ref() }
     }
 
-    /// The half of the QP's own register to ring now. Taken before the
-    /// page's (dynamic) store, which the compiler cannot tell leaves the
-    /// doorbell alone.
-    #[inline(always)]
-    fn next_half(&mut self) -> BfHalf {
-        self.rung = self.rung.other();
-        self.rung
-    }
-
     /// The QP went back to RST: the SND counter restarts at 0 with the
     /// queue's (as mlx5's modify to RESET clears it), so nothing posted
     /// before is rung again. A shared register's half belongs to all its
     /// writers and stays where it is.
     pub(crate) fn reset(&mut self) {
         self.dbrec.store(SND_DBR, 0);
-        self.rung = BfHalf::FIRST.other();
+        self.next = self.origin + BfHalf::FIRST.offset();
     }
 }
 
