@@ -84,6 +84,7 @@ pub struct HeldDoorbell {
 
 impl HeldDoorbell {
     /// The note `last`, as seen through UAR page `page`.
+    #[cfg(feature = "emulator")]
     pub(crate) fn new(last: &AtomicU64, page: u32) -> HeldDoorbell {
         HeldDoorbell {
             last: NonNull::from(last),
