@@ -82,6 +82,12 @@ pub struct HeldDoorbell {
     page_bits: u64,
 }
 
+// SAFETY: the note is an atomic, which any thread may load; whether it is
+// still alive is `holds`'s contract, wherever the value went.
+unsafe impl Send for HeldDoorbell {}
+// SAFETY: as for `Send`; `&HeldDoorbell` only copies the pointer out.
+unsafe impl Sync for HeldDoorbell {}
+
 impl HeldDoorbell {
     /// The note `last`, as seen through UAR page `page`.
     #[cfg(feature = "emulator")]
@@ -97,6 +103,14 @@ impl HeldDoorbell {
     pub fn key(&self, qpn: u32) -> u64 {
         let ctrl = Words::<2>::new().with(fields::wqe_ctrl_seg::QPN, qpn);
         held_key(self.page_bits, ctrl.pair(0).to_be())
+    }
+
+    /// The word the note holds while the device holds send doorbell
+    /// `value` (the first 8 bytes of its ctrl segment as in memory) or
+    /// another of the same QP through this page.
+    #[inline(always)]
+    pub fn key_of(&self, value: u64) -> u64 {
+        held_key(self.page_bits, value)
     }
 
     /// Whether the device holds a doorbell whose [`HeldDoorbell::key`] is

@@ -40,8 +40,7 @@ use std::time::Duration;
 
 use super::fw::state::State;
 use super::fw::Firmware;
-pub(crate) use crate::uar::page_bits;
-use crate::uar::{held_key, HeldDoorbell};
+use crate::uar::{held_key, page_bits, HeldDoorbell};
 use msg::Reply;
 use requester::{Batch, Entry, Step};
 
@@ -520,15 +519,6 @@ impl Engine {
         HeldDoorbell::new(&self.last_held, page)
     }
 
-    /// Whether a send doorbell (ctrl bytes `value`) of the UAR page whose
-    /// [`page_bits`] are `page_bits` repeats the last one this engine,
-    /// paused and installed, held: running the QP will execute everything
-    /// posted to it so far, so the repeat adds nothing.
-    #[inline(always)]
-    pub(crate) fn holds_repeat(&self, page_bits: u64, value: u64) -> bool {
-        self.last_held.load(Ordering::Acquire) == held_key(page_bits, value)
-    }
-
     #[inline(never)]
     fn arm(&self, page_id: u32, value: u64) {
         // Arming is a firmware-state change only; it never waits for the
@@ -550,9 +540,9 @@ impl Engine {
 
 impl DoorbellSink for Engine {
     /// A held repeat (a paused engine rung again for the same QP) ends in
-    /// the UAR page's store, which checks [`Engine::holds_repeat`] before
-    /// it calls here; one that comes another way is held again, which
-    /// adds nothing.
+    /// the UAR page's store, or its ringer's, which checks the engine's
+    /// [`HeldDoorbell`] note before it calls here; one that comes another
+    /// way is held again, which adds nothing.
     #[inline]
     fn doorbell(&self, page_id: u32, offset: usize, value: u64) {
         if offset == notify::CQ_ARM_DOORBELL {

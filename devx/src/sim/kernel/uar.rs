@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::provider::UarPage;
-use crate::sim::engine::{page_bits, DoorbellSink, Engine, BF_REGS};
-use crate::uar::{BfHalf, BfStore};
+use crate::sim::engine::{DoorbellSink, Engine, BF_REGS};
+use crate::uar::{BfHalf, BfStore, HeldDoorbell};
 
 /// A device's doorbell sink slot, shared by all its UAR pages.
 pub(crate) type DoorbellSlot = Arc<SinkSlot>;
@@ -88,11 +88,11 @@ pub(crate) struct SimUarPage {
     /// In the page value itself (which is then page-aligned): a store
     /// goes through the page's address with no pointer to load first.
     words: PageWords,
-    /// The sink's engine, and the page as the engine keys a held doorbell
-    /// ([`page_bits`]): a paused engine's repeat is checked on the store
-    /// with one load through the page and one compare.
-    engine: Arc<Engine>,
-    page_bits: u64,
+    /// The sink's engine's note of the doorbell it holds, as this page
+    /// sees it: a paused engine's repeat is checked on the store with one
+    /// load and one compare. `sink` keeps the engine, and so the note,
+    /// alive.
+    held: HeldDoorbell,
     page_id: u32,
     freed: AtomicBool,
     sink: DoorbellSlot,
@@ -102,8 +102,7 @@ impl SimUarPage {
     pub(crate) fn new(page_id: u32, sink: DoorbellSlot) -> SimUarPage {
         SimUarPage {
             words: PageWords(std::array::from_fn(|_| AtomicU64::new(0))),
-            engine: Arc::clone(sink.engine()),
-            page_bits: page_bits(page_id),
+            held: sink.engine().held_doorbell(page_id),
             page_id,
             freed: AtomicBool::new(false),
             sink,
@@ -132,6 +131,14 @@ impl SimUarPage {
         self.sink.deliver(self.page_id, offset, value);
     }
 
+    /// Whether the engine holds a doorbell for the QP send doorbell
+    /// `value` names, through this page, already.
+    #[inline(always)]
+    fn holds(&self, value: u64) -> bool {
+        // SAFETY: `sink` holds the engine, whose note `held` points to.
+        unsafe { self.held.holds(self.held.key_of(value)) }
+    }
+
     /// After UAR free the page stays allocated (a stale mapping must not
     /// fault) but doorbells through it reach nobody.
     pub(crate) fn mark_freed(&self) {
@@ -156,7 +163,7 @@ impl UarPage for SimUarPage {
         word.store(value, Ordering::Release);
         // A paused engine's repeat, the doorbell of a posting loop timed
         // alone, ends here; a freed page's would be dropped as well.
-        if BF_REGS.contains(&offset) && self.engine.holds_repeat(self.page_bits, value) {
+        if BF_REGS.contains(&offset) && self.holds(value) {
             return;
         }
         self.hand_on(offset, value);
@@ -168,7 +175,7 @@ impl UarPage for SimUarPage {
     fn write_bf(&self, half: BfHalf, value: u64) {
         let offset = half.offset();
         self.words.0[offset / 8].store(value, Ordering::Release);
-        if self.engine.holds_repeat(self.page_bits, value) {
+        if self.holds(value) {
             return;
         }
         self.hand_on(offset, value);
@@ -177,7 +184,7 @@ impl UarPage for SimUarPage {
     /// The ringer stores and checks a paused engine's repeat itself; any
     /// other doorbell still comes through [`SimUarPage::write_bf`].
     fn bf_store(&self) -> BfStore {
-        BfStore::UnlessHeld(self.engine.held_doorbell(self.page_id))
+        BfStore::UnlessHeld(self.held)
     }
 
     fn progress(&self) -> bool {
@@ -196,7 +203,6 @@ impl UarPage for SimUarPage {
 mod tests {
     use super::*;
     use crate::sim::{Profile, SimDevice};
-    use crate::uar::HeldDoorbell;
     use std::sync::Mutex;
 
     struct Log(Mutex<Vec<(u32, usize, u64)>>);
