@@ -471,6 +471,9 @@ fn ping_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
     let device = DeviceCq::new(&cq.memory());
     let sge = [Sge::from_mr(&a.mr, 0, 64)];
     let (raddr, rkey) = (b.mr.addr() as u64, b.mr.rkey());
+    // The QPN the device writes into each CQE, as the C twin's device
+    // has it at hand.
+    let qpn = qp.qpn();
     a.sim.pause_engine(true);
     let start = Instant::now();
     let mut res = Ok(());
@@ -480,7 +483,7 @@ fn ping_ns(a: &Side, b: &Side, n: u64) -> Result<f64, String> {
             res = Err(format!("bench datapath: post_send: {err}"));
             break;
         }
-        device.put(u64::from(cq.consumer_index()), qp.qpn(), at as u16);
+        device.put(u64::from(cq.consumer_index()), qpn, at as u16);
         match cq.poll_one() {
             Some(c) if c.wr_id == i && c.is_ok() => {}
             Some(c) => {
