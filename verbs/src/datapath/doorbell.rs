@@ -7,8 +7,8 @@
 //!    much): the record before the write-combined store;
 //! 4. the first 8 bytes of the last WQE's control segment as one 8-byte store
 //!    to the UAR's BlueFlame register (`mmio_write64_be`): the ringer's own
-//!    store where the page allows it ([`devx::BfStore`]; a mapped device page
-//!    always does), with no call through the page;
+//!    store where the page allows it ([`devx::BfStore`], as a mapped device
+//!    page does), with no call through the page;
 //! 5. `mmio_flush_writes()`: the store leaves the CPU's write-combining
 //!    buffer now, still inside the lock, so the device sees doorbells of a
 //!    shared register in the order the lock hands it out;
